@@ -1,0 +1,1 @@
+"""attncoda.hooks: everything that touches models (capture, zoo, offline assets, gates, plug-ins)."""
