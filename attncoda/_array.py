@@ -1,0 +1,372 @@
+"""Backend plumbing shared by the compositional core: numpy and torch through one namespace.
+
+Every public function moves the parts axis to the end, works on a *log-composition* (log parts,
+``-inf`` at invisible keys) plus a boolean visibility array, and moves the axis back. Keeping that
+in one place is what lets every transform accept the same ``axis=``, ``mask=`` and
+``from_logits=`` arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from ._errors import (
+    DeviceMismatchError,
+    NegativePartError,
+    NonFiniteError,
+    NotClosedError,
+    ShapeMismatchError,
+    TooFewPartsError,
+    ZeroPartError,
+)
+
+Array = Any  # a numpy.ndarray or a torch.Tensor; kept loose so both type-check
+
+__all__ = ["Array", "LogComposition", "as_float", "device_of", "log_composition", "namespace"]
+
+
+def _is_torch(x: object) -> bool:
+    return array_api_compat.is_torch_array(x)
+
+
+def namespace(*arrays: object) -> Any:
+    """Return the array namespace shared by ``arrays`` (numpy or torch), checking devices.
+
+    numpy inputs mixed with torch tensors are allowed (they are converted to the tensor's device
+    by :func:`as_like`); torch tensors on different devices raise :class:`DeviceMismatchError`.
+    """
+    tensors = [a for a in arrays if _is_torch(a)]
+    if not tensors:
+        return array_api_compat.array_namespace(np.empty(0))
+    devices = {str(t.device) for t in tensors}  # type: ignore[attr-defined]
+    if len(devices) > 1:
+        raise DeviceMismatchError(
+            f"inputs live on different devices {sorted(devices)}; move them to one device "
+            "first, e.g. `y = y.to(x.device)`"
+        )
+    return array_api_compat.array_namespace(tensors[0])
+
+
+def as_float(x: Array, xp: Any, like: Array | None = None) -> Array:
+    """Convert ``x`` to a floating array of ``xp`` without modifying it.
+
+    Integers and booleans become float64 (counts are valid compositions, as in scikit-bio);
+    float16 and bfloat16 become float32 so that logs and sums are not computed in half precision.
+    With ``like``, numpy input is moved to that tensor's device.
+    """
+    if like is not None and _is_torch(like) and not _is_torch(x):
+        import torch
+
+        x = torch.as_tensor(np.asarray(x), device=like.device)
+    elif not _is_torch(x):
+        x = np.asarray(x)
+    dtype = x.dtype
+    if xp.isdtype(dtype, "real floating"):
+        if _is_torch(x) and dtype in _torch_half_dtypes():
+            return x.float()
+        if not _is_torch(x) and dtype == np.float16:
+            return x.astype(np.float32)
+        return x
+    if xp.isdtype(dtype, ("integral", "bool")):
+        return xp.astype(x, xp.float64)
+    raise TypeError(
+        f"expected a real numeric array, got dtype {dtype}; complex or object arrays are not "
+        "compositions"
+    )
+
+
+def _torch_half_dtypes() -> tuple[Any, ...]:
+    import torch
+
+    return (torch.float16, torch.bfloat16)
+
+
+def as_bool(mask: Array, xp: Any, like: Array) -> Array:
+    """Convert a visibility mask to a boolean array of ``xp`` on ``like``'s device."""
+    if _is_torch(like) and not _is_torch(mask):
+        import torch
+
+        mask = torch.as_tensor(np.asarray(mask), device=like.device)
+    elif not _is_torch(like):
+        if _is_torch(mask):
+            mask = mask.detach().cpu().numpy()
+        mask = np.asarray(mask)
+    if not xp.isdtype(mask.dtype, "bool"):
+        raise TypeError(
+            f"mask must be boolean (True = visible part), got dtype {mask.dtype}; "
+            "use `mask.astype(bool)` / `mask.bool()`"
+        )
+    return mask
+
+
+def tolerance(dtype: Any) -> float:
+    """Closure tolerance for rows of ``dtype`` (1e-6 in float64, 1e-4 in float32)."""
+    return 1e-6 if "64" in str(dtype) else 1e-4
+
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    """Return ``axis`` as a non-negative index, or raise :class:`ShapeMismatchError`."""
+    if not isinstance(axis, (int, np.integer)):
+        raise ShapeMismatchError(f"axis must be an integer, got {axis!r}")
+    if ndim == 0:
+        raise ShapeMismatchError("expected an array with a parts axis, got a scalar")
+    if not -ndim <= axis < ndim:
+        raise ShapeMismatchError(f"axis {axis} is out of range for an array with {ndim} dims")
+    return int(axis) % ndim
+
+
+def broadcast_mask(mask: Array, shape: tuple[int, ...], axis: int, xp: Any) -> Array:
+    """Broadcast ``mask`` to ``shape`` (parts axis already moved last) with a readable error."""
+    try:
+        return xp.broadcast_to(mask, shape)
+    except (ValueError, RuntimeError) as exc:
+        raise ShapeMismatchError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the data's shape {shape} "
+            f"(after moving axis {axis} last); give a mask with the same shape as the data"
+        ) from exc
+
+
+def logsumexp(xp: Any, a: Array, keepdims: bool = False) -> Array:
+    """Stable log-sum-exp over the last axis; rows that are all ``-inf`` give ``-inf``."""
+    if _is_torch(a):
+        import torch
+
+        return torch.logsumexp(a, dim=-1, keepdim=keepdims)
+    m = xp.max(a, axis=-1, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
+    with np.errstate(divide="ignore"):
+        out = xp.log(xp.sum(xp.exp(a - m), axis=-1, keepdims=True)) + m
+    return out if keepdims else out[..., 0]
+
+
+def check_finite_values(xp: Any, x: Array, what: str) -> None:
+    """Raise :class:`NonFiniteError` if ``x`` holds NaN or an infinity."""
+    if not bool(xp.all(xp.isfinite(x))):
+        raise NonFiniteError(
+            f"{what} contains NaN or infinite values; attncoda never propagates them silently. "
+            "Remove or fix those rows first"
+        )
+
+
+@dataclass
+class LogComposition:
+    """Rows on the last axis as log parts plus visibility.
+
+    Attributes
+    ----------
+    xp
+        The array namespace (numpy or torch).
+    log
+        Log parts, ``-inf`` at invisible parts. Defined up to an additive constant per row.
+    visible
+        Boolean, same shape as ``log``; ``None`` means every part is visible (the fast path).
+    axis
+        The caller's parts axis, normalised, so results can be moved back.
+    """
+
+    xp: Any
+    log: Array
+    visible: Array | None
+    axis: int
+
+    @property
+    def n_parts(self) -> int:
+        return int(self.log.shape[-1])
+
+    def visible_full(self) -> Array:
+        xp = self.xp
+        if self.visible is None:
+            return xp.ones(self.log.shape, dtype=xp.bool, device=device_of(self.log))
+        return self.visible
+
+    def count(self) -> Array:
+        """Number of visible parts per row (float, keepdims)."""
+        xp = self.xp
+        if self.visible is None:
+            return xp.full(
+                (*self.log.shape[:-1], 1),
+                float(self.n_parts),
+                dtype=self.log.dtype,
+                device=device_of(self.log),
+            )
+        return xp.sum(xp.astype(self.visible, self.log.dtype), axis=-1, keepdims=True)
+
+    def zero_invisible(self, values: Array) -> Array:
+        """Set invisible parts of ``values`` to 0 (log-ratio coordinates of structural zeros)."""
+        if self.visible is None:
+            return values
+        return self.xp.where(self.visible, values, self.xp.zeros_like(values))
+
+    def clr(self) -> Array:
+        """Centred log-ratios over visible parts, 0 at invisible parts."""
+        xp = self.xp
+        if self.visible is None:
+            return self.log - xp.mean(self.log, axis=-1, keepdims=True)
+        masked = self.zero_invisible(self.log)
+        mean = xp.sum(masked, axis=-1, keepdims=True) / self.count()
+        return self.zero_invisible(self.log - mean)
+
+    def log_closed(self) -> Array:
+        """Log-probabilities over visible parts (``-inf`` at invisible parts)."""
+        return self.log - logsumexp(self.xp, self.log, keepdims=True)
+
+    def restore(self, values: Array) -> Array:
+        """Move the last axis back to the caller's parts axis."""
+        return self.xp.moveaxis(values, -1, self.axis)
+
+    def require_parts(self, minimum: int = 2) -> None:
+        """Raise :class:`TooFewPartsError` if any row has fewer than ``minimum`` visible parts."""
+        if self.visible is None:
+            if self.n_parts < minimum:
+                raise TooFewPartsError(
+                    f"rows have {self.n_parts} part(s); at least {minimum} are needed for a "
+                    "log-ratio"
+                )
+            return
+        low = self.count() < minimum
+        if bool(self.xp.any(low)):
+            n_low = int(self.xp.sum(self.xp.astype(low, self.xp.int64)))
+            raise TooFewPartsError(
+                f"{n_low} row(s) have fewer than {minimum} visible parts (e.g. the first query of "
+                "a causal model sees only itself); drop those rows or select queries >= "
+                f"{minimum - 1}"
+            )
+
+
+def device_of(x: Array) -> Any:
+    """The torch device of ``x``, or ``None`` for numpy (what array-API creation functions take)."""
+    return x.device if _is_torch(x) else None
+
+
+def parts_last(
+    x: Array, axis: int = -1, mask: Array | None = None
+) -> tuple[Any, Array, Array | None, int]:
+    """Return ``(xp, x, visible, axis)`` with ``x`` float, parts moved last, mask broadcast.
+
+    ``visible`` is ``None`` when no mask was given.
+    """
+    xp = namespace(x, mask)
+    x = as_float(x, xp)
+    ax = normalize_axis(axis, x.ndim)
+    x = xp.moveaxis(x, ax, -1)
+    visible = None
+    if mask is not None:
+        m = as_bool(mask, xp, x)
+        if m.ndim == x.ndim:
+            m = xp.moveaxis(m, ax, -1)
+        elif m.ndim > x.ndim:
+            raise ShapeMismatchError(
+                f"mask has {m.ndim} dims but the data only {x.ndim}; give a mask with the data's "
+                "shape"
+            )
+        visible = broadcast_mask(m, tuple(x.shape), axis, xp)
+    return xp, x, visible, ax
+
+
+def log_composition(
+    x: Array,
+    axis: int = -1,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+    validate: bool = True,
+    allow_zeros: bool = False,
+    require_closed: bool = False,
+) -> LogComposition:
+    """Validate ``x`` and return it as a :class:`LogComposition` with parts on the last axis.
+
+    Parameters
+    ----------
+    x
+        Compositions (non-negative parts) or, with ``from_logits=True``, logits or
+        log-probabilities, where ``-inf`` marks an invisible part.
+    mask
+        Optional boolean visibility, broadcastable to ``x``; False parts are structural zeros.
+    allow_zeros
+        Whether visible zero parts are acceptable (entropy, closure) or an error (log-ratios).
+    require_closed
+        Whether rows must already sum to one over their visible parts.
+    """
+    xp, x, visible, ax = parts_last(x, axis, mask)
+
+    if from_logits:
+        if validate:
+            bad = xp.isnan(x) | (x == math.inf)
+            if bool(xp.any(bad)):
+                raise NonFiniteError(
+                    "logits contain NaN or +inf; only -inf is allowed (it marks an invisible key)"
+                )
+        finite = x > -math.inf
+        if visible is None:
+            visible = None if bool(xp.all(finite)) else finite
+        else:
+            visible = visible & finite
+        log = x if visible is None else xp.where(visible, x, xp.full_like(x, -math.inf))
+        lc = LogComposition(xp, log, visible, ax)
+        return lc
+
+    if validate:
+        validate_parts(xp, x, visible, allow_zeros=allow_zeros)
+        if require_closed:
+            validate_closed(xp, x, visible)
+    if visible is None:
+        if allow_zeros:
+            with np.errstate(divide="ignore"):
+                log = xp.log(x)
+        else:
+            log = xp.log(x)
+    else:
+        safe = xp.where(visible, x, xp.ones_like(x))
+        with np.errstate(divide="ignore"):
+            log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
+    return LogComposition(xp, log, visible, ax)
+
+
+def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: bool) -> None:
+    """One cheap combined pass; a precise diagnosis only when it fails."""
+    data = x if visible is None else xp.where(visible, x, xp.ones_like(x))
+    ok = (data >= 0) & (data < math.inf) if allow_zeros else (data > 0) & (data < math.inf)
+    if bool(xp.all(ok)):
+        if allow_zeros:
+            total = xp.sum(
+                data if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1
+            )
+            if bool(xp.any(total <= 0)):
+                raise ZeroPartError(
+                    "some rows have no positive visible part (all zeros); a composition needs "
+                    "mass somewhere"
+                )
+        return
+    if bool(xp.any(xp.isnan(data))) or bool(xp.any(xp.isinf(data))):
+        raise NonFiniteError(
+            "input contains NaN or infinite values; attncoda never propagates them silently. "
+            "Fix those rows, or pass logits with -inf for invisible keys and from_logits=True"
+        )
+    if bool(xp.any(data < 0)):
+        raise NegativePartError(
+            "compositions cannot have negative parts; if these are logits or log-probabilities, "
+            "pass from_logits=True"
+        )
+    raise ZeroPartError(
+        "zero parts have no log-ratio. If they are structural (causal mask, padding), mark them "
+        "invisible with mask= (or pass -inf logits with from_logits=True); if they are rounding "
+        "zeros in your data, replace them first with attncoda.multi_replace"
+    )
+
+
+def validate_closed(xp: Any, x: Array, visible: Array | None) -> None:
+    total = xp.sum(x if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1)
+    tol = tolerance(x.dtype)
+    err = xp.abs(total - 1.0)
+    if bool(xp.any(err > tol)):
+        worst = float(xp.max(err))
+        raise NotClosedError(
+            f"rows must sum to 1 over their visible parts (worst deviation {worst:.3g} > {tol:g}); "
+            "close them with attncoda.closure first, or, if the missing mass is a learned sink "
+            "(GPT-OSS style rows summing below 1), add it back with attncoda.add_learned_sink"
+        )

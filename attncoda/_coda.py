@@ -1,0 +1,852 @@
+"""Compositional data analysis on attention rows: closure, log-ratio transforms, the Aitchison geometry.
+
+All functions accept numpy arrays and torch tensors of any leading shape, with the parts on
+``axis`` (default ``-1``), and return the same kind of array on the same device. Names and
+argument order follow :mod:`skbio.stats.composition` (``clr(x, axis=-1, validate=True)``), with
+three additions:
+
+``mask=``
+    Boolean visibility broadcastable to ``x``. Invisible parts (keys hidden by causality or
+    padding) are *structural zeros*: they are excluded from every computation, never replaced.
+    Log-ratio outputs hold ``0`` there; compositions hold ``0``.
+``from_logits=True``
+    ``x`` holds logits or log-probabilities (any additive constant per row), with ``-inf`` at
+    invisible parts. This is what capture produces: ``clr(softmax(z)) = z - mean(z)``, so no zero
+    ever needs replacing and nothing underflows.
+``ref=`` / ``sink=``
+    The reference part defaults to the *sink*, the first visible part of each row (under left
+    padding that is not index 0). R's ``compositions::alr`` uses the *last* part instead.
+
+Precision: float64 inputs are exact to rounding (identities hold to 1e-10); float32 inputs are
+computed in float32 and hold to about 1e-5 relative; float16/bfloat16 are computed in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._array import (
+    Array,
+    LogComposition,
+    as_float,
+    device_of,
+    log_composition,
+    logsumexp,
+    namespace,
+    normalize_axis,
+    parts_last,
+    validate_parts,
+)
+from ._errors import ShapeMismatchError, TooFewPartsError
+
+__all__ = [
+    "add_learned_sink",
+    "aitchison_distance",
+    "aitchison_norm",
+    "alr",
+    "alr_inv",
+    "closure",
+    "clr",
+    "clr_inv",
+    "group_basis",
+    "ilr",
+    "ilr_inv",
+    "inner",
+    "multi_replace",
+    "pairwise_aitchison",
+    "perturb",
+    "perturb_inv",
+    "pivot_basis",
+    "power",
+    "sbp_basis",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# closure and zeros
+
+
+def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
+    """Scale each row to sum to one over its visible parts.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Non-negative parts; integer counts are accepted (converted to float64).
+    axis : int, default -1
+        The parts axis.
+    validate : bool, default True
+        Check for negative, non-finite and all-zero rows.
+    mask : array_like of bool, optional
+        Visible parts; invisible parts come out as exactly 0.
+
+    Returns
+    -------
+    Array of the input's shape and kind (float).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.closure([2, 1, 1])
+    array([0.5 , 0.25, 0.25])
+    >>> ac.closure([[2.0, 1.0, 7.0]], mask=[[True, True, False]])
+    array([[0.66666667, 0.33333333, 0.        ]])
+    """
+    xp, data, visible, ax = parts_last(x, axis, mask)
+    if validate:
+        validate_parts(xp, data, visible, allow_zeros=True)
+    if visible is not None:
+        data = xp.where(visible, data, xp.zeros_like(data))
+    return xp.moveaxis(data / xp.sum(data, axis=-1, keepdims=True), -1, ax)
+
+
+def multi_replace(
+    x: Array,
+    delta: float | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+) -> Array:
+    """Multiplicative replacement of rounding zeros (Martín-Fernández et al., 2003).
+
+    Only for user data with *rounding* zeros (e.g. probabilities that underflowed in fp16).
+    Never apply it to structural zeros (causal or padding masks): mark those with ``mask=``.
+
+    Each visible zero becomes ``delta`` and the non-zero parts are shrunk by ``1 - k * delta``
+    (``k`` zeros in the row), so ratios among non-zero parts are preserved. Rows are closed first.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Non-negative parts.
+    delta : float, optional
+        Replacement value; default ``1 / D**2`` with ``D`` the number of visible parts.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+
+    Returns
+    -------
+    Array of closed rows without visible zeros.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.multi_replace([0.5, 0.5, 0.0]).round(4)
+    array([0.4444, 0.4444, 0.1111])
+    """
+    closed = closure(x, axis, validate, mask=mask)
+    lc = log_composition(closed, axis, mask=mask, validate=False, allow_zeros=True)
+    xp = lc.xp
+    data = xp.exp(lc.log)
+    n_visible = lc.count()
+    d = 1.0 / n_visible**2 if delta is None else xp.full_like(n_visible, float(delta))
+    zero = (data == 0) & lc.visible_full()
+    k = xp.sum(xp.astype(zero, data.dtype), axis=-1, keepdims=True)
+    if bool(xp.any(k * d >= 1)):
+        raise ValueError(
+            f"delta={delta} is too large: a row has k zeros with k * delta >= 1; pick a smaller "
+            "delta (the default is 1/D**2)"
+        )
+    out = xp.where(zero, d * xp.ones_like(data), data * (1 - k * d))
+    return lc.restore(lc.zero_invisible(out))
+
+
+def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
+    """Prepend the missing mass of rows that sum below one as an explicit sink part.
+
+    GPT-OSS style models add a learned per-head sink logit to the softmax and then drop that
+    column, so their returned rows sum to less than one. The missing mass *is* the sink; closing
+    the rows again would silently delete it. The result has one more part, at index 0, so the
+    default sink (the first visible part) is the learned sink.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.add_learned_sink([0.3, 0.2, 0.1])
+    array([0.4, 0.3, 0.2, 0.1])
+    """
+    xp = namespace(x)
+    x = as_float(x, xp)
+    ax = normalize_axis(axis, x.ndim)
+    x = xp.moveaxis(x, ax, -1)
+    if validate:
+        validate_parts(xp, x, None, allow_zeros=True)
+    total = xp.sum(x, axis=-1, keepdims=True)
+    if validate and bool(xp.any(total > 1 + 1e-6)):
+        raise ValueError("rows sum above 1; a learned sink can only hold missing mass")
+    sink = xp.clip(1 - total, 0.0, 1.0)
+    return xp.moveaxis(xp.concat([sink, x], axis=-1), -1, ax)
+
+
+# --------------------------------------------------------------------------------------------
+# log-ratio transforms
+
+
+def clr(
+    x: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    r"""Centred log-ratio transform, :math:`\mathrm{clr}(x)_i = \log x_i - \overline{\log x}`.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Strictly positive parts over the visible keys, or logits with ``from_logits=True``.
+    axis : int, default -1
+    validate : bool, default True
+        Raise on zero, negative or non-finite parts (zeros: see :class:`ZeroPartError`).
+    mask : array_like of bool, optional
+        Visible parts; invisible parts get coordinate 0 and are left out of the mean.
+    from_logits : bool, default False
+        ``x`` holds logits or log-probabilities; the result is the centred logits.
+
+    Returns
+    -------
+    Array of the input's shape; each row sums to 0.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> ac.clr([1.0, 1.0, 4.0]).round(4)
+    array([-0.4621, -0.4621,  0.9242])
+    >>> z = np.array([2.0, 0.0, -1.0])
+    >>> np.allclose(ac.clr(z, from_logits=True), z - z.mean())
+    True
+    """
+    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    if validate:
+        lc.require_parts(2)
+    return lc.restore(lc.clr())
+
+
+def clr_inv(z: Array, axis: int = -1, *, mask: Array | None = None) -> Array:
+    """Inverse of :func:`clr`: the closed composition ``softmax(z)`` over visible parts.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> x = ac.closure([1.0, 2.0, 5.0])
+    >>> bool(abs(ac.clr_inv(ac.clr(x)) - x).max() < 1e-12)
+    True
+    """
+    lc = log_composition(z, axis, mask=mask, from_logits=True)
+    return lc.restore(lc.xp.exp(lc.log_closed()))
+
+
+def _sink_index(lc: LogComposition) -> Array:
+    """Index of the first visible part of each row (keepdims), as an integer array."""
+    xp = lc.xp
+    vis = lc.visible_full()
+    return xp.argmax(xp.astype(vis, xp.int8), axis=-1, keepdims=True)
+
+
+def alr(
+    x: Array,
+    ref: int | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    r"""Additive log-ratio transform against a reference part, :math:`\log(x_j / x_{ref})`.
+
+    The reference defaults to the **sink**: the first *visible* part of each row. This differs
+    from R's ``compositions::alr`` (last part) and, under left padding, from scikit-bio's
+    positional ``ref_idx=0``.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+    ref : int, optional
+        Index of the reference part along ``axis``; default: first visible part per row.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+    from_logits : bool, default False
+        With logits ``z`` the result is ``z_j - z_ref``.
+
+    Returns
+    -------
+    Array
+        Without ``mask``: the reference column is removed (``D - 1`` coordinates, as in
+        scikit-bio). With ``mask`` rows may have different reference positions, so the parts axis
+        keeps its length ``D``; the reference coordinate and invisible parts are 0.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.alr([0.5, 0.25, 0.25]).round(4)
+    array([-0.6931, -0.6931])
+    >>> ac.alr([[0.0, 0.5, 0.5]], mask=[[False, True, True]])
+    array([[0., 0., 0.]])
+    """
+    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    if validate:
+        lc.require_parts(2)
+    xp = lc.xp
+    n = lc.n_parts
+    if ref is not None:
+        if not -n <= ref < n:
+            raise ShapeMismatchError(f"ref={ref} is out of range for rows of {n} parts")
+        ref = ref % n
+        ref_log = lc.log[..., ref : ref + 1]
+        if validate and lc.visible is not None and not bool(xp.all(lc.visible[..., ref])):
+            raise ShapeMismatchError(f"the reference part {ref} is invisible in some rows")
+    if lc.visible is None and mask is None:
+        r = 0 if ref is None else ref
+        out = lc.log - lc.log[..., r : r + 1]
+        keep = [j for j in range(n) if j != r]
+        return lc.restore(out[..., keep])
+    if ref is None:
+        ref_log = xp.take_along_axis(lc.log, _sink_index(lc), axis=-1)
+    return lc.restore(lc.zero_invisible(lc.log - ref_log))
+
+
+def alr_inv(
+    y: Array, ref: int | None = None, axis: int = -1, *, mask: Array | None = None
+) -> Array:
+    """Inverse of :func:`alr`.
+
+    Without ``mask``, ``y`` has ``D - 1`` coordinates and a zero is inserted at ``ref``
+    (default 0). With ``mask``, ``y`` keeps all ``D`` positions (as :func:`alr` returns them) and
+    the reference (default: first visible part) is taken to be 0.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> x = ac.closure([3.0, 1.0, 4.0, 1.0])
+    >>> bool(abs(ac.alr_inv(ac.alr(x)) - x).max() < 1e-12)
+    True
+    """
+    xp = namespace(y, mask)
+    y = as_float(y, xp)
+    ax = normalize_axis(axis, y.ndim)
+    if mask is None:
+        y_last = xp.moveaxis(y, ax, -1)
+        n = int(y_last.shape[-1]) + 1
+        r = 0 if ref is None else ref % n
+        zero = xp.zeros((*y_last.shape[:-1], 1), dtype=y_last.dtype, device=device_of(y_last))
+        full = xp.concat([y_last[..., :r], zero, y_last[..., r:]], axis=-1)
+        return xp.moveaxis(xp.exp(full - logsumexp(xp, full, keepdims=True)), -1, ax)
+    lc = log_composition(y, ax, mask=mask, from_logits=True, validate=True)
+    idx = _sink_index(lc) if ref is None else None
+    log = lc.log
+    if idx is not None:
+        positions = xp.arange(lc.n_parts, device=device_of(log))
+        log = xp.where(positions == idx, xp.zeros_like(log), log)
+    else:
+        log = xp.concat([log[..., :ref], xp.zeros_like(log[..., :1]), log[..., ref + 1 :]], axis=-1)  # type: ignore[operator]
+    lc2 = LogComposition(xp, log, lc.visible, lc.axis)
+    return lc2.restore(xp.exp(lc2.log_closed()))
+
+
+# --------------------------------------------------------------------------------------------
+# isometric log-ratios
+
+
+def pivot_basis(n_parts: int) -> np.ndarray:
+    """Orthonormal ilr basis of pivot (sequential binary partition) coordinates, ``(D-1, D)``.
+
+    Balance ``i`` contrasts part ``i`` with all later parts, so the first balance is
+    *first part (the sink) vs the rest (content)*:
+    ``z_1 = sqrt((D-1)/D) * log(x_1 / g(x_2..x_D))``.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> V = ac.pivot_basis(3)
+    >>> bool(abs(V @ V.T - np.eye(2)).max() < 1e-12)
+    True
+    """
+    if n_parts < 2:
+        raise TooFewPartsError(f"an ilr basis needs at least 2 parts, got {n_parts}")
+    return group_basis([[0], list(range(1, n_parts))], n_parts)
+
+
+def sbp_basis(sbp: Array) -> np.ndarray:
+    """Orthonormal ilr basis from a sequential-binary-partition sign matrix, as in scikit-bio.
+
+    Parameters
+    ----------
+    sbp : array_like, shape (D-1, D)
+        Row ``i`` has ``+1`` for the parts in the numerator group of balance ``i``, ``-1`` for the
+        denominator group and ``0`` for parts not involved.
+
+    Returns
+    -------
+    numpy.ndarray, shape (D-1, D)
+        Rows are orthonormal clr vectors.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.sbp_basis([[1, -1, -1], [0, 1, -1]]).round(4)
+    array([[ 0.8165, -0.4082, -0.4082],
+           [ 0.    ,  0.7071, -0.7071]])
+    """
+    s = np.asarray(sbp)
+    if s.ndim != 2 or s.shape[0] != s.shape[1] - 1:
+        raise ShapeMismatchError(f"an SBP must have shape (D-1, D), got {s.shape}")
+    if not np.isin(s, (-1, 0, 1)).all():
+        raise ShapeMismatchError("SBP entries must be +1, -1 or 0")
+    r = (s == 1).sum(axis=1, keepdims=True).astype(float)
+    q = (s == -1).sum(axis=1, keepdims=True).astype(float)
+    if (r == 0).any() or (q == 0).any():
+        raise ShapeMismatchError("every SBP row needs at least one +1 and one -1 part")
+    pos = np.sqrt(q / (r * (r + q)))
+    neg = -np.sqrt(r / (q * (r + q)))
+    basis = np.where(s == 1, pos, np.where(s == -1, neg, 0.0))
+    if not np.allclose(basis @ basis.T, np.eye(s.shape[0]), atol=1e-10):
+        raise ShapeMismatchError(
+            "the SBP rows are not a sequential binary partition (balances are not orthogonal)"
+        )
+    return basis
+
+
+def group_basis(groups: Sequence[Sequence[int]], n_parts: int | None = None) -> np.ndarray:
+    """ilr basis for ordered groups of parts, e.g. sink / hub / content.
+
+    The balances are: group 1 vs groups 2..m, group 2 vs groups 3..m, ..., then within each group
+    (in order) part 1 vs the rest of the group, part 2 vs the rest, ... Every group must be
+    non-empty and together the groups must cover ``0..D-1`` exactly once.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> B = ac.group_basis([[0], [1], [2, 3, 4]])   # sink, hub, content
+    >>> B.shape
+    (4, 5)
+    """
+    groups = [list(map(int, g)) for g in groups]
+    if any(len(g) == 0 for g in groups):
+        raise TooFewPartsError("every group needs at least one part")
+    flat = [i for g in groups for i in g]
+    n = len(flat) if n_parts is None else int(n_parts)
+    if sorted(flat) != list(range(n)):
+        raise ShapeMismatchError(
+            f"groups must cover each of the {n} parts exactly once, got {groups}"
+        )
+    if n < 2:
+        raise TooFewPartsError("an ilr basis needs at least 2 parts")
+    rows = []
+    for gi in range(len(groups) - 1):
+        row = np.zeros(n)
+        row[groups[gi]] = 1
+        row[[i for g in groups[gi + 1 :] for i in g]] = -1
+        rows.append(row)
+    for g in groups:
+        for j in range(len(g) - 1):
+            row = np.zeros(n)
+            row[g[j]] = 1
+            row[g[j + 1 :]] = -1
+            rows.append(row)
+    return sbp_basis(np.array(rows))
+
+
+def _compact(lc: LogComposition) -> tuple[Array, Array | None, Array]:
+    """Move visible parts to the front of each row, keeping their order.
+
+    Returns the compacted log parts, the permutation used (``None`` without a mask) and the
+    visible counts (keepdims, float).
+    """
+    xp = lc.xp
+    if lc.visible is None:
+        return lc.log, None, lc.count()
+    order = xp.argsort(xp.astype(~lc.visible, xp.int8), axis=-1, stable=True)
+    return xp.take_along_axis(lc.log, order, axis=-1), order, lc.count()
+
+
+def _pivot_coordinates(log: Array, counts: Array, xp: Any) -> Array:
+    """Pivot coordinates of compacted rows (visible parts first, ``counts`` of them)."""
+    n = int(log.shape[-1])
+    idx = xp.astype(xp.arange(n, device=device_of(log)), log.dtype)
+    visible = idx < counts
+    safe = xp.where(visible, log, xp.zeros_like(log))
+    suffix = xp.flip(xp.cumulative_sum(xp.flip(safe, axis=-1), axis=-1), axis=-1)
+    after = suffix[..., 1:]  # sum of parts after i
+    r = counts - 1 - idx[:-1]  # number of parts after i
+    rs = xp.where(r > 0, r, xp.ones_like(r))
+    coord = xp.sqrt(rs / (rs + 1)) * (safe[..., :-1] - after / rs)
+    return xp.where(r > 0, coord, xp.zeros_like(coord))
+
+
+def _pivot_inverse(z: Array, counts: Array, xp: Any) -> Array:
+    """clr of compacted rows from pivot coordinates (0 beyond each row's count)."""
+    n = int(z.shape[-1]) + 1
+    idx = xp.astype(xp.arange(n - 1, device=device_of(z)), z.dtype)
+    r = counts - 1 - idx
+    rs = xp.where(r > 0, r, xp.ones_like(r))
+    z = xp.where(r > 0, z, xp.zeros_like(z))
+    own = z * xp.sqrt(rs / (rs + 1))
+    w = z / xp.sqrt(rs * (rs + 1))
+    before = xp.cumulative_sum(w, axis=-1) - w  # sum over i < j
+    zero = xp.zeros_like(z[..., :1])
+    own = xp.concat([own, zero], axis=-1)
+    before = xp.concat([before, before[..., -1:] + w[..., -1:]], axis=-1)
+    return own - before
+
+
+def ilr(
+    x: Array,
+    basis: Array | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    r"""Isometric log-ratio transform, ``clr(x) @ basis.T``.
+
+    The default basis is :func:`pivot_basis` over each row's visible parts: the first coordinate
+    is the sink-vs-content balance :math:`\sqrt{n/(n+1)}\,\log(s / g(c))`.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+    basis : array_like, shape (D-1, D), optional
+        Orthonormal clr basis (e.g. from :func:`sbp_basis` or :func:`group_basis`). Not allowed
+        together with a mask that hides parts.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+        With the default basis, a row with ``n`` visible parts fills its first ``n - 1``
+        coordinates (in the order of the visible parts) and holds 0 in the rest, so norms and
+        inner products stay those of the visible sub-composition.
+    from_logits : bool, default False
+
+    Returns
+    -------
+    Array with ``D - 1`` coordinates along ``axis``.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> x = ac.closure([6.0, 1.0, 2.0, 1.0])
+    >>> z = ac.ilr(x)
+    >>> bool(np.isclose(z[0], np.sqrt(3 / 4) * np.log(x[0] / np.exp(np.log(x[1:]).mean()))))
+    True
+    """
+    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    if validate:
+        lc.require_parts(2)
+    xp = lc.xp
+    if basis is not None:
+        if lc.visible is not None and not bool(xp.all(lc.visible)):
+            raise ShapeMismatchError(
+                "an explicit ilr basis needs every part visible; rows with hidden parts use the "
+                "default pivot basis (basis=None)"
+            )
+        b = _basis_like(basis, lc)
+        return lc.restore(lc.clr() @ b.T)
+    log, _, counts = _compact(lc)
+    return lc.restore(_pivot_coordinates(log, counts, xp))
+
+
+def _basis_like(basis: Array, lc: LogComposition) -> Array:
+    xp = lc.xp
+    b = as_float(basis, xp, like=lc.log)
+    if not hasattr(b, "device") or isinstance(b, np.ndarray):
+        b = np.asarray(b, dtype=lc.log.dtype)
+    else:
+        b = b.to(dtype=lc.log.dtype)
+    if b.ndim != 2 or tuple(b.shape) != (lc.n_parts - 1, lc.n_parts):
+        raise ShapeMismatchError(
+            f"basis must have shape (D-1, D) = ({lc.n_parts - 1}, {lc.n_parts}), got "
+            f"{tuple(b.shape)}"
+        )
+    return b
+
+
+def ilr_inv(
+    z: Array, basis: Array | None = None, axis: int = -1, *, mask: Array | None = None
+) -> Array:
+    """Inverse of :func:`ilr`; returns closed compositions with ``D = z.shape[axis] + 1`` parts.
+
+    With ``mask`` (shape of the *composition*, ``D`` parts) the default pivot coordinates are
+    mapped back onto the visible parts; invisible parts come out as 0.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> x = ac.closure([3.0, 1.0, 4.0, 1.0])
+    >>> bool(abs(ac.ilr_inv(ac.ilr(x)) - x).max() < 1e-12)
+    True
+    """
+    xp = namespace(z, mask, basis)
+    z = as_float(z, xp)
+    ax = normalize_axis(axis, z.ndim)
+    zl = xp.moveaxis(z, ax, -1)
+    n = int(zl.shape[-1]) + 1
+    if basis is not None:
+        if mask is not None:
+            raise ShapeMismatchError("an explicit ilr basis cannot be combined with mask=")
+        dummy = LogComposition(
+            xp, xp.zeros((*zl.shape[:-1], n), dtype=zl.dtype, device=device_of(zl)), None, ax
+        )
+        b = _basis_like(basis, dummy)
+        clr_vals = zl @ b
+        return xp.moveaxis(xp.exp(clr_vals - logsumexp(xp, clr_vals, keepdims=True)), -1, ax)
+    if mask is None:
+        counts = xp.full((*zl.shape[:-1], 1), float(n), dtype=zl.dtype, device=device_of(zl))
+        clr_vals = _pivot_inverse(zl, counts, xp)
+        return xp.moveaxis(xp.exp(clr_vals - logsumexp(xp, clr_vals, keepdims=True)), -1, ax)
+    caller_shape = list(z.shape)
+    caller_shape[ax] = n
+    _, template, visible, _ = parts_last(
+        xp.zeros(tuple(caller_shape), dtype=zl.dtype, device=device_of(zl)), ax, mask
+    )
+    lc = LogComposition(xp, template, visible, ax)
+    _, order, counts = _compact(lc)
+    compact = _pivot_inverse(zl, counts, xp)
+    idx = xp.astype(xp.arange(n, device=device_of(zl)), zl.dtype)
+    compact = xp.where(idx < counts, compact, xp.full_like(compact, -math.inf))
+    if order is None:
+        return xp.moveaxis(xp.exp(compact - logsumexp(xp, compact, keepdims=True)), -1, ax)
+    inverse = xp.argsort(order, axis=-1, stable=True)
+    log = xp.take_along_axis(compact, inverse, axis=-1)
+    return xp.moveaxis(xp.exp(log - logsumexp(xp, log, keepdims=True)), -1, ax)
+
+
+def _ndim(a: Array) -> int:
+    return int(np.ndim(a)) if not hasattr(a, "ndim") else int(a.ndim)
+
+
+# --------------------------------------------------------------------------------------------
+# Aitchison geometry
+
+
+def perturb(
+    x: Array, y: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None
+) -> Array:
+    """Perturbation ``C(x * y)``, the compositional "addition".
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.perturb([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])
+    array([0.4, 0.4, 0.2])
+    """
+    xp = namespace(x, y, mask)
+    xf, yf = as_float(x, xp), as_float(y, xp, like=x if hasattr(x, "device") else None)
+    return closure(xf * yf, axis, validate, mask=mask)
+
+
+def perturb_inv(
+    x: Array, y: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None
+) -> Array:
+    """Inverse perturbation ``C(x / y)``, the compositional "difference".
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.perturb_inv([0.4, 0.4, 0.2], [0.25, 0.5, 0.25])
+    array([0.5 , 0.25, 0.25])
+    """
+    lc_y = log_composition(y, axis, mask=mask, validate=validate)
+    inv = lc_y.restore(lc_y.zero_invisible(lc_y.xp.exp(-lc_y.log)))
+    return perturb(x, inv, axis, validate, mask=mask)
+
+
+def power(
+    x: Array, a: Array | float, axis: int = -1, validate: bool = True, *, mask: Array | None = None
+) -> Array:
+    """Powering ``C(x ** a)``, the compositional scalar multiplication.
+
+    ``a`` may be an array broadcastable to ``x`` without its parts axis (one power per row).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.power([0.5, 0.25, 0.25], 2)
+    array([0.66666667, 0.16666667, 0.16666667])
+    """
+    lc = log_composition(x, axis, mask=mask, validate=validate)
+    xp = lc.xp
+    a_arr = as_float(a, xp, like=lc.log)
+    if a_arr.ndim > 0:
+        a_arr = a_arr[..., None]
+    scaled = lc.log * a_arr
+    if lc.visible is not None:
+        scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
+    return lc.restore(xp.exp(scaled - logsumexp(xp, scaled, keepdims=True)))
+
+
+def inner(
+    x: Array,
+    y: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    """Aitchison inner product ``<clr(x), clr(y)>`` of matching rows (any leading shape).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> float(ac.inner([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])).__round__(6)
+    0.320302
+    """
+    namespace(x, y, mask)  # fail early on mixed devices
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    xp = namespace(cx, cy)
+    return xp.sum(cx * cy, axis=normalize_axis(axis, cx.ndim))
+
+
+def aitchison_norm(
+    x: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    """Aitchison norm ``||clr(x)||``: the distance of each row from the uniform composition.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> float(ac.aitchison_norm([1/3, 1/3, 1/3]))
+    0.0
+    """
+    c = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    xp = namespace(c)
+    return xp.sqrt(xp.sum(c * c, axis=normalize_axis(axis, c.ndim)))
+
+
+def aitchison_distance(
+    x: Array,
+    y: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    """Aitchison distance ``||clr(x) - clr(y)||`` between matching rows.
+
+    Rows are compared over the same visible parts (one ``mask`` for both).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> round(float(ac.aitchison_distance([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])), 6)
+    0.980258
+    """
+    namespace(x, y, mask)  # fail early on mixed devices
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    if tuple(cx.shape) != tuple(cy.shape):
+        cx, cy = _broadcast_pair(cx, cy)
+    xp = namespace(cx, cy)
+    d = cx - cy
+    return xp.sqrt(xp.sum(d * d, axis=normalize_axis(axis, d.ndim)))
+
+
+def _broadcast_pair(a: Array, b: Array) -> tuple[Array, Array]:
+    xp = namespace(a, b)
+    try:
+        shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))
+    except ValueError as exc:
+        raise ShapeMismatchError(
+            f"shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast"
+        ) from exc
+    return xp.broadcast_to(a, shape), xp.broadcast_to(b, shape)
+
+
+def gram_distances(a: Array, b: Array | None, xp: Any, *, squared: bool) -> Array:
+    """All-pairs Euclidean distances between the rows of ``a (..., N, D)`` and ``b (..., M, D)``.
+
+    Uses ``|a|^2 + |b|^2 - 2 a.b`` with one matmul; tiny negative rounding is clipped to 0.
+    ``b=None`` means ``b = a`` (then the diagonal is exactly 0).
+    """
+    same = b is None
+    if b is None:
+        # centring over items leaves distances unchanged and shrinks the norms that cancel
+        a = b = a - xp.mean(a, axis=-2, keepdims=True)
+    na = xp.sum(a * a, axis=-1)[..., :, None]
+    nb = xp.sum(b * b, axis=-1)[..., None, :]
+    d2 = na + nb - 2 * (a @ xp.matrix_transpose(b))
+    d2 = xp.clip(d2, 0.0, None)
+    if same:  # self-distances are exactly zero, not sqrt(rounding)
+        n = int(d2.shape[-1])
+        d2 = xp.where(xp.eye(n, dtype=xp.bool, device=device_of(d2)), xp.zeros_like(d2), d2)
+    return d2 if squared else xp.sqrt(d2)
+
+
+def pairwise_aitchison(
+    x: Array,
+    y: Array | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+    squared: bool = False,
+) -> Array:
+    """All-pairs Aitchison distances between the rows of ``x`` (and ``y``), via Gram matrices.
+
+    Parameters
+    ----------
+    x : array, shape (..., N, D)
+        Items on the second-to-last axis (after moving ``axis`` last), parts on ``axis``.
+    y : array, shape (..., M, D), optional
+        Defaults to ``x``.
+    mask : array_like of bool, optional
+        Must be the same for every item (rows are only compared over the same visible keys),
+        i.e. broadcastable to ``(..., 1, D)``.
+    squared : bool, default False
+        Return squared distances (additive over queries, which is what head comparisons sum).
+
+    Returns
+    -------
+    Array of shape (..., N, M).
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> rng = np.random.default_rng(0)
+    >>> x = ac.closure(rng.random((5, 8)))
+    >>> D = ac.pairwise_aitchison(x)
+    >>> bool(np.isclose(D[1, 3], ac.aitchison_distance(x[1], x[3])))
+    True
+    """
+    namespace(x, y, mask)  # fail early on mixed devices
+    if mask is not None:
+        _check_shared_mask(mask, x, axis)
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    cy = cx if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    xp = namespace(cx, cy)
+    ax = normalize_axis(axis, cx.ndim)
+    a = xp.moveaxis(cx, ax, -1)
+    b = None if y is None else xp.moveaxis(cy, ax, -1)
+    if a.ndim < 2:
+        raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
+    return gram_distances(a, b, xp, squared=squared)
+
+
+def _check_shared_mask(mask: Array, x: Array, axis: int) -> None:
+    """Pairwise comparisons are only defined over the same visible keys for every item."""
+    m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask)
+    nd = _ndim(x)
+    ax = normalize_axis(axis, nd)
+    if m.ndim == nd:
+        m = np.moveaxis(m, ax, -1)
+    if m.ndim >= 2 and m.shape[-2] > 1 and not (m == m[..., :1, :]).all():
+        raise ShapeMismatchError(
+            "rows are only compared over the same visible keys: the mask must be identical for "
+            "every item on the items axis (e.g. heads at one query). Compare per query instead"
+        )

@@ -1,0 +1,698 @@
+r"""The sink/content decomposition of attention rows and the identities it guarantees.
+
+A row ``x`` over its visible keys is split into ordered groups: by default the *sink* (the first
+visible key) and the *content* (the rest). With sink share :math:`s`, :math:`n` content parts
+``c``, their geometric mean :math:`g(c)` and the content subcomposition :math:`\hat c = C(c)`:
+
+- sink log-odds :math:`\log(s / (1 - s))`;
+- balance :math:`b = \sqrt{n/(n+1)}\,\log(s / g(c))` (the first pivot ilr coordinate);
+- :math:`d_A^2(x, y) = (b_x - b_y)^2 + d_A^2(\hat c_x, \hat c_y)` for rows over the same keys;
+- :math:`H(x) = H_b(s) + (1 - s) H(\hat c)`, and for ``m`` groups with shares ``p``:
+  :math:`H(x) = H(p) + \sum_g p_g H(\hat x_g)`;
+- :math:`\hat c` does not depend on the sink logit.
+
+Several sink keys are allowed (``sink=[0, 1]`` or a boolean array); the sink channel then also
+carries the spread *within* the sinks. Entropies are in nats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ._array import (
+    Array,
+    LogComposition,
+    as_bool,
+    as_float,
+    broadcast_mask,
+    check_finite_values,
+    device_of,
+    log_composition,
+    logsumexp,
+    namespace,
+)
+from ._coda import gram_distances
+from ._errors import ShapeMismatchError, TooFewPartsError
+
+__all__ = [
+    "AitchisonSplit",
+    "EntropyChange",
+    "GroupDecomposition",
+    "GroupedEntropyChange",
+    "SinkContent",
+    "aitchison_split",
+    "attribute_entropy_change",
+    "attribute_grouped_entropy_change",
+    "binary_entropy",
+    "decompose",
+    "entropy",
+    "entropy_change",
+    "group_decompose",
+    "pairwise_aitchison_split",
+]
+
+SinkSpec = int | Sequence[int] | Array | None
+Degenerate = Literal["raise", "nan"]
+
+
+# --------------------------------------------------------------------------------------------
+# entropy
+
+
+def _neg_plogp(xp: Any, logp: Array) -> Array:
+    """``-p log p`` with ``0 log 0 = 0`` (``logp = -inf``)."""
+    finite = logp > -math.inf
+    safe = xp.where(finite, logp, xp.zeros_like(logp))
+    return xp.where(finite, -xp.exp(safe) * safe, xp.zeros_like(safe))
+
+
+def entropy(
+    x: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
+    """Shannon entropy (nats) of each row over its visible parts.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Probability rows (zeros allowed; rows must sum to one over visible parts) or, with
+        ``from_logits=True``, logits / log-probabilities with ``-inf`` at invisible keys.
+    axis : int, default -1
+    validate : bool, default True
+        Check non-negativity, finiteness and closure (:class:`NotClosedError`).
+    mask : array_like of bool, optional
+    from_logits : bool, default False
+
+    Returns
+    -------
+    Array with the parts axis removed.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> bool(np.isclose(ac.entropy([0.25, 0.25, 0.25, 0.25]), np.log(4)))
+    True
+    >>> bool(np.isclose(ac.entropy([0.0, 0.0], from_logits=True), np.log(2)))
+    True
+    """
+    lc = log_composition(
+        x,
+        axis,
+        mask=mask,
+        from_logits=from_logits,
+        validate=validate,
+        allow_zeros=True,
+        require_closed=not from_logits,
+    )
+    return lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
+
+
+def binary_entropy(s: Array) -> Array:
+    """Binary entropy ``H_b(s) = -s log s - (1 - s) log(1 - s)`` in nats, with ``H_b(0) = H_b(1) = 0``.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> bool(np.isclose(ac.binary_entropy(0.5), np.log(2)))
+    True
+    """
+    xp = namespace(s)
+    s = as_float(s, xp)
+    check_finite_values(xp, s, "sink share")
+    if bool(xp.any((s < 0) | (s > 1))):
+        raise ValueError("a share must lie in [0, 1]")
+    with np.errstate(divide="ignore"):
+        return _binary_from_logs(xp, xp.log(s), xp.log1p(-s))
+
+
+def _binary_from_logs(xp: Any, log_s: Array, log_1ms: Array) -> Array:
+    return _neg_plogp(xp, log_s) + _neg_plogp(xp, log_1ms)
+
+
+# --------------------------------------------------------------------------------------------
+# sink / content
+
+
+@dataclass(frozen=True)
+class SinkContent:
+    """Per-row sink/content decomposition (see :func:`decompose`). Arrays drop the parts axis.
+
+    Attributes
+    ----------
+    sink_share : Array
+        ``s``, attention mass on the sink key(s).
+    sink_logodds : Array
+        ``log(s / (1 - s))``; ``+inf`` for a row whose only visible key is the sink.
+    balance : Array
+        ``sqrt(n_s n_c / (n_s + n_c)) * (mean log sink - mean log content)``; for one sink,
+        ``sqrt(n/(n+1)) log(s / g(c))``.
+    content : Array
+        The closed content subcomposition, with the input's shape: 0 at sink and invisible keys.
+    entropy : Array
+        Entropy of the whole row, ``H(x)``.
+    content_entropy : Array
+        ``H(c / (1 - s))``.
+    sink_entropy : Array
+        Entropy within the sink keys (0 for a single sink).
+    binary_entropy : Array
+        ``H_b(s)``.
+    n_content : Array
+        Number of visible content keys.
+    """
+
+    sink_share: Array
+    sink_logodds: Array
+    balance: Array
+    content: Array
+    entropy: Array
+    content_entropy: Array
+    sink_entropy: Array
+    binary_entropy: Array
+    n_content: Array
+
+
+def _sink_mask(lc: LogComposition, sink: SinkSpec, validate: bool) -> Array:
+    """Boolean (last-axis) array of sink parts, a subset of the visible parts."""
+    xp = lc.xp
+    vis = lc.visible_full()
+    n = lc.n_parts
+    positions = xp.arange(n, device=device_of(lc.log))
+    if sink is None:
+        first = xp.argmax(xp.astype(vis, xp.int8), axis=-1, keepdims=True)
+        return (positions == first) & vis
+    if "bool" in str(getattr(sink, "dtype", "")) and getattr(sink, "ndim", 0) > 0:
+        s = as_bool(sink, xp, lc.log)
+        if s.ndim == lc.log.ndim:
+            s = xp.moveaxis(s, lc.axis, -1)
+        s = broadcast_mask(s, tuple(lc.log.shape), lc.axis, xp)
+    else:
+        idx = [int(i) for i in np.atleast_1d(np.asarray(sink))]
+        if not idx:
+            raise TooFewPartsError("sink= names no key; give at least one index")
+        bad = [i for i in idx if not -n <= i < n]
+        if bad:
+            raise ShapeMismatchError(f"sink index {bad} out of range for rows of {n} parts")
+        idx_t = xp.asarray([i % n for i in idx], device=device_of(lc.log))
+        s = xp.any(positions[:, None] == idx_t[None, :], axis=-1)
+        s = xp.broadcast_to(s, tuple(lc.log.shape))
+    if validate and bool(xp.any(s & ~vis)):
+        raise ShapeMismatchError(
+            "a sink key is invisible in some rows (e.g. index 0 under left padding); use "
+            "sink=None for the first visible key of each row"
+        )
+    s = s & vis
+    if bool(xp.any(~xp.any(s, axis=-1))):
+        raise TooFewPartsError("some rows have no visible sink key")
+    return s
+
+
+def _masked(xp: Any, log: Array, keep: Array) -> Array:
+    return xp.where(keep, log, xp.full_like(log, -math.inf))
+
+
+def _masked_mean(xp: Any, log: Array, keep: Array, count: Array) -> Array:
+    total = xp.sum(xp.where(keep, log, xp.zeros_like(log)), axis=-1)
+    return total / xp.where(count > 0, count, xp.ones_like(count))
+
+
+def _sub_entropy(xp: Any, log: Array, keep: Array) -> tuple[Array, Array]:
+    """(log-sum-exp, entropy) of the parts in ``keep``."""
+    sub = _masked(xp, log, keep)
+    lse = logsumexp(xp, sub, keepdims=True)
+    safe_lse = xp.where(lse > -math.inf, lse, xp.zeros_like(lse))
+    return lse[..., 0], xp.sum(_neg_plogp(xp, sub - safe_lse), axis=-1)
+
+
+def decompose(
+    x: Array,
+    sink: SinkSpec = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+    degenerate: Degenerate = "raise",
+) -> SinkContent:
+    """Split each row into its sink channel and its content channel.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Compositions (strictly positive over visible keys; any scale) or logits with
+        ``from_logits=True``.
+    sink : int, sequence of int, or bool array, optional
+        The sink key(s). Default: the first visible key of each row (BOS, or under left padding
+        the first valid token). A boolean array broadcastable to ``x`` marks sinks per row.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+        Visible keys.
+    from_logits : bool, default False
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows whose only visible keys are sinks (the first query of a causal model) have no
+        content: raise :class:`TooFewPartsError`, or return NaN for the content quantities
+        (and ``+inf`` log-odds, share 1).
+
+    Returns
+    -------
+    SinkContent
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> d = ac.decompose([0.7, 0.2, 0.1])
+    >>> round(float(d.sink_share), 6), d.content.round(3).tolist()
+    (0.7, [0.0, 0.667, 0.333])
+    >>> h = ac.binary_entropy(d.sink_share) + (1 - d.sink_share) * d.content_entropy
+    >>> bool(np.isclose(h, d.entropy))
+    True
+    """
+    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    xp = lc.xp
+    vis = lc.visible_full()
+    s_mask = _sink_mask(lc, sink, validate)
+    c_mask = vis & ~s_mask
+    dtype = lc.log.dtype
+    n_s = xp.sum(xp.astype(s_mask, dtype), axis=-1)
+    n_c = xp.sum(xp.astype(c_mask, dtype), axis=-1)
+    empty = n_c == 0
+    if bool(xp.any(empty)) and degenerate == "raise":
+        raise TooFewPartsError(
+            f"{int(xp.sum(xp.astype(empty, xp.int64)))} row(s) have no visible content key (only "
+            "the sink is visible, as for the first query of a causal model); drop those queries or "
+            "pass degenerate='nan'"
+        )
+    if degenerate not in ("raise", "nan"):
+        raise ValueError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
+
+    lse_all = logsumexp(xp, lc.log, keepdims=True)
+    lse_s, h_sink = _sub_entropy(xp, lc.log, s_mask)
+    lse_c, h_content = _sub_entropy(xp, lc.log, c_mask)
+    log_s = lse_s - lse_all[..., 0]
+    log_1ms = lse_c - lse_all[..., 0]
+    h_total = xp.sum(_neg_plogp(xp, lc.log - lse_all), axis=-1)
+
+    mean_s = _masked_mean(xp, lc.log, s_mask, n_s)
+    mean_c = _masked_mean(xp, lc.log, c_mask, n_c)
+    safe_nc = xp.where(empty, xp.ones_like(n_c), n_c)
+    balance = xp.sqrt(n_s * safe_nc / (n_s + safe_nc)) * (mean_s - mean_c)
+
+    safe_lse_c = xp.where(empty, xp.zeros_like(lse_c), lse_c)
+    content = xp.exp(_masked(xp, lc.log, c_mask) - safe_lse_c[..., None])
+    nan = xp.full_like(balance, math.nan)
+    return SinkContent(
+        sink_share=xp.exp(log_s),
+        sink_logodds=log_s - log_1ms,
+        balance=xp.where(empty, nan, balance),
+        content=lc.restore(content),
+        entropy=h_total,
+        content_entropy=xp.where(empty, nan, h_content),
+        sink_entropy=h_sink,
+        binary_entropy=_binary_from_logs(xp, log_s, log_1ms),
+        n_content=n_c,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# m groups
+
+
+@dataclass(frozen=True)
+class GroupDecomposition:
+    """Per-row decomposition over ``m`` ordered groups (see :func:`group_decompose`).
+
+    Attributes
+    ----------
+    shares : Array, shape (..., m)
+        Mass of each group (sums to one).
+    within_entropy : Array, shape (..., m)
+        Entropy of each group's closed subcomposition (0 for empty or one-key groups).
+    between_entropy : Array
+        ``H(shares)``.
+    entropy : Array
+        ``H(x) = H(shares) + sum_g shares_g * within_entropy_g``.
+    """
+
+    shares: Array
+    within_entropy: Array
+    between_entropy: Array
+    entropy: Array
+
+
+def _labels(groups: Any, lc: LogComposition) -> tuple[Array, int]:
+    """Integer group label per part (last axis), -1 for parts in no group."""
+    xp = lc.xp
+    n = lc.n_parts
+    if isinstance(groups, (list, tuple)) and all(
+        isinstance(g, (list, tuple, range)) or (hasattr(g, "ndim") and g.ndim == 1) for g in groups
+    ):
+        lab = np.full(n, -1, dtype=np.int64)
+        for gi, g in enumerate(groups):
+            for i in g:
+                if not -n <= int(i) < n:
+                    raise ShapeMismatchError(f"group index {i} out of range for {n} parts")
+                if lab[int(i)] != -1:
+                    raise ShapeMismatchError(f"part {i} is in more than one group")
+                lab[int(i)] = gi
+        labels = xp.asarray(lab, device=device_of(lc.log))
+        m = len(groups)
+    else:
+        labels = groups if hasattr(groups, "dtype") else np.asarray(groups)
+        if not isinstance(lc.log, np.ndarray):
+            import torch
+
+            labels = torch.as_tensor(
+                np.asarray(labels) if isinstance(labels, np.ndarray) else labels,
+                device=lc.log.device,
+            )
+        if labels.ndim == lc.log.ndim:
+            labels = xp.moveaxis(labels, lc.axis, -1)
+        m = int(xp.max(labels)) + 1
+    labels = broadcast_mask(labels, tuple(lc.log.shape), lc.axis, xp)
+    if m < 1:
+        raise TooFewPartsError("groups= defines no group")
+    return labels, m
+
+
+def group_decompose(
+    x: Array,
+    groups: Sequence[Sequence[int]] | Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> GroupDecomposition:
+    """Decompose rows over ordered groups, e.g. sink / hub / content for ARACH rows.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+    groups : list of index lists, or int array
+        Either ``[[0], [1], [2, 3, ...]]`` (the same groups for every row) or an integer label per
+        part broadcastable to ``x`` (``g`` in ``0..m-1``; ``-1`` for a part in no group, which
+        is then treated as invisible).
+    axis, validate, mask, from_logits
+        As in :func:`decompose`.
+
+    Returns
+    -------
+    GroupDecomposition
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> g = ac.group_decompose([0.5, 0.2, 0.2, 0.1], [[0], [1], [2, 3]])
+    >>> g.shares.round(2).tolist()
+    [0.5, 0.2, 0.3]
+    >>> bool(np.isclose(g.between_entropy + (g.shares * g.within_entropy).sum(), g.entropy))
+    True
+    """
+    lc = log_composition(
+        x, axis, mask=mask, from_logits=from_logits, validate=validate, allow_zeros=not from_logits
+    )
+    xp = lc.xp
+    labels, m = _labels(groups, lc)
+    vis = lc.visible_full() & (labels >= 0)
+    log = _masked(xp, lc.log, vis)
+    lse_all = logsumexp(xp, log, keepdims=True)
+    logp = log - lse_all
+    shares_log, within = [], []
+    for g in range(m):
+        lse_g, h_g = _sub_entropy(xp, logp, vis & (labels == g))
+        shares_log.append(lse_g)
+        within.append(h_g)
+    log_shares = xp.stack(shares_log, axis=-1)
+    return GroupDecomposition(
+        shares=xp.exp(log_shares),
+        within_entropy=xp.stack(within, axis=-1),
+        between_entropy=xp.sum(_neg_plogp(xp, log_shares), axis=-1),
+        entropy=xp.sum(_neg_plogp(xp, logp), axis=-1),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Aitchison distance split
+
+
+@dataclass(frozen=True)
+class AitchisonSplit:
+    """Squared Aitchison distance split into its sink and content channels.
+
+    ``sink`` is ``(b_x - b_y)^2`` plus, for several sink keys, the distance within the sinks;
+    ``content`` is ``d_A^2(c_x, c_y)`` of the content subcompositions; ``total = sink + content``.
+    """
+
+    sink: Array
+    content: Array
+
+    @property
+    def total(self) -> Array:
+        return self.sink + self.content
+
+
+def _channels(
+    x: Array, sink: SinkSpec, axis: int, validate: bool, mask: Array | None, from_logits: bool
+) -> tuple[Any, Array, Array, Array, Array]:
+    """(xp, balance, clr within sinks, clr within content, visible) with parts last."""
+    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    xp = lc.xp
+    vis = lc.visible_full()
+    s_mask = _sink_mask(lc, sink, validate)
+    c_mask = vis & ~s_mask
+    dtype = lc.log.dtype
+    n_s = xp.sum(xp.astype(s_mask, dtype), axis=-1, keepdims=True)
+    n_c = xp.sum(xp.astype(c_mask, dtype), axis=-1, keepdims=True)
+    if validate and bool(xp.any(n_c == 0)):
+        raise TooFewPartsError("some rows have no visible content key; drop those queries")
+    zero = xp.zeros_like(lc.log)
+    mean_s = xp.sum(xp.where(s_mask, lc.log, zero), axis=-1, keepdims=True) / n_s
+    mean_c = xp.sum(xp.where(c_mask, lc.log, zero), axis=-1, keepdims=True) / n_c
+    balance = (xp.sqrt(n_s * n_c / (n_s + n_c)) * (mean_s - mean_c))[..., 0]
+    clr_s = xp.where(s_mask, lc.log - mean_s, zero)
+    clr_c = xp.where(c_mask, lc.log - mean_c, zero)
+    return xp, balance, clr_s, clr_c, vis
+
+
+def aitchison_split(
+    x: Array,
+    y: Array,
+    sink: SinkSpec = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> AitchisonSplit:
+    """Split ``d_A^2(x, y)`` exactly into a sink term and a content term.
+
+    Rows must be over the same visible keys (one ``mask``, or matching ``-inf`` logits).
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> x, y = ac.closure([6.0, 1, 2, 1]), ac.closure([2.0, 3, 1, 1])
+    >>> sp = ac.aitchison_split(x, y)
+    >>> bool(np.isclose(sp.total, ac.aitchison_distance(x, y) ** 2))
+    True
+    """
+    namespace(x, y, mask)  # fail early on mixed devices
+    xp, bx, sx, cx, vx = _channels(x, sink, axis, validate, mask, from_logits)
+    _, by, sy, cy, vy = _channels(y, sink, axis, validate, mask, from_logits)
+    if tuple(vx.shape) != tuple(vy.shape) or not bool(xp.all(vx == vy)):
+        raise ShapeMismatchError(
+            "rows are only compared over the same visible keys; x and y differ in visibility "
+            "(compare rows of the same sample and query)"
+        )
+    ds = sx - sy
+    dc = cx - cy
+    return AitchisonSplit(
+        sink=(bx - by) ** 2 + xp.sum(ds * ds, axis=-1),
+        content=xp.sum(dc * dc, axis=-1),
+    )
+
+
+def pairwise_aitchison_split(
+    x: Array,
+    sink: SinkSpec = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> AitchisonSplit:
+    """All-pairs :func:`aitchison_split` between items of ``x (..., N, D)``, via Gram matrices.
+
+    Items (for example the heads at one query) share the same visible keys.
+
+    Returns
+    -------
+    AitchisonSplit with ``(..., N, N)`` arrays of squared distances.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> x = ac.closure(np.random.default_rng(1).random((4, 6)))
+    >>> sp = ac.pairwise_aitchison_split(x)
+    >>> bool(np.allclose(sp.total, ac.pairwise_aitchison(x, squared=True)))
+    True
+    """
+    xp, b, cs, cc, vis = _channels(x, sink, axis, validate, mask, from_logits)
+    if vis.ndim < 2:
+        raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
+    if not bool(xp.all(vis == vis[..., :1, :])):
+        raise ShapeMismatchError(
+            "rows are only compared over the same visible keys: visibility must be identical "
+            "for every item (e.g. heads at one query)"
+        )
+    db = b[..., :, None] - b[..., None, :]
+    return AitchisonSplit(
+        sink=db * db + gram_distances(cs, None, xp, squared=True),
+        content=gram_distances(cc, None, xp, squared=True),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# entropy-change attribution
+
+
+@dataclass(frozen=True)
+class EntropyChange:
+    """An entropy change ``H_b - H_a`` split into a sink part and a content part.
+
+    ``sink + content == total`` exactly (up to rounding).
+    """
+
+    sink: Array
+    content: Array
+    total: Array
+
+
+def attribute_entropy_change(
+    sink_share_a: Array, content_entropy_a: Array, sink_share_b: Array, content_entropy_b: Array
+) -> EntropyChange:
+    r"""Shapley split of ``H(b) - H(a)`` with ``H = H_b(s) + (1 - s) H_c``.
+
+    The sink part is the change caused by the sink share with the content entropy held at its
+    mean, the content part the change of the content entropy weighted by the mean content mass:
+
+    .. math::
+
+        \Delta_{sink} = \Delta H_b(s) - \Delta s\,\bar H_c, \qquad
+        \Delta_{content} = (1 - \bar s)\,\Delta H_c,
+
+    which is the two-player Shapley value and sums exactly to the total change. Inputs are
+    summaries (e.g. the ``sink_share`` and ``content_entropy`` variables of a capture), any
+    matching shape; averages over heads or samples of the parts equal the parts of the averages.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ch = ac.attribute_entropy_change(0.2, 3.0, 0.8, 2.5)
+    >>> round(float(ch.sink + ch.content - ch.total), 12)
+    0.0
+    """
+    xp = namespace(sink_share_a, content_entropy_a, sink_share_b, content_entropy_b)
+    like = next(
+        (
+            v
+            for v in (sink_share_a, sink_share_b)
+            if hasattr(v, "device") and not isinstance(v, np.ndarray)
+        ),
+        None,
+    )
+    sa, ha, sb, hb = (
+        as_float(v, xp, like=like)
+        for v in (sink_share_a, content_entropy_a, sink_share_b, content_entropy_b)
+    )
+    for v, name in (
+        (sa, "sink_share_a"),
+        (sb, "sink_share_b"),
+        (ha, "content_entropy_a"),
+        (hb, "content_entropy_b"),
+    ):
+        check_finite_values(xp, v, name)
+    total = (binary_entropy(sb) + (1 - sb) * hb) - (binary_entropy(sa) + (1 - sa) * ha)
+    sink = binary_entropy(sb) - binary_entropy(sa) - (sb - sa) * (ha + hb) / 2
+    content = (1 - (sa + sb) / 2) * (hb - ha)
+    return EntropyChange(sink=sink, content=content, total=total)
+
+
+def entropy_change(
+    x_a: Array,
+    x_b: Array,
+    sink: SinkSpec = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> EntropyChange:
+    """Split the entropy change from rows ``x_a`` to rows ``x_b`` into sink and content parts.
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> a, b = ac.closure([1.0, 1, 1, 1]), ac.closure([6.0, 1, 1, 1])
+    >>> ch = ac.entropy_change(a, b)
+    >>> bool(np.isclose(ch.total, ac.entropy(b) - ac.entropy(a))), round(float(ch.content), 12)
+    (True, 0.0)
+    """
+    da = decompose(x_a, sink, axis, validate, mask=mask, from_logits=from_logits)
+    db = decompose(x_b, sink, axis, validate, mask=mask, from_logits=from_logits)
+    return attribute_entropy_change(
+        da.sink_share, da.content_entropy, db.sink_share, db.content_entropy
+    )
+
+
+@dataclass(frozen=True)
+class GroupedEntropyChange:
+    """An entropy change split into a between-groups part and one within part per group."""
+
+    between: Array
+    within: Array
+    total: Array
+
+
+def attribute_grouped_entropy_change(
+    shares_a: Array, within_a: Array, shares_b: Array, within_b: Array
+) -> GroupedEntropyChange:
+    r"""Shapley split of an entropy change over ``m`` groups (the grouping rule).
+
+    With :math:`H = H(p) + \sum_g p_g H_g`:
+    :math:`\Delta_{between} = \Delta H(p) + \sum_g \Delta p_g \bar H_g` and
+    :math:`\Delta_{within,g} = \bar p_g \Delta H_g`, which sum exactly to the total. Inputs have
+    the groups on the last axis (as :class:`GroupDecomposition` gives them).
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> a = ac.group_decompose([0.6, 0.1, 0.2, 0.1], [[0], [1], [2, 3]])
+    >>> b = ac.group_decompose([0.3, 0.3, 0.3, 0.1], [[0], [1], [2, 3]])
+    >>> ch = ac.attribute_grouped_entropy_change(a.shares, a.within_entropy,
+    ...                                         b.shares, b.within_entropy)
+    >>> bool(np.isclose(ch.between + ch.within.sum(), b.entropy - a.entropy))
+    True
+    """
+    xp = namespace(shares_a, within_a, shares_b, within_b)
+    pa, ha, pb, hb = (as_float(v, xp) for v in (shares_a, within_a, shares_b, within_b))
+    for v in (pa, ha, pb, hb):
+        check_finite_values(xp, v, "group shares and entropies")
+        if v.ndim == 0:
+            raise ShapeMismatchError("groups must be on the last axis")
+    with np.errstate(divide="ignore"):
+        h_pa = xp.sum(_neg_plogp(xp, xp.log(pa)), axis=-1)
+        h_pb = xp.sum(_neg_plogp(xp, xp.log(pb)), axis=-1)
+    within = (pa + pb) / 2 * (hb - ha)
+    between = h_pb - h_pa + xp.sum((pb - pa) * (ha + hb) / 2, axis=-1)
+    total = (h_pb + xp.sum(pb * hb, axis=-1)) - (h_pa + xp.sum(pa * ha, axis=-1))
+    return GroupedEntropyChange(between=between, within=within, total=total)

@@ -1,0 +1,45 @@
+"""Shared fixtures and optional-dependency markers (xarray's ``_importorskip`` pattern)."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+
+def _importorskip(modname: str) -> tuple[bool, pytest.MarkDecorator]:
+    try:
+        importlib.import_module(modname)
+        has = True
+    except ImportError:
+        has = False
+    return has, pytest.mark.skipif(
+        not has, reason=f"requires {modname} (pip install attncoda[test])"
+    )
+
+
+has_torch, requires_torch = _importorskip("torch")
+has_skbio, requires_skbio = _importorskip("skbio")
+has_composition_stats, requires_composition_stats = _importorskip("composition_stats")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests skip cleanly where CUDA is absent."""
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261129)

@@ -1,0 +1,372 @@
+"""The compositional transforms: inverses, oracles, torch parity, masks and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import requires_composition_stats, requires_skbio
+from hypothesis import given, settings
+from strategies import logit_rows, softmax_masked
+
+import attncoda as ac
+
+torch = pytest.importorskip("torch")
+
+TIGHT = 1e-10
+
+
+def random_compositions(rng, shape):
+    return ac.closure(rng.gamma(0.5, size=shape) + 1e-3)
+
+
+# ---------------------------------------------------------------------------- inverses (property)
+
+
+@given(logit_rows())
+@settings(max_examples=60, deadline=None)
+def test_clr_of_softmax_is_centred_logits(zm):
+    z, mask = zm
+    x = softmax_masked(z, mask)
+    centred = np.where(
+        mask, z - (np.where(mask, z, 0).sum(-1, keepdims=True) / mask.sum(-1, keepdims=True)), 0
+    )
+    np.testing.assert_allclose(ac.clr(z, mask=mask, from_logits=True), centred, atol=TIGHT)
+    # from probabilities too, where they did not underflow
+    ok = (x[mask] > 1e-250).all()
+    if ok:
+        np.testing.assert_allclose(ac.clr(x, mask=mask), centred, atol=1e-8)
+
+
+@given(logit_rows())
+@settings(max_examples=60, deadline=None)
+def test_clr_inverse_pair(zm):
+    z, mask = zm
+    x = softmax_masked(z, mask)
+    np.testing.assert_allclose(
+        ac.clr_inv(ac.clr(z, mask=mask, from_logits=True), mask=mask), x, atol=TIGHT
+    )
+
+
+@given(logit_rows())
+@settings(max_examples=60, deadline=None)
+def test_alr_inverse_pair_and_sink_reference(zm):
+    z, mask = zm
+    x = softmax_masked(z, mask)
+    y = ac.alr(z, mask=mask, from_logits=True)
+    first = mask.argmax(-1)
+    expected = np.where(mask, z - z[np.arange(len(z)), first][:, None], 0)
+    np.testing.assert_allclose(y, expected, atol=TIGHT)
+    np.testing.assert_allclose(ac.alr_inv(y, mask=mask), x, atol=TIGHT)
+
+
+@given(logit_rows())
+@settings(max_examples=60, deadline=None)
+def test_ilr_inverse_pair_and_isometry(zm):
+    z, mask = zm
+    x = softmax_masked(z, mask)
+    coords = ac.ilr(z, mask=mask, from_logits=True)
+    assert coords.shape == (z.shape[0], z.shape[1] - 1)
+    np.testing.assert_allclose(ac.ilr_inv(coords, mask=mask), x, atol=TIGHT)
+    # isometry: ilr norms equal Aitchison norms
+    np.testing.assert_allclose(
+        np.linalg.norm(coords, axis=-1),
+        ac.aitchison_norm(z, mask=mask, from_logits=True),
+        atol=1e-9,
+    )
+
+
+@given(logit_rows(min_parts=3))
+@settings(max_examples=60, deadline=None)
+def test_first_ilr_coordinate_is_sink_vs_content_balance(zm):
+    z, mask = zm
+    coords = ac.ilr(z, mask=mask, from_logits=True)
+    d = ac.decompose(z, mask=mask, from_logits=True)
+    np.testing.assert_allclose(coords[:, 0], d.balance, atol=TIGHT)
+
+
+def test_unmasked_inverses(rng):
+    x = random_compositions(rng, (7, 9))
+    np.testing.assert_allclose(ac.clr_inv(ac.clr(x)), x, atol=TIGHT)
+    np.testing.assert_allclose(ac.alr_inv(ac.alr(x)), x, atol=TIGHT)
+    np.testing.assert_allclose(ac.alr_inv(ac.alr(x, ref=4), ref=4), x, atol=TIGHT)
+    np.testing.assert_allclose(ac.ilr_inv(ac.ilr(x)), x, atol=TIGHT)
+    basis = ac.group_basis([[0], [1, 2], list(range(3, 9))])
+    np.testing.assert_allclose(ac.ilr_inv(ac.ilr(x, basis), basis), x, atol=TIGHT)
+
+
+def test_any_axis_and_leading_shape(rng):
+    x = random_compositions(rng, (2, 3, 5, 4))  # parts last
+    moved = np.moveaxis(x, -1, 1)
+    np.testing.assert_allclose(np.moveaxis(ac.clr(moved, axis=1), 1, -1), ac.clr(x), atol=TIGHT)
+    np.testing.assert_allclose(np.moveaxis(ac.ilr(moved, axis=1), 1, -1), ac.ilr(x), atol=TIGHT)
+    np.testing.assert_allclose(np.moveaxis(ac.alr(moved, axis=1), 1, -1), ac.alr(x), atol=TIGHT)
+    assert ac.aitchison_norm(moved, axis=1).shape == (2, 3, 5)
+
+
+def test_pivot_basis_is_orthonormal_and_matches_default_ilr(rng):
+    for n in (2, 3, 10):
+        v = ac.pivot_basis(n)
+        np.testing.assert_allclose(v @ v.T, np.eye(n - 1), atol=1e-12)
+        np.testing.assert_allclose(v.sum(axis=1), 0, atol=1e-12)
+    x = random_compositions(rng, (5, 6))
+    np.testing.assert_allclose(ac.ilr(x), ac.ilr(x, ac.pivot_basis(6)), atol=TIGHT)
+
+
+def test_group_basis_first_balance_is_sink_vs_rest():
+    b = ac.group_basis([[0], [1], [2, 3, 4]])
+    assert b[0, 0] > 0 and (b[0, 1:] < 0).all()
+    assert b[1, 0] == 0 and b[1, 1] > 0 and (b[1, 2:] < 0).all()
+    with pytest.raises(ac.ShapeMismatchError, match="exactly once"):
+        ac.group_basis([[0], [0, 1]])
+    with pytest.raises(ac.ShapeMismatchError, match="orthogonal"):
+        ac.sbp_basis([[1, -1, 0], [1, 0, -1]])
+
+
+# ---------------------------------------------------------------------------- Aitchison geometry
+
+
+def test_perturbation_power_inner_are_a_vector_space(rng):
+    x, y = random_compositions(rng, (2, 4, 6))
+    np.testing.assert_allclose(ac.clr(ac.perturb(x, y)), ac.clr(x) + ac.clr(y), atol=TIGHT)
+    np.testing.assert_allclose(ac.clr(ac.perturb_inv(x, y)), ac.clr(x) - ac.clr(y), atol=TIGHT)
+    np.testing.assert_allclose(ac.clr(ac.power(x, 2.5)), 2.5 * ac.clr(x), atol=TIGHT)
+    a = rng.normal(size=4)
+    np.testing.assert_allclose(ac.clr(ac.power(x, a)), a[:, None] * ac.clr(x), atol=TIGHT)
+    np.testing.assert_allclose(ac.inner(x, y), (ac.clr(x) * ac.clr(y)).sum(-1), atol=TIGHT)
+    np.testing.assert_allclose(
+        ac.aitchison_distance(x, y) ** 2,
+        ac.inner(x, x) + ac.inner(y, y) - 2 * ac.inner(x, y),
+        atol=1e-9,
+    )
+
+
+def test_pairwise_matches_loop(rng):
+    x = random_compositions(rng, (3, 7, 10))  # 3 queries, 7 heads, 10 keys
+    d = ac.pairwise_aitchison(x)
+    assert d.shape == (3, 7, 7)
+    d2 = ac.pairwise_aitchison(x, squared=True)
+    for q in range(3):
+        for i in range(7):
+            assert d[q, i, i] == 0.0
+            for j in range(7):
+                direct = ac.aitchison_distance(x[q, i], x[q, j])
+                assert d2[q, i, j] == pytest.approx(direct**2, abs=1e-10)
+                assert d[q, i, j] == pytest.approx(direct, abs=1e-7)
+    y = random_compositions(rng, (3, 2, 10))
+    assert ac.pairwise_aitchison(x, y).shape == (3, 7, 2)
+
+
+def test_pairwise_requires_shared_visibility(rng):
+    x = random_compositions(rng, (4, 6))
+    same = np.tile([True, True, True, False, True, True], (4, 1))
+    d = ac.pairwise_aitchison(x, mask=same)
+    np.testing.assert_allclose(d[0, 1], ac.aitchison_distance(x[0], x[1], mask=same[0]), atol=1e-9)
+    differ = same.copy()
+    differ[2, 0] = False
+    with pytest.raises(ac.ShapeMismatchError, match="same visible keys"):
+        ac.pairwise_aitchison(x, mask=differ)
+
+
+def test_closure_counts_and_masks_do_not_modify_input():
+    counts = np.array([[3, 1, 0, 4]])
+    original = counts.copy()
+    out = ac.closure(counts)
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, [[3 / 8, 1 / 8, 0, 4 / 8]])
+    np.testing.assert_array_equal(counts, original)
+    np.testing.assert_allclose(
+        ac.closure(counts, mask=[[True, True, False, False]]), [[0.75, 0.25, 0, 0]]
+    )
+
+
+def test_multi_replace_keeps_ratios_and_closure():
+    x = np.array([[0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 0.4, 0.6]])
+    r = ac.multi_replace(x)
+    np.testing.assert_allclose(r.sum(-1), 1)
+    assert (r > 0).all()
+    np.testing.assert_allclose(r[0, 0] / r[0, 1], 0.5 / 0.3)
+    np.testing.assert_allclose(r[1, :2], 1 / 16)
+    masked = ac.multi_replace(x, mask=[[True, True, True, False], [True, True, True, True]])
+    assert masked[0, 3] == 0  # structural zero left alone
+    np.testing.assert_allclose(masked[0], x[0])
+    with pytest.raises(ValueError, match="too large"):
+        ac.multi_replace(x, delta=0.6)
+
+
+def test_add_learned_sink():
+    rows = np.array([[0.3, 0.2, 0.1], [0.5, 0.25, 0.25]])
+    out = ac.add_learned_sink(rows)
+    np.testing.assert_allclose(out[:, 0], [0.4, 0.0], atol=1e-15)
+    np.testing.assert_allclose(out.sum(-1), 1)
+    with pytest.raises(ac.NotClosedError, match="add_learned_sink"):
+        ac.entropy(rows)
+
+
+# ---------------------------------------------------------------------------- oracles
+
+
+@requires_skbio
+def test_oracle_scikit_bio(rng):
+    from skbio.stats import composition as skc
+
+    x = random_compositions(rng, (50, 12))
+    np.testing.assert_allclose(ac.closure(x * 7), skc.closure(x * 7), atol=TIGHT)
+    np.testing.assert_allclose(ac.clr(x), skc.clr(x), atol=TIGHT)
+    np.testing.assert_allclose(ac.clr_inv(ac.clr(x)), skc.clr_inv(skc.clr(x)), atol=TIGHT)
+    # scikit-bio's alr reference is positional ref_idx (default 0 = our sink without padding)
+    np.testing.assert_allclose(ac.alr(x), skc.alr(x), atol=TIGHT)
+    np.testing.assert_allclose(ac.alr(x, ref=5), skc.alr(x, ref_idx=5), atol=TIGHT)
+    np.testing.assert_allclose(
+        ac.alr_inv(ac.alr(x, ref=5), ref=5),
+        skc.alr_inv(skc.alr(x, ref_idx=5), ref_idx=5),
+        atol=TIGHT,
+    )
+    sbp = np.array([[1, -1, -1, -1], [0, 1, -1, -1], [0, 0, 1, -1]])
+    np.testing.assert_allclose(ac.sbp_basis(sbp), skc.sbp_basis(sbp), atol=TIGHT)
+    basis = ac.sbp_basis(sbp)
+    x4 = random_compositions(rng, (20, 4))
+    np.testing.assert_allclose(ac.ilr(x4, basis), skc.ilr(x4, basis), atol=TIGHT)
+    np.testing.assert_allclose(
+        ac.ilr_inv(ac.ilr(x4), basis), skc.ilr_inv(ac.ilr(x4), basis), atol=TIGHT
+    )
+    y = random_compositions(rng, (50, 12))
+    np.testing.assert_allclose(ac.perturb(x, y), skc.perturb(x, y), atol=TIGHT)
+    np.testing.assert_allclose(ac.perturb_inv(x, y), skc.perturb_inv(x, y), atol=TIGHT)
+    np.testing.assert_allclose(ac.power(x, 1.7), skc.power(x, 1.7), atol=TIGHT)
+    np.testing.assert_allclose(ac.inner(x[:3], y[:3]), np.diag(skc.inner(x[:3], y[:3])), atol=1e-9)
+    # multiplicative replacement: same default delta 1/D^2
+    z = x.copy()
+    z[:, [1, 4]] = 0
+    np.testing.assert_allclose(ac.multi_replace(z), skc.multi_replace(z), atol=TIGHT)
+    # scikit-bio refuses zeros in clr; we raise a typed error that names the two remedies
+    with pytest.raises(ValueError):
+        skc.clr(z)
+    with pytest.raises(ac.ZeroPartError, match="mask=.*multi_replace"):
+        ac.clr(z)
+
+
+@requires_skbio
+def test_oracle_scikit_bio_torch_any_axis(rng):
+    from skbio.stats import composition as skc
+
+    x = torch.tensor(random_compositions(rng, (3, 5, 8)))
+    np.testing.assert_allclose(ac.clr(x, axis=1).numpy(), skc.clr(x, axis=1).numpy(), atol=TIGHT)
+
+
+@requires_composition_stats
+def test_oracle_composition_stats(rng):
+    import composition_stats as cs
+
+    x = random_compositions(rng, (40, 9))
+    np.testing.assert_allclose(ac.closure(x * 3), cs.closure(x * 3), atol=TIGHT)
+    np.testing.assert_allclose(ac.clr(x), cs.clr(x), atol=TIGHT)
+    np.testing.assert_allclose(ac.alr(x), cs.alr(x), atol=TIGHT)  # denominator_idx=0 as ours
+    np.testing.assert_allclose(ac.ilr_inv(ac.ilr(x)), cs.ilr_inv(cs.ilr(x)), atol=TIGHT)
+    # composition-stats' default ilr basis (Egozcue's) differs from our pivot basis, but both are
+    # isometric: distances agree
+    np.testing.assert_allclose(
+        np.linalg.norm(cs.ilr(x[:1]) - cs.ilr(x[1:2])), ac.aitchison_distance(x[0], x[1]), atol=1e-9
+    )
+    z = x.copy()
+    z[:, 2] = 0
+    z = ac.closure(z)  # composition-stats expects closed rows; attncoda closes them itself
+    np.testing.assert_allclose(ac.multi_replace(z), cs.multiplicative_replacement(z), atol=TIGHT)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        assert not np.isfinite(cs.clr(z)).all()  # silently inf/nan there; we raise instead
+    with pytest.raises(ac.ZeroPartError):
+        ac.clr(z)
+
+
+# ---------------------------------------------------------------------------- torch parity, float32
+
+
+def test_torch_matches_numpy(rng):
+    z = rng.normal(scale=4, size=(3, 4, 9))
+    mask = rng.random((3, 4, 9)) > 0.3
+    mask[..., :2] = True
+    tz, tm = torch.tensor(z), torch.tensor(mask)
+    for fn in (ac.clr, ac.ilr, ac.alr, ac.aitchison_norm):
+        out = fn(tz, mask=tm, from_logits=True)
+        assert isinstance(out, torch.Tensor)
+        np.testing.assert_allclose(out.numpy(), fn(z, mask=mask, from_logits=True), atol=TIGHT)
+    x = softmax_masked(z, mask)
+    np.testing.assert_allclose(
+        ac.ilr_inv(ac.ilr(tz, mask=tm, from_logits=True), mask=tm).numpy(), x, atol=TIGHT
+    )
+    shared = np.broadcast_to(mask[0, :1], (4, 9))  # the heads of one query share visibility
+    heads = softmax_masked(z[0], shared)
+    np.testing.assert_allclose(
+        ac.pairwise_aitchison(torch.tensor(heads), mask=torch.tensor(shared), squared=True).numpy(),
+        ac.pairwise_aitchison(heads, mask=shared, squared=True),
+        atol=1e-9,
+    )
+
+
+def test_float32_within_documented_tolerance(rng):
+    z = rng.normal(scale=3, size=(200, 64))
+    z32 = z.astype(np.float32)
+    out = ac.ilr(z32, from_logits=True)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(
+        out, ac.ilr(z32.astype(np.float64), from_logits=True), rtol=1e-5, atol=1e-5
+    )
+    t16 = torch.tensor(z, dtype=torch.bfloat16)
+    assert ac.clr(t16, from_logits=True).dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        ([0.5, np.nan, 0.5], ac.NonFiniteError, "NaN"),
+        ([0.5, np.inf, 0.5], ac.NonFiniteError, "infinite"),
+        ([0.5, -0.1, 0.6], ac.NegativePartError, "from_logits"),
+        ([0.5, 0.0, 0.5], ac.ZeroPartError, "structural"),
+        ([1.0], ac.TooFewPartsError, "at least 2"),
+    ],
+)
+def test_bad_compositions_raise_typed_errors(data, error, match):
+    with pytest.raises(error, match=match):
+        ac.clr(np.array(data))
+    assert issubclass(error, ValueError)
+
+
+def test_bad_logits_and_masks():
+    with pytest.raises(ac.NonFiniteError, match=r"\+inf"):
+        ac.clr([1.0, np.inf], from_logits=True)
+    with pytest.raises(ac.TooFewPartsError, match="visible"):
+        ac.clr([[0.0, -np.inf, -np.inf]], from_logits=True)
+    with pytest.raises(ac.ShapeMismatchError, match="broadcast"):
+        ac.clr(np.ones((2, 3)) / 3, mask=np.ones((2, 4), bool))
+    with pytest.raises(TypeError, match="boolean"):
+        ac.clr(np.ones((2, 3)) / 3, mask=np.ones((2, 3)))
+    with pytest.raises(ac.ShapeMismatchError, match="out of range"):
+        ac.clr(np.ones(3) / 3, axis=2)
+    with pytest.raises(ac.ShapeMismatchError, match=r"\(D-1, D\)"):
+        ac.ilr(np.ones(4) / 4, basis=np.eye(4))
+    with pytest.raises(ac.ShapeMismatchError, match="every part visible"):
+        ac.ilr(np.ones(4) / 4, basis=ac.pivot_basis(4), mask=[True, True, True, False])
+    with pytest.raises(ac.NotClosedError, match="closure"):
+        ac.entropy([0.5, 0.6])
+    with pytest.raises(TypeError, match="real numeric"):
+        ac.clr(np.array([1 + 1j, 2]))
+
+
+def test_mixed_devices_raise():
+    meta = torch.ones(3, device="meta")
+    with pytest.raises(ac.DeviceMismatchError, match="different devices"):
+        ac.inner(torch.ones(3) / 3, meta / 3)
+
+
+def test_inputs_never_modified(rng):
+    z = rng.normal(size=(4, 6))
+    mask = rng.random((4, 6)) > 0.2
+    mask[:, :2] = True
+    z0, m0 = z.copy(), mask.copy()
+    for fn in (ac.clr, ac.ilr, ac.alr):
+        fn(z, mask=mask, from_logits=True)
+    ac.decompose(z, mask=mask, from_logits=True)
+    np.testing.assert_array_equal(z, z0)
+    np.testing.assert_array_equal(mask, m0)

@@ -1,0 +1,251 @@
+"""The sink/content identities, checked to 1e-10 in float64, and entropy attribution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import logit_pairs, logit_rows, softmax_masked
+
+import attncoda as ac
+
+TIGHT = 1e-10
+
+
+def first_visible(mask):
+    return mask.argmax(-1)
+
+
+@given(logit_pairs())
+@settings(max_examples=80, deadline=None)
+def test_aitchison_distance_splits_into_sink_and_content(zwm):
+    z, w, mask = zwm
+    d2 = ac.aitchison_distance(z, w, mask=mask, from_logits=True) ** 2
+    split = ac.aitchison_split(z, w, mask=mask, from_logits=True)
+    np.testing.assert_allclose(split.total, d2, atol=TIGHT, rtol=1e-10)
+    # the sink term is the squared balance difference, the content term the content distance
+    bz = ac.decompose(z, mask=mask, from_logits=True).balance
+    bw = ac.decompose(w, mask=mask, from_logits=True).balance
+    np.testing.assert_allclose(split.sink, (bz - bw) ** 2, atol=TIGHT, rtol=1e-10)
+    content_mask = mask.copy()
+    content_mask[np.arange(len(mask)), first_visible(mask)] = False
+    if (content_mask.sum(-1) >= 2).all():
+        dc = ac.aitchison_distance(z, w, mask=content_mask, from_logits=True) ** 2
+        np.testing.assert_allclose(split.content, dc, atol=TIGHT, rtol=1e-10)
+
+
+@given(logit_rows())
+@settings(max_examples=80, deadline=None)
+def test_entropy_grouping_rule(zm):
+    z, mask = zm
+    d = ac.decompose(z, mask=mask, from_logits=True)
+    h = ac.entropy(z, mask=mask, from_logits=True)
+    np.testing.assert_allclose(d.entropy, h, atol=TIGHT)
+    rebuilt = ac.binary_entropy(d.sink_share) + (1 - d.sink_share) * d.content_entropy
+    np.testing.assert_allclose(rebuilt, h, atol=TIGHT)
+    np.testing.assert_allclose(d.binary_entropy, ac.binary_entropy(d.sink_share), atol=TIGHT)
+    # entropy from probabilities equals entropy from logits
+    x = softmax_masked(z, mask)
+    np.testing.assert_allclose(ac.entropy(x, mask=mask), h, atol=1e-9)
+
+
+@given(logit_rows(min_parts=4), st.data())
+@settings(max_examples=60, deadline=None)
+def test_multi_group_entropy_rule(zm, data):
+    z, mask = zm
+    d = z.shape[1]
+    cut1 = data.draw(st.integers(1, d - 2))
+    cut2 = data.draw(st.integers(cut1 + 1, d - 1))
+    groups = [list(range(cut1)), list(range(cut1, cut2)), list(range(cut2, d))]
+    g = ac.group_decompose(z, groups, mask=mask, from_logits=True)
+    np.testing.assert_allclose(g.shares.sum(-1), 1, atol=TIGHT)
+    rebuilt = g.between_entropy + (g.shares * g.within_entropy).sum(-1)
+    np.testing.assert_allclose(rebuilt, g.entropy, atol=TIGHT)
+    np.testing.assert_allclose(g.entropy, ac.entropy(z, mask=mask, from_logits=True), atol=TIGHT)
+
+
+@given(logit_rows(min_parts=3), st.floats(-25, 25))
+@settings(max_examples=60, deadline=None)
+def test_content_is_invariant_to_the_sink_logit(zm, shift):
+    z, mask = zm
+    moved = z.copy()
+    rows = np.arange(len(z))
+    moved[rows, first_visible(mask)] += shift
+    a = ac.decompose(z, mask=mask, from_logits=True)
+    b = ac.decompose(moved, mask=mask, from_logits=True)
+    np.testing.assert_allclose(a.content, b.content, atol=TIGHT)
+    np.testing.assert_allclose(a.content_entropy, b.content_entropy, atol=TIGHT)
+    # and the balance moves by exactly sqrt(n/(n+1)) * shift
+    n = a.n_content
+    np.testing.assert_allclose(b.balance - a.balance, np.sqrt(n / (n + 1)) * shift, atol=1e-9)
+
+
+@given(logit_rows())
+@settings(max_examples=60, deadline=None)
+def test_sink_share_and_logodds(zm):
+    z, mask = zm
+    x = softmax_masked(z, mask)
+    d = ac.decompose(z, mask=mask, from_logits=True)
+    s = x[np.arange(len(x)), first_visible(mask)]
+    np.testing.assert_allclose(d.sink_share, s, atol=TIGHT)
+    # exact reference in log space: z_sink - logsumexp(z_content)
+    rows = np.arange(len(z))
+    content = np.where(mask, z, -np.inf)
+    content[rows, first_visible(mask)] = -np.inf
+    top = content.max(-1)
+    expected = z[rows, first_visible(mask)] - (top + np.log(np.exp(content - top[:, None]).sum(-1)))
+    np.testing.assert_allclose(d.sink_logodds, expected, atol=1e-10)
+
+
+def test_decompose_from_probabilities_matches_logits(rng):
+    z = rng.normal(scale=2, size=(5, 7))
+    x = softmax_masked(z, np.ones_like(z, bool))
+    a, b = ac.decompose(x), ac.decompose(z, from_logits=True)
+    for field in ("sink_share", "sink_logodds", "balance", "entropy", "content_entropy"):
+        np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-12)
+    np.testing.assert_allclose(a.content, b.content, atol=1e-12)
+
+
+def test_several_sinks_and_explicit_sink(rng):
+    z = rng.normal(size=(4, 8))
+    two = ac.decompose(z, sink=[0, 1], from_logits=True)
+    x = softmax_masked(z, np.ones_like(z, bool))
+    np.testing.assert_allclose(two.sink_share, x[:, :2].sum(-1), atol=TIGHT)
+    s = two.sink_share
+    rebuilt = ac.binary_entropy(s) + s * two.sink_entropy + (1 - s) * two.content_entropy
+    np.testing.assert_allclose(rebuilt, ac.entropy(x), atol=TIGHT)
+    w = rng.normal(size=(4, 8))
+    sp = ac.aitchison_split(z, w, sink=[0, 1], from_logits=True)
+    np.testing.assert_allclose(
+        sp.total, ac.aitchison_distance(z, w, from_logits=True) ** 2, atol=TIGHT
+    )
+    # a boolean per-row sink (e.g. a BOS token at different positions)
+    sink = np.zeros((4, 8), bool)
+    sink[np.arange(4), [0, 2, 5, 7]] = True
+    d = ac.decompose(z, sink=sink, from_logits=True)
+    np.testing.assert_allclose(d.sink_share, x[np.arange(4), [0, 2, 5, 7]], atol=TIGHT)
+
+
+def test_left_padding_sink_is_first_valid_key():
+    z = np.array([[-np.inf, -np.inf, 2.0, 0.5, 0.1]])
+    d = ac.decompose(z, from_logits=True)
+    x = softmax_masked(np.nan_to_num(z, neginf=0), np.isfinite(z))
+    assert float(d.sink_share[0]) == pytest.approx(x[0, 2])
+    with pytest.raises(ac.ShapeMismatchError, match="left padding"):
+        ac.decompose(z, sink=0, from_logits=True)
+
+
+def test_degenerate_rows():
+    z = np.array([[1.0, -np.inf, -np.inf], [1.0, 2.0, -np.inf]])
+    with pytest.raises(ac.TooFewPartsError, match="degenerate='nan'"):
+        ac.decompose(z, from_logits=True)
+    d = ac.decompose(z, from_logits=True, degenerate="nan")
+    assert d.sink_share[0] == 1 and np.isinf(d.sink_logodds[0]) and np.isnan(d.content_entropy[0])
+    assert np.isfinite(d.content_entropy[1]) and d.content_entropy[1] == 0.0
+    assert d.entropy[0] == 0.0
+
+
+def test_pairwise_split_matches_pairwise_distances(rng):
+    z = rng.normal(scale=3, size=(6, 9, 12))  # queries x heads x keys
+    sp = ac.pairwise_aitchison_split(z, from_logits=True)
+    np.testing.assert_allclose(
+        sp.total, ac.pairwise_aitchison(z, from_logits=True, squared=True), atol=1e-9
+    )
+    direct = ac.aitchison_split(z[2, 1], z[2, 4], from_logits=True)
+    assert sp.sink[2, 1, 4] == pytest.approx(direct.sink, abs=1e-9)
+    assert sp.content[2, 1, 4] == pytest.approx(direct.content, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------- attribution
+
+
+@given(
+    st.floats(0, 1),
+    st.floats(0, 8),
+    st.floats(0, 1),
+    st.floats(0, 8),
+)
+@settings(max_examples=200, deadline=None)
+def test_attribution_sums_exactly(sa, ha, sb, hb):
+    ch = ac.attribute_entropy_change(sa, ha, sb, hb)
+    assert float(ch.sink + ch.content) == pytest.approx(float(ch.total), abs=1e-12)
+
+
+def test_attribution_on_rows_and_pure_cases(rng):
+    za, zb = rng.normal(size=(2, 10, 16))
+    ch = ac.entropy_change(za, zb, from_logits=True)
+    np.testing.assert_allclose(
+        ch.total, ac.entropy(zb, from_logits=True) - ac.entropy(za, from_logits=True), atol=TIGHT
+    )
+    np.testing.assert_allclose(ch.sink + ch.content, ch.total, atol=TIGHT)
+    # moving only the sink logit changes only the sink part
+    moved = za.copy()
+    moved[:, 0] += 3
+    pure = ac.entropy_change(za, moved, from_logits=True)
+    np.testing.assert_allclose(pure.content, 0, atol=TIGHT)
+    np.testing.assert_allclose(pure.sink, pure.total, atol=TIGHT)
+    # sharpening only content at fixed sink share changes only the content part
+    sharpened = za.copy()
+    sharpened[:, 1:] *= 2
+    sh = ac.decompose(sharpened, from_logits=True)
+    a = ac.decompose(za, from_logits=True)
+    fixed = sharpened.copy()
+    # re-tune the sink logit so the sink share matches state a exactly
+    lse_c = np.log(np.exp(sharpened[:, 1:]).sum(-1))
+    fixed[:, 0] = a.sink_logodds + lse_c
+    ch2 = ac.entropy_change(za, fixed, from_logits=True)
+    np.testing.assert_allclose(ch2.sink, 0, atol=1e-10)
+    assert not np.allclose(sh.content_entropy, a.content_entropy)
+
+
+def test_attribution_aggregates_linearly(rng):
+    sa, sb = rng.random((2, 30))
+    ha, hb = rng.random((2, 30)) * 4
+    parts = ac.attribute_entropy_change(sa, ha, sb, hb)
+    # mean of per-head parts equals the mean total change: aggregation keeps the split exact
+    assert parts.sink.mean() + parts.content.mean() == pytest.approx(parts.total.mean(), abs=1e-12)
+
+
+def test_grouped_attribution_reduces_to_two_groups(rng):
+    za, zb = rng.normal(size=(2, 5, 9))
+    groups = [[0], list(range(1, 9))]
+    ga = ac.group_decompose(za, groups, from_logits=True)
+    gb = ac.group_decompose(zb, groups, from_logits=True)
+    g = ac.attribute_grouped_entropy_change(
+        ga.shares, ga.within_entropy, gb.shares, gb.within_entropy
+    )
+    two = ac.entropy_change(za, zb, from_logits=True)
+    np.testing.assert_allclose(g.between, two.sink, atol=TIGHT)
+    np.testing.assert_allclose(g.within[..., 1], two.content, atol=TIGHT)
+    np.testing.assert_allclose(g.between + g.within.sum(-1), g.total, atol=TIGHT)
+
+
+def test_three_group_arach_rows(rng):
+    z = rng.normal(size=(3, 10))
+    labels = np.array([0, 1] + [2] * 8)
+    g = ac.group_decompose(z, labels, from_logits=True)
+    g2 = ac.group_decompose(z, [[0], [1], list(range(2, 10))], from_logits=True)
+    np.testing.assert_allclose(g.shares, g2.shares, atol=TIGHT)
+    x = softmax_masked(z, np.ones_like(z, bool))
+    np.testing.assert_allclose(g.shares[:, 1], x[:, 1], atol=TIGHT)
+
+
+def test_attribution_rejects_bad_shares():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ac.attribute_entropy_change(1.5, 1.0, 0.5, 1.0)
+    with pytest.raises(ac.NonFiniteError):
+        ac.attribute_entropy_change(0.5, np.nan, 0.5, 1.0)
+
+
+def test_torch_decomposition_matches_numpy(rng):
+    torch = pytest.importorskip("torch")
+    z = rng.normal(size=(3, 4, 11))
+    mask = rng.random((3, 4, 11)) > 0.3
+    mask[..., :3] = True
+    a = ac.decompose(z, mask=mask, from_logits=True)
+    b = ac.decompose(torch.tensor(z), mask=torch.tensor(mask), from_logits=True)
+    for field in ("sink_share", "sink_logodds", "balance", "entropy", "content_entropy"):
+        np.testing.assert_allclose(getattr(b, field).numpy(), getattr(a, field), atol=TIGHT)
+    g = ac.group_decompose(torch.tensor(z), [[0], [1], list(range(2, 11))], from_logits=True)
+    assert isinstance(g.shares, torch.Tensor)
