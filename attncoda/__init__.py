@@ -27,6 +27,15 @@ from ._coda import (
     power,
     sbp_basis,
 )
+from ._data import (
+    DIMS,
+    SUMMARY_VARIABLES,
+    SchemaError,
+    load,
+    make_dataset,
+    save,
+    validate_dataset,
+)
 from ._decompose import (
     AitchisonSplit,
     EntropyChange,
@@ -60,6 +69,13 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     __version__ = "0+unknown"
 
 __all__ = [
+    "DIMS",
+    "SUMMARY_VARIABLES",
+    "SchemaError",
+    "load",
+    "make_dataset",
+    "save",
+    "validate_dataset",
     "AitchisonSplit",
     "CompositionError",
     "DeviceMismatchError",

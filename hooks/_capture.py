@@ -1,0 +1,908 @@
+"""Capture attention rows, or per-row summaries, from any HuggingFace model without giving up SDPA.
+
+One attention function is registered with transformers under the neutral name ``"attncoda"``
+(plus the matching mask function). Inside :func:`capture` the model is switched to it; every
+layer's output is computed by the implementation the model had before (SDPA by default, or the
+model's own eager function), so the model's outputs do not change. For the layers, heads and
+queries asked for, fp32 logits are recomputed from the model's own q and k, chunk by chunk over
+queries and only over the keys that can be visible, and reduced at once to what was asked for:
+
+``what="summaries"``
+    sink share, sink log-odds, balance, entropy and content entropy per
+    ``(sample, layer, head, query)``: O(T) memory per head, never a T x T tensor.
+``what="rows"``
+    fp32 log-attention of the requested layers/heads/queries (``-inf`` at invisible keys),
+    optionally streamed to a zarr store.
+
+Models that cannot switch their attention implementation fall back to eager attention plus
+forward hooks on the attention modules. The model is always restored on exit, also after an
+exception.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import math
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import xarray as xr
+
+import attncoda
+from attncoda._data import SUMMARY_VARIABLES, make_dataset
+
+__all__ = [
+    "ATTENTION_NAME",
+    "CaptureError",
+    "CaptureSpec",
+    "Capture",
+    "capture",
+]
+
+ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
+
+What = Literal["summaries", "rows", "both"]
+SinkChoice = Literal["first", "learned"] | int | Sequence[int]
+
+
+class CaptureError(RuntimeError):
+    """A capture cannot be set up, or would return nothing."""
+
+
+# --------------------------------------------------------------------------------------------
+# the capture specification
+
+
+def _selection(value: Any, name: str) -> tuple[int, ...] | slice | None:
+    if value is None or value == "all":
+        return None
+    if isinstance(value, slice):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return (int(value),)
+    try:
+        items = tuple(int(v) for v in value)
+    except TypeError as exc:
+        raise CaptureError(
+            f"{name}= must be None/'all', an int, a slice or a list of ints, got {value!r}"
+        ) from exc
+    if not items:
+        raise CaptureError(f"{name}= is empty; nothing would be captured")
+    return items
+
+
+def _resolve(sel: tuple[int, ...] | slice | None, n: int, name: str) -> list[int]:
+    if sel is None:
+        return list(range(n))
+    if isinstance(sel, slice):
+        return list(range(n))[sel]
+    out = []
+    for i in sel:
+        if not -n <= i < n:
+            raise CaptureError(f"{name} index {i} is out of range: the model has {n} {name}s")
+        out.append(i % n)
+    return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """What to capture. Serialised as JSON into the dataset's ``capture_spec`` attribute.
+
+    Parameters
+    ----------
+    layers, heads, queries
+        ``None`` (all), an int, a list of ints or a slice. ``queries`` are token positions;
+        negative values count from the end of each forward call (``-1`` is the last token).
+    what : {"summaries", "rows", "both"}
+    sink : "first", "learned", int or list of ints
+        ``"first"``: the first valid key of each sample (BOS, or the first token without BOS,
+        the first non-padding token under left padding). ``"learned"``: the learned sink logit
+        of GPT-OSS style models, added back as an extra part. An int or list: fixed key
+        positions.
+    chunk_size : int
+        Query rows per chunk when recomputing logits (memory ~ chunk x keys x heads x 4 bytes).
+    """
+
+    layers: tuple[int, ...] | slice | None = None
+    heads: tuple[int, ...] | slice | None = None
+    queries: tuple[int, ...] | slice | None = None
+    what: What = "summaries"
+    sink: Any = "first"
+    chunk_size: int = 256
+
+    def to_json(self) -> str:
+        def enc(v: Any) -> Any:
+            if isinstance(v, slice):
+                return {"slice": [v.start, v.stop, v.step]}
+            if isinstance(v, tuple):
+                return list(v)
+            return v
+
+        return json.dumps({f.name: enc(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+# --------------------------------------------------------------------------------------------
+# per-row reductions (fp32, chunked)
+
+
+def _summaries_from_logits(
+    logits: torch.Tensor, visible: torch.Tensor, sink: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Sink/content summaries of rows of fp32 logits; works in place on ``logits``.
+
+    ``visible`` marks visible keys, ``sink`` the sink keys (a subset, broadcastable). Uses the
+    grouping rule so the full-row softmax is never formed: only content logits are exponentiated.
+    """
+    sink_vis = sink & visible
+    content = visible & ~sink_vis
+    neg_inf = torch.tensor(-math.inf, dtype=logits.dtype, device=logits.device)
+    # sink channel: log-sum-exp over (usually one) sink key(s)
+    sink_logits = torch.where(sink_vis, logits, neg_inf)
+    lse_s = torch.logsumexp(sink_logits, dim=-1)
+    n_s = sink_vis.sum(-1)
+    sum_s = torch.where(sink_vis, logits, 0.0).sum(-1)
+    del sink_logits
+    # content channel
+    logits.masked_fill_(~content, -math.inf)
+    m_c = logits.amax(-1, keepdim=True)
+    m_c = torch.where(torch.isfinite(m_c), m_c, torch.zeros_like(m_c))
+    e = (logits - m_c).exp_()
+    logits.masked_fill_(~content, 0.0)
+    z_c = e.sum(-1)
+    el = torch.linalg.vecdot(e, logits)
+    sum_c = logits.sum(-1)
+    del e
+    n_c = content.sum(-1).to(logits.dtype)
+    lse_c = m_c[..., 0] + torch.log(z_c)
+    h_c = torch.where(n_c > 0, lse_c - el / z_c, torch.full_like(z_c, math.nan))
+    logodds = lse_s - lse_c  # +inf without content, -inf without a visible sink
+    log_s = -torch.nn.functional.softplus(-logodds)
+    log_1ms = -torch.nn.functional.softplus(logodds)
+    share = torch.exp(log_s)
+    hb = _neg_plogp(log_s) + _neg_plogp(log_1ms)
+    entropy = hb + torch.exp(log_1ms) * torch.nan_to_num(h_c, nan=0.0)
+    n_sf = n_s.to(logits.dtype)
+    ok = (n_c > 0) & (n_sf > 0)
+    safe_c = torch.where(ok, n_c, torch.ones_like(n_c))
+    safe_s = torch.where(ok, n_sf, torch.ones_like(n_sf))
+    balance = torch.sqrt(safe_s * safe_c / (safe_s + safe_c)) * (sum_s / safe_s - sum_c / safe_c)
+    balance = torch.where(ok, balance, torch.full_like(balance, math.nan))
+    empty = ~visible.any(-1).expand_as(share)  # padding queries: no row at all
+    nan = torch.full_like(share, math.nan)
+    out = {
+        "sink_share": share,
+        "sink_logodds": logodds,
+        "balance": balance,
+        "entropy": entropy,
+        "content_entropy": h_c,
+    }
+    return {k: torch.where(empty, nan, v) for k, v in out.items()}
+
+
+def _neg_plogp(logp: torch.Tensor) -> torch.Tensor:
+    p = torch.exp(logp)
+    return torch.where(p > 0, -p * logp, torch.zeros_like(p))
+
+
+# --------------------------------------------------------------------------------------------
+# the session: collects records from the attention function
+
+
+@dataclass
+class _Record:
+    layer: int
+    call: int
+    query_pos: np.ndarray  # positions of the captured queries in the kv sequence
+    kv_len: int
+    summaries: dict[str, np.ndarray] | None  # (batch, heads, queries)
+    rows: np.ndarray | None  # (batch, heads, queries, kv)
+    learned_sink_rows: np.ndarray | None = None  # (batch, heads, queries)
+
+
+@dataclass
+class _Session:
+    model: Any
+    spec: CaptureSpec
+    layers: list[int]
+    heads: list[int]
+    n_heads: int
+    delegate: str
+    records: list[_Record] = field(default_factory=list)
+    calls: dict[int, int] = field(default_factory=dict)  # layer -> number of calls so far
+    layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer
+    inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
+    sink_index: torch.Tensor | None = None  # (batch,)
+    store: Any = None
+
+    def layer_index(self, module: Any) -> int:
+        idx = getattr(module, "layer_idx", None)
+        if idx is not None:
+            return int(idx)
+        key = id(module)
+        if key not in self.layer_of:
+            self.layer_of[key] = len(self.layer_of)
+        return self.layer_of[key]
+
+
+_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "attncoda_capture", default=None
+)
+
+
+def _visible_mask(
+    attention_mask: torch.Tensor | None,
+    q_pos: torch.Tensor,
+    kv_len: int,
+    *,
+    causal: bool,
+    sliding_window: int | None,
+    batch: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Return ``(visible bool (b|1, 1, q, kv), additive float bias or None)`` for query positions.
+
+    ``attention_mask`` is what the registered mask function produced: ``None`` (pure causal, or
+    bidirectional without padding), a boolean mask, or a float additive mask (custom 4-D masks,
+    e.g. ARACH's hub offsets or a learned prior) where values near ``finfo.min`` mean invisible.
+    """
+    if attention_mask is None:
+        k = torch.arange(kv_len, device=device)
+        if causal:
+            vis = k[None, :] <= q_pos[:, None]
+            if sliding_window:
+                vis &= k[None, :] > q_pos[:, None] - sliding_window
+        else:
+            vis = torch.ones(len(q_pos), kv_len, dtype=torch.bool, device=device)
+        return vis[None, None], None
+    rows = attention_mask[:, :, q_pos - (kv_len - attention_mask.shape[-2]), :kv_len]
+    if rows.dtype == torch.bool:
+        return rows, None
+    min_val = torch.finfo(rows.dtype).min
+    vis = rows > min_val / 2
+    return vis, rows.float()
+
+
+def _attention_fn(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The registered attention function: delegate for the output, then capture if asked."""
+    session = _ACTIVE.get()
+    delegate = _delegate_for(module, session.delegate if session else "sdpa", kwargs)
+    kwargs.pop("output_attentions", None)
+    out, _ = delegate(
+        module, query, key, value, _mask_for(delegate, attention_mask, query, key, module, kwargs),
+        dropout=dropout, scaling=scaling, **kwargs,
+    )
+    if session is not None:
+        layer = session.layer_index(module)
+        if layer in session.layers:
+            with torch.no_grad():
+                _capture_layer(session, module, layer, query, key, attention_mask, scaling, kwargs)
+    return out, None
+
+
+def _delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """The implementation that computes the layer's output: what the model ran before capture."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    needs_eager = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None
+    if name == "eager" or needs_eager:
+        if eager is None:
+            raise CaptureError(
+                f"{type(module).__name__} has no eager_attention_forward; attncoda cannot compute "
+                "its output exactly"
+            )
+        return eager  # type: ignore[no-any-return]
+    if name == "sdpa" or name not in ALL_ATTENTION_FUNCTIONS:
+        return sdpa_attention_forward  # type: ignore[no-any-return]
+    return ALL_ATTENTION_FUNCTIONS[name]  # type: ignore[no-any-return]
+
+
+def _mask_for(
+    fn: Callable[..., Any],
+    mask: torch.Tensor | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    module: Any,
+    kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """Our mask function produces SDPA masks (bool or None); eager functions add masks."""
+    name = getattr(fn, "__name__", "")
+    if name != "eager_attention_forward":
+        return mask
+    if mask is not None and mask.dtype != torch.bool:
+        return mask
+    q_len, kv_len = query.shape[-2], key.shape[-2]
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=query.device)
+    vis, _ = _visible_mask(
+        mask, q_pos, kv_len, causal=bool(getattr(module, "is_causal", True)),
+        sliding_window=kwargs.get("sliding_window"), batch=query.shape[0], device=query.device,
+    )
+    zero = torch.zeros((), dtype=query.dtype, device=query.device)
+    return torch.where(vis, zero, torch.finfo(query.dtype).min)
+
+
+def _query_positions(spec: CaptureSpec, q_len: int, kv_len: int) -> list[int]:
+    """Captured query positions (in kv coordinates) among this call's queries."""
+    offset = kv_len - q_len
+    all_pos = list(range(offset, kv_len))
+    if spec.queries is None:
+        return all_pos
+    if isinstance(spec.queries, slice):
+        return [p for p in all_pos if p in set(range(kv_len)[spec.queries])]
+    wanted = {q % kv_len if q < 0 else q for q in spec.queries}
+    return [p for p in all_pos if p in wanted]
+
+
+def _capture_layer(
+    session: _Session,
+    module: Any,
+    layer: int,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    kwargs: dict[str, Any],
+) -> None:
+    spec = session.spec
+    call = session.calls.get(layer, 0)
+    session.calls[layer] = call + 1
+    batch, n_heads, q_len, head_dim = query.shape
+    kv_len = key.shape[-2]
+    positions = _query_positions(spec, q_len, kv_len)
+    if not positions:
+        return
+    if spec.sink == "learned" and getattr(module, "sinks", None) is None:
+        raise CaptureError("sink='learned' needs a model with learned sinks (GPT-OSS style)")
+    rep = n_heads // key.shape[1]
+    head_idx = torch.tensor(session.heads, device=query.device)
+    ctx = _LayerContext(
+        q=query.index_select(1, head_idx).float(),  # (b, h, q, d)
+        k=key.index_select(1, head_idx // rep).float(),  # (b, h, kv, d)
+        mask=attention_mask,
+        offset=kv_len - q_len,
+        scale=scaling if scaling is not None else head_dim**-0.5,
+        softcap=kwargs.get("softcap"),
+        sliding=kwargs.get("sliding_window"),
+        causal=bool(getattr(module, "is_causal", True)),
+        sinks_logit=(
+            module.sinks.detach().float()[session.heads] if spec.sink == "learned" else None
+        ),
+        sink_index=_sink_index(session, spec, attention_mask, batch, kv_len, q_len, query.device),
+    )
+    pos = torch.tensor(positions, device=query.device)
+    if spec.what == "summaries" and _fast_path_applies(spec, ctx):
+        summaries, redo = _fast_summaries(ctx, pos, spec.chunk_size)
+        if bool(redo.any()):
+            fixed, _, _ = _explicit(spec, ctx, pos[redo])
+            for name, val in fixed.items():
+                summaries[name][..., redo] = val
+        result = {k: v.cpu().numpy() for k, v in summaries.items()}
+        rows = learned = None
+    else:
+        summ, rows_t, learned_t = _explicit(spec, ctx, pos)
+        result = {k: v.cpu().numpy() for k, v in summ.items()}
+        rows = rows_t.numpy() if rows_t is not None else None
+        learned = learned_t.numpy() if learned_t is not None else None
+    session.records.append(
+        _Record(
+            layer=layer,
+            call=call,
+            query_pos=np.asarray(positions),
+            kv_len=kv_len,
+            summaries=result or None,
+            rows=rows,
+            learned_sink_rows=learned,
+        )
+    )
+
+
+@dataclass
+class _LayerContext:
+    """fp32 q/k of the captured heads and everything needed to rebuild their logits."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    mask: torch.Tensor | None
+    offset: int
+    scale: float
+    softcap: float | None
+    sliding: int | None
+    causal: bool
+    sinks_logit: torch.Tensor | None
+    sink_index: torch.Tensor
+
+    def visible(self, qpos: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        vis, bias = _visible_mask(
+            self.mask, qpos, self.k.shape[-2], causal=self.causal, sliding_window=self.sliding,
+            batch=self.q.shape[0], device=self.q.device,
+        )
+        vis = vis[..., :kv_len]
+        if vis.shape[1] > 1:  # per-head masks
+            vis = vis  # already per head in model order; callers select heads beforehand
+        return vis, None if bias is None else bias[..., :kv_len]
+
+
+def _fast_path_applies(spec: CaptureSpec, ctx: _LayerContext) -> bool:
+    """Summaries through SDPA need plain masks, plain logits and one sink key per sample."""
+    return (
+        spec.sink == "first"
+        and ctx.softcap is None
+        and (ctx.mask is None or ctx.mask.dtype == torch.bool)
+        and (ctx.mask is None or ctx.mask.shape[1] == 1)
+    )
+
+
+def _fast_summaries(
+    ctx: _LayerContext, pos: torch.Tensor, chunk: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Summaries from two fused SDPA calls per layer, never forming a query x key tensor.
+
+    With values ``V_A = K`` (sink row zeroed) and ``V_B = [onehot(sink), 1 - onehot(sink), 0..]``
+    SDPA returns, per row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms,
+    so no cancellation). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
+    ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is ill-conditioned (sink not
+    visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are returned in ``redo`` for the
+    explicit path.
+    """
+    q, k = ctx.q, ctx.k
+    b, h, kv, d = k.shape
+    qsel = q.index_select(2, pos - ctx.offset)
+    nq = len(pos)
+    bidx = torch.arange(b, device=q.device)
+    k_sink = k[bidx, :, ctx.sink_index]  # (b, h, d)
+    v_a = k.clone()
+    v_a[bidx, :, ctx.sink_index] = 0.0
+    v_b = torch.zeros_like(k)
+    v_b[..., 1] = 1.0
+    v_b[bidx, :, ctx.sink_index, 0] = 1.0
+    v_b[bidx, :, ctx.sink_index, 1] = 0.0
+    all_queries = nq == kv and ctx.offset == 0 and bool((pos == torch.arange(kv, device=pos.device)).all())
+    f = torch.nn.functional.scaled_dot_product_attention
+    if ctx.mask is None and (not ctx.causal or all_queries):
+        kwargs: dict[str, Any] = {"is_causal": ctx.causal}
+        vis_rows = None
+    else:
+        vis_rows, _ = ctx.visible(pos, kv)
+        kwargs = {"attn_mask": vis_rows}
+    out_a = f(qsel, k, v_a, scale=ctx.scale, **kwargs)
+    out_b = f(qsel, k, v_b, scale=ctx.scale, **kwargs)
+    del v_a, v_b
+    s, c = out_b[..., 0], out_b[..., 1]
+    z_s = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
+    # sums of visible keys for the balance, by prefix sums (causal) or a masked matmul
+    if vis_rows is None:
+        if ctx.causal:
+            csum = k.cumsum(dim=2).index_select(2, pos)
+            count = (pos + 1).to(k.dtype).expand(b, h, nq)
+            sink_vis = torch.ones(b, 1, nq, dtype=torch.bool, device=k.device)
+        else:
+            csum = k.sum(dim=2, keepdim=True).expand(b, h, nq, d)
+            count = torch.full((b, h, nq), float(kv), device=k.device)
+            sink_vis = torch.ones(b, 1, nq, dtype=torch.bool, device=k.device)
+    else:
+        vf = vis_rows.to(k.dtype)
+        csum = torch.cat(
+            [vf[:, :, i : i + chunk] @ k for i in range(0, nq, chunk)], dim=2
+        )
+        count = vf.sum(-1).expand(b, h, nq)
+        sink_vis = vis_rows.expand(b, -1, -1, -1)[bidx, :, :, ctx.sink_index]  # (b, 1, nq)
+    sink_vis = sink_vis.expand(b, h, nq)
+    content_sum = csum - k_sink[:, :, None, :] * sink_vis[..., None].to(k.dtype)
+    n_c = count - sink_vis.to(k.dtype)
+    tiny = 1e-30
+    redo = (~sink_vis) | (s <= tiny) | (c <= tiny) | (n_c < 1) | ~torch.isfinite(s)
+    logodds = torch.log(s) - torch.log(c)
+    lse_c = z_s - logodds
+    mean_pl = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, out_a) / c
+    h_c = lse_c - mean_pl
+    log_s = -torch.nn.functional.softplus(-logodds)
+    log_1ms = -torch.nn.functional.softplus(logodds)
+    entropy = _neg_plogp(log_s) + _neg_plogp(log_1ms) + c * h_c
+    safe_nc = n_c.clamp_min(1.0)
+    mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
+    balance = torch.sqrt(safe_nc / (safe_nc + 1)) * (z_s - mean_c)
+    out = {
+        "sink_share": s,
+        "sink_logodds": logodds,
+        "balance": balance,
+        "entropy": entropy,
+        "content_entropy": h_c,
+    }
+    return out, redo.any(dim=(0, 1))
+
+
+def _explicit(
+    spec: CaptureSpec, ctx: _LayerContext, pos: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
+    """Chunked fp32 logits over the keys that can be visible; summaries and/or rows."""
+    q, k = ctx.q, ctx.k
+    b, h, kv, _ = k.shape
+    kt = k.transpose(-1, -2)
+    learned = ctx.sinks_logit is not None
+    summaries: dict[str, list[torch.Tensor]] = {}
+    rows: list[torch.Tensor] = []
+    learned_rows: list[torch.Tensor] = []
+    for start in range(0, len(pos), spec.chunk_size):
+        qp = pos[start : start + spec.chunk_size]
+        visible_len = int(qp.max()) + 1 if ctx.causal and not _has_future_keys(ctx.mask) else kv
+        qc = q.index_select(2, qp - ctx.offset)
+        logits = torch.matmul(qc, kt[..., :visible_len]).mul_(ctx.scale)
+        if ctx.softcap is not None:
+            logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+        vis, bias = ctx.visible(qp, visible_len)
+        if bias is not None:
+            logits.add_(bias)
+        vis = vis.expand(b, h, len(qp), visible_len)
+        logits.masked_fill_(~vis, -math.inf)
+        if learned:
+            assert ctx.sinks_logit is not None
+            extra = ctx.sinks_logit.view(1, -1, 1, 1).expand(b, -1, len(qp), 1)
+            logits = torch.cat([extra, logits], dim=-1)
+            vis = torch.cat([torch.ones_like(vis[..., :1]), vis], dim=-1)
+            sink_mask = torch.zeros_like(vis)
+            sink_mask[..., 0] = True
+        else:
+            sink_mask = _sink_mask(spec, ctx.sink_index, visible_len, q.device)
+        if spec.what in ("rows", "both"):
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            # query rows with no visible key (padding queries) stay all -inf, not NaN
+            logp = torch.where(torch.isfinite(lse), logits - lse, -math.inf)
+            if learned:
+                learned_rows.append(logp[..., 0].cpu())
+                logp = logp[..., 1:]
+            full = torch.full((b, h, len(qp), kv), -math.inf, device=q.device)
+            full[..., : logp.shape[-1]] = logp
+            rows.append(full.cpu())
+        if spec.what in ("summaries", "both"):
+            work = logits if spec.what == "summaries" else logits.clone()
+            for name, val in _summaries_from_logits(work, vis, sink_mask).items():
+                summaries.setdefault(name, []).append(val)
+        del logits
+    return (
+        {k_: torch.cat(v, dim=-1) for k_, v in summaries.items()},
+        torch.cat(rows, dim=2) if rows else None,
+        torch.cat(learned_rows, dim=2) if learned_rows else None,
+    )
+
+
+def _has_future_keys(mask: torch.Tensor | None) -> bool:
+    """A float custom mask may make keys after the query visible (e.g. ARACH hubs)."""
+    return mask is not None and mask.dtype != torch.bool
+
+
+def _sink_index(
+    session: _Session,
+    spec: CaptureSpec,
+    attention_mask: torch.Tensor | None,
+    batch: int,
+    kv_len: int,
+    q_len: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """First valid key per sample, taken once per capture from the model inputs or the mask."""
+    if session.sink_index is not None and len(session.sink_index) == batch:
+        return session.sink_index.to(device)
+    first: torch.Tensor | None = None
+    if session.inputs and session.inputs[-1].get("attention_mask") is not None:
+        am = session.inputs[-1]["attention_mask"]
+        assert am is not None
+        first = am.to(torch.int8).argmax(-1)
+    elif attention_mask is not None:
+        vis = attention_mask if attention_mask.dtype == torch.bool else (
+            attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        )
+        first = vis[:, 0].any(dim=-2).to(torch.int8).argmax(-1)
+    if first is None:
+        first = torch.zeros(batch, dtype=torch.long, device=device)
+    if len(first) != batch:
+        first = first.expand(batch)
+    session.sink_index = first.to(device)
+    return session.sink_index
+
+
+def _sink_mask(
+    spec: CaptureSpec, sink_index: torch.Tensor, kv_len: int, device: torch.device
+) -> torch.Tensor:
+    keys = torch.arange(kv_len, device=device)
+    if spec.sink == "first":
+        return (keys[None, :] == sink_index[:, None])[:, None, None, :]
+    fixed = [spec.sink] if isinstance(spec.sink, int) else list(spec.sink)
+    return torch.isin(keys, torch.tensor(fixed, device=device))[None, None, None, :]
+
+
+# --------------------------------------------------------------------------------------------
+# registration
+
+
+_REGISTERED = False
+
+
+def _register() -> None:
+    """Register the attention and mask functions with transformers (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, _attention_fn)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    _REGISTERED = True
+
+
+# --------------------------------------------------------------------------------------------
+# the public context manager
+
+
+class Capture:
+    """Handle returned by :func:`capture`; ``cap.dataset`` holds the result after the block."""
+
+    def __init__(self, session: _Session, model_info: dict[str, Any], fallback: bool) -> None:
+        self._session = session
+        self._info = model_info
+        self.fallback = fallback
+        self._dataset: xr.Dataset | None = None
+
+    @property
+    def dataset(self) -> xr.Dataset:
+        """The captured data as an :class:`xarray.Dataset` (schema: :mod:`attncoda`'s data model)."""
+        if self._dataset is None:
+            self._dataset = self._build()
+        return self._dataset
+
+    def _build(self) -> xr.Dataset:
+        s = self._session
+        if not s.records:
+            raise CaptureError(
+                "the capture recorded nothing: no forward pass ran inside the block, or the "
+                "selected layers/queries were never computed (check layers=, queries=)"
+            )
+        return _assemble(s, self._info, fallback=self.fallback)
+
+
+def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Dataset:
+    """Turn the records into one dataset: calls of a layer are appended along ``query``."""
+    by_layer: dict[int, list[_Record]] = {}
+    for r in s.records:
+        by_layer.setdefault(r.layer, []).append(r)
+    layers = sorted(by_layer)
+    first = by_layer[layers[0]]
+    query_pos = np.concatenate([r.query_pos for r in sorted(first, key=lambda r: r.call)])
+    kv_max = max(r.kv_len for r in s.records)
+    batch = None
+    summaries: dict[str, np.ndarray] = {}
+    rows = None
+    learned = None
+    for li, layer in enumerate(layers):
+        recs = sorted(by_layer[layer], key=lambda r: r.call)
+        pos = np.concatenate([r.query_pos for r in recs])
+        if not np.array_equal(pos, query_pos):
+            raise CaptureError(f"layer {layer} saw different query positions than layer {layers[0]}")
+        if recs[0].summaries is not None:
+            for name in SUMMARY_VARIABLES:
+                val = np.concatenate([r.summaries[name] for r in recs if r.summaries], axis=-1)
+                if name not in summaries:
+                    batch = val.shape[0]
+                    summaries[name] = np.empty((batch, len(layers), *val.shape[1:]), np.float32)
+                summaries[name][:, li] = val
+        if recs[0].rows is not None:
+            parts = []
+            for r in recs:
+                assert r.rows is not None
+                pad = np.full((*r.rows.shape[:-1], kv_max - r.rows.shape[-1]), -np.inf, np.float32)
+                parts.append(np.concatenate([r.rows, pad], axis=-1))
+            val = np.concatenate(parts, axis=2)
+            if rows is None:
+                rows = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
+            rows[:, li] = val
+        if recs[0].learned_sink_rows is not None:
+            val = np.concatenate([r.learned_sink_rows for r in recs if r.learned_sink_rows is not None], axis=-1)
+            if learned is None:
+                learned = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
+            learned[:, li] = val
+    tokens = _tokens(s, kv_max)
+    spec_json = s.spec.to_json()
+    attrs = dict(info)
+    attrs.update(
+        capture_spec=spec_json,
+        attention_implementation=info.get("attention_implementation", ""),
+        capture_path="eager+hooks" if fallback else "registered-attention",
+    )
+    sink_index = (
+        s.sink_index.cpu().numpy() if s.sink_index is not None
+        else np.zeros(next(iter(summaries.values())).shape[0] if summaries else rows.shape[0], np.int64)  # type: ignore[union-attr]
+    )
+    return make_dataset(
+        summaries=summaries or None,
+        log_attn=rows,
+        learned_sink_log_attn=learned,
+        layers=layers,
+        heads=s.heads,
+        query_positions=query_pos,
+        n_keys=kv_max,
+        token_ids=tokens,
+        sink_index=sink_index,
+        attrs=attrs,
+    )
+
+
+def _tokens(s: _Session, kv_len: int) -> np.ndarray | None:
+    """Token ids per (sample, position) from the recorded model inputs (generate: concatenated)."""
+    ids = [inp.get("input_ids") for inp in s.inputs]
+    if not ids or any(i is None for i in ids):
+        return None
+    parts = [i.detach().cpu().numpy() for i in ids if i is not None]
+    if len({p.shape[0] for p in parts}) != 1:
+        return None
+    full = np.concatenate(parts, axis=1)
+    if full.shape[1] != kv_len:
+        return None
+    return full
+
+
+def _model_info(model: Any) -> dict[str, Any]:
+    config = getattr(model, "config", None)
+    dtype = next((p.dtype for p in model.parameters()), torch.float32)
+    return {
+        "model_id": str(getattr(config, "_name_or_path", "") or type(model).__name__),
+        "family": str(getattr(config, "model_type", "")),
+        "dtype": str(dtype).replace("torch.", ""),
+        "weights_sha256": str(getattr(model, "_attncoda_weights_sha256", "")),
+        "attncoda_version": attncoda.__version__,
+        "transformers_version": _version("transformers"),
+        "torch_version": torch.__version__,
+    }
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:  # pragma: no cover
+        return ""
+
+
+def _n_layers_heads(model: Any) -> tuple[int, int]:
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n_layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
+    n_heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    if n_layers is None or n_heads is None:
+        raise CaptureError(
+            f"cannot read the number of layers/heads from {type(config).__name__}; this model "
+            "family is not supported yet"
+        )
+    return int(n_layers), int(n_heads)
+
+
+@contextmanager
+def capture(
+    model: Any,
+    *,
+    layers: Any = None,
+    heads: Any = None,
+    queries: Any = None,
+    what: What = "summaries",
+    sink: Any = "first",
+    chunk_size: int = 256,
+) -> Iterator[Capture]:
+    """Capture attention of a HuggingFace model during the ``with`` block.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        Any model; it is not reloaded. Its attention implementation is switched to
+        ``"attncoda"`` inside the block and restored afterwards, also after an exception.
+    layers, heads, queries : None, int, list of int or slice
+        Which layers, heads and query positions to capture (default: all). Layers not captured
+        run exactly as before (SDPA by default).
+    what : {"summaries", "rows", "both"}, default "summaries"
+        Per-row sink/content summaries (O(T) memory per head) or fp32 log-attention rows.
+    sink : "first", "learned", int or list of int, default "first"
+        Which key(s) form the sink (see :class:`CaptureSpec`).
+    chunk_size : int, default 256
+        Query rows recomputed at once.
+
+    Yields
+    ------
+    Capture
+        ``cap.dataset`` is an :class:`xarray.Dataset` with dims
+        ``sample, layer, head, query(, key)``.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import capture, zoo
+    >>> model = zoo.tiny_twin("llama")
+    >>> batch = zoo.tiny_batch(model, length=8)
+    >>> with capture(model, layers=[0], what="summaries") as cap:
+    ...     _ = model(**batch)
+    >>> sorted(cap.dataset.sizes.items())
+    [('head', 4), ('layer', 1), ('query', 8), ('sample', 2)]
+    """
+    if what not in ("summaries", "rows", "both"):
+        raise CaptureError(f"what= must be 'summaries', 'rows' or 'both', got {what!r}")
+    if not (isinstance(chunk_size, int) and chunk_size > 0):
+        raise CaptureError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if not (sink in ("first", "learned") or isinstance(sink, int) or (
+        isinstance(sink, (list, tuple)) and sink and all(isinstance(i, int) for i in sink)
+    )):
+        raise CaptureError(f"sink= must be 'first', 'learned', an int or a list of ints, got {sink!r}")
+    if _ACTIVE.get() is not None:
+        raise CaptureError("captures cannot be nested; finish the outer capture first")
+    n_layers, n_heads = _n_layers_heads(model)
+    spec = CaptureSpec(
+        layers=_selection(layers, "layers"),
+        heads=_selection(heads, "heads"),
+        queries=_selection(queries, "queries"),
+        what=what,
+        sink=tuple(sink) if isinstance(sink, list) else sink,
+        chunk_size=chunk_size,
+    )
+    layer_list = _resolve(spec.layers, n_layers, "layer")
+    head_list = _resolve(spec.heads, n_heads, "head")
+    if not layer_list or not head_list:
+        raise CaptureError("the layer/head selection is empty; nothing would be captured")
+    previous = model.config._attn_implementation
+    info = _model_info(model)
+    info["attention_implementation"] = str(previous)
+    can_switch = type(model)._can_set_attn_implementation()
+    session = _Session(model, spec, layer_list, head_list, n_heads, delegate=str(previous))
+    hook = model.register_forward_pre_hook(_record_inputs(session), with_kwargs=True)
+    if not can_switch:
+        from ._fallback import fallback_capture
+
+        try:
+            with fallback_capture(model, session):
+                yield Capture(session, info, fallback=True)
+        finally:
+            hook.remove()
+        return
+    _register()
+    token = _ACTIVE.set(session)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.set_attn_implementation(ATTENTION_NAME)
+        yield Capture(session, info, fallback=False)
+    finally:
+        _ACTIVE.reset(token)
+        hook.remove()
+        model.set_attn_implementation(previous)
+
+
+def _record_inputs(session: _Session) -> Callable[..., None]:
+    def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
+        session.inputs.append(
+            {"input_ids": ids, "attention_mask": kwargs.get("attention_mask")}
+        )
+        am = kwargs.get("attention_mask")
+        if session.sink_index is None and am is not None and am.dim() == 2:
+            session.sink_index = am.to(torch.int8).argmax(-1)
+
+    return pre_hook
+
+
+def _iter_attention_modules(model: Any) -> Iterable[Any]:
+    for module in model.modules():
+        if hasattr(module, "layer_idx") and "Attention" in type(module).__name__:
+            yield module
