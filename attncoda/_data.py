@@ -152,7 +152,9 @@ def _netcdf_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = ""
         elif isinstance(val, (dict, list, tuple)):
             out[key] = json.dumps(val)
-        elif isinstance(val, (str, int, float, np.integer, np.floating)):
+        elif isinstance(val, str):
+            out[key] = str(val)  # plain str: subclasses such as torch's TorchVersion break h5py
+        elif isinstance(val, (int, float, np.integer, np.floating)):
             out[key] = val
         else:
             out[key] = str(val)

@@ -180,8 +180,14 @@ class SinkContent:
     n_content: Array
 
 
-def _sink_mask(lc: LogComposition, sink: SinkSpec, validate: bool) -> Array:
-    """Boolean (last-axis) array of sink parts, a subset of the visible parts."""
+def _sink_mask(
+    lc: LogComposition, sink: SinkSpec, validate: bool, allow_missing: bool = False
+) -> Array:
+    """Boolean (last-axis) array of sink parts, a subset of the visible parts.
+
+    ``allow_missing``: rows whose sink key is invisible (a sliding window that moved past it)
+    are allowed; they have no sink part.
+    """
     xp = lc.xp
     vis = lc.visible_full()
     n = lc.n_parts
@@ -204,14 +210,17 @@ def _sink_mask(lc: LogComposition, sink: SinkSpec, validate: bool) -> Array:
         idx_t = xp.asarray([i % n for i in idx], device=device_of(lc.log))
         s = xp.any(positions[:, None] == idx_t[None, :], axis=-1)
         s = xp.broadcast_to(s, tuple(lc.log.shape))
-    if validate and bool(xp.any(s & ~vis)):
+    if validate and not allow_missing and bool(xp.any(s & ~vis)):
         raise ShapeMismatchError(
             "a sink key is invisible in some rows (e.g. index 0 under left padding); use "
             "sink=None for the first visible key of each row"
         )
     s = s & vis
-    if bool(xp.any(~xp.any(s, axis=-1))):
-        raise TooFewPartsError("some rows have no visible sink key")
+    if not allow_missing and bool(xp.any(~xp.any(s, axis=-1))):
+        raise TooFewPartsError(
+            "some rows have no visible sink key (e.g. a sliding window moved past it); pass "
+            "degenerate='nan' to treat them as rows without sink mass"
+        )
     return s
 
 
@@ -260,7 +269,8 @@ def decompose(
     degenerate : {"raise", "nan"}, default "raise"
         Rows whose only visible keys are sinks (the first query of a causal model) have no
         content: raise :class:`TooFewPartsError`, or return NaN for the content quantities
-        (and ``+inf`` log-odds, share 1).
+        (and ``+inf`` log-odds, share 1). With ``"nan"``, rows whose sink key is invisible (a
+        sliding window past it) have sink share 0, log-odds ``-inf`` and a NaN balance.
 
     Returns
     -------
@@ -279,11 +289,12 @@ def decompose(
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
     xp = lc.xp
     vis = lc.visible_full()
-    s_mask = _sink_mask(lc, sink, validate)
+    s_mask = _sink_mask(lc, sink, validate, allow_missing=degenerate == "nan")
     c_mask = vis & ~s_mask
     dtype = lc.log.dtype
     n_s = xp.sum(xp.astype(s_mask, dtype), axis=-1)
     n_c = xp.sum(xp.astype(c_mask, dtype), axis=-1)
+    no_sink = n_s == 0
     empty = n_c == 0
     if bool(xp.any(empty)) and degenerate == "raise":
         raise TooFewPartsError(
@@ -305,6 +316,7 @@ def decompose(
     mean_c = _masked_mean(xp, lc.log, c_mask, n_c)
     safe_nc = xp.where(empty, xp.ones_like(n_c), n_c)
     balance = xp.sqrt(n_s * safe_nc / (n_s + safe_nc)) * (mean_s - mean_c)
+    empty = empty | no_sink  # the balance needs both channels
 
     safe_lse_c = xp.where(empty, xp.zeros_like(lse_c), lse_c)
     content = xp.exp(_masked(xp, lc.log, c_mask) - safe_lse_c[..., None])
@@ -315,7 +327,7 @@ def decompose(
         balance=xp.where(empty, nan, balance),
         content=lc.restore(content),
         entropy=h_total,
-        content_entropy=xp.where(empty, nan, h_content),
+        content_entropy=xp.where(n_c == 0, nan, h_content),
         sink_entropy=h_sink,
         binary_entropy=_binary_from_logs(xp, log_s, log_1ms),
         n_content=n_c,

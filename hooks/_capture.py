@@ -41,9 +41,9 @@ from attncoda._data import SUMMARY_VARIABLES, make_dataset
 
 __all__ = [
     "ATTENTION_NAME",
+    "Capture",
     "CaptureError",
     "CaptureSpec",
-    "Capture",
     "capture",
 ]
 
@@ -285,8 +285,14 @@ def _attention_fn(
     delegate = _delegate_for(module, session.delegate if session else "sdpa", kwargs)
     kwargs.pop("output_attentions", None)
     out, _ = delegate(
-        module, query, key, value, _mask_for(delegate, attention_mask, query, key, module, kwargs),
-        dropout=dropout, scaling=scaling, **kwargs,
+        module,
+        query,
+        key,
+        value,
+        _mask_for(delegate, attention_mask, query, key, module, kwargs),
+        dropout=dropout,
+        scaling=scaling,
+        **kwargs,
     )
     if session is not None:
         layer = session.layer_index(module)
@@ -309,10 +315,10 @@ def _delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[..
                 f"{type(module).__name__} has no eager_attention_forward; attncoda cannot compute "
                 "its output exactly"
             )
-        return eager  # type: ignore[no-any-return]
+        return eager
     if name == "sdpa" or name not in ALL_ATTENTION_FUNCTIONS:
-        return sdpa_attention_forward  # type: ignore[no-any-return]
-    return ALL_ATTENTION_FUNCTIONS[name]  # type: ignore[no-any-return]
+        return sdpa_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[name]
 
 
 def _mask_for(
@@ -332,8 +338,13 @@ def _mask_for(
     q_len, kv_len = query.shape[-2], key.shape[-2]
     q_pos = torch.arange(kv_len - q_len, kv_len, device=query.device)
     vis, _ = _visible_mask(
-        mask, q_pos, kv_len, causal=bool(getattr(module, "is_causal", True)),
-        sliding_window=kwargs.get("sliding_window"), batch=query.shape[0], device=query.device,
+        mask,
+        q_pos,
+        kv_len,
+        causal=bool(getattr(module, "is_causal", True)),
+        sliding_window=kwargs.get("sliding_window"),
+        batch=query.shape[0],
+        device=query.device,
     )
     zero = torch.zeros((), dtype=query.dtype, device=query.device)
     return torch.where(vis, zero, torch.finfo(query.dtype).min)
@@ -431,8 +442,13 @@ class _LayerContext:
 
     def visible(self, qpos: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         vis, bias = _visible_mask(
-            self.mask, qpos, self.k.shape[-2], causal=self.causal, sliding_window=self.sliding,
-            batch=self.q.shape[0], device=self.q.device,
+            self.mask,
+            qpos,
+            self.k.shape[-2],
+            causal=self.causal,
+            sliding_window=self.sliding,
+            batch=self.q.shape[0],
+            device=self.q.device,
         )
         vis = vis[..., :kv_len]
         if vis.shape[1] > 1:  # per-head masks
@@ -474,7 +490,9 @@ def _fast_summaries(
     v_b[..., 1] = 1.0
     v_b[bidx, :, ctx.sink_index, 0] = 1.0
     v_b[bidx, :, ctx.sink_index, 1] = 0.0
-    all_queries = nq == kv and ctx.offset == 0 and bool((pos == torch.arange(kv, device=pos.device)).all())
+    all_queries = (
+        nq == kv and ctx.offset == 0 and bool((pos == torch.arange(kv, device=pos.device)).all())
+    )
     f = torch.nn.functional.scaled_dot_product_attention
     if ctx.mask is None and (not ctx.causal or all_queries):
         kwargs: dict[str, Any] = {"is_causal": ctx.causal}
@@ -499,9 +517,7 @@ def _fast_summaries(
             sink_vis = torch.ones(b, 1, nq, dtype=torch.bool, device=k.device)
     else:
         vf = vis_rows.to(k.dtype)
-        csum = torch.cat(
-            [vf[:, :, i : i + chunk] @ k for i in range(0, nq, chunk)], dim=2
-        )
+        csum = torch.cat([vf[:, :, i : i + chunk] @ k for i in range(0, nq, chunk)], dim=2)
         count = vf.sum(-1).expand(b, h, nq)
         sink_vis = vis_rows.expand(b, -1, -1, -1)[bidx, :, :, ctx.sink_index]  # (b, 1, nq)
     sink_vis = sink_vis.expand(b, h, nq)
@@ -606,8 +622,10 @@ def _sink_index(
         assert am is not None
         first = am.to(torch.int8).argmax(-1)
     elif attention_mask is not None:
-        vis = attention_mask if attention_mask.dtype == torch.bool else (
-            attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        vis = (
+            attention_mask
+            if attention_mask.dtype == torch.bool
+            else (attention_mask > torch.finfo(attention_mask.dtype).min / 2)
         )
         first = vis[:, 0].any(dim=-2).to(torch.int8).argmax(-1)
     if first is None:
@@ -695,7 +713,9 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
         recs = sorted(by_layer[layer], key=lambda r: r.call)
         pos = np.concatenate([r.query_pos for r in recs])
         if not np.array_equal(pos, query_pos):
-            raise CaptureError(f"layer {layer} saw different query positions than layer {layers[0]}")
+            raise CaptureError(
+                f"layer {layer} saw different query positions than layer {layers[0]}"
+            )
         if recs[0].summaries is not None:
             for name in SUMMARY_VARIABLES:
                 val = np.concatenate([r.summaries[name] for r in recs if r.summaries], axis=-1)
@@ -714,7 +734,9 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
                 rows = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
             rows[:, li] = val
         if recs[0].learned_sink_rows is not None:
-            val = np.concatenate([r.learned_sink_rows for r in recs if r.learned_sink_rows is not None], axis=-1)
+            val = np.concatenate(
+                [r.learned_sink_rows for r in recs if r.learned_sink_rows is not None], axis=-1
+            )
             if learned is None:
                 learned = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
             learned[:, li] = val
@@ -726,9 +748,9 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
         attention_implementation=info.get("attention_implementation", ""),
         capture_path="eager+hooks" if fallback else "registered-attention",
     )
+    n_samples = next(iter(summaries.values())).shape[0] if summaries else len(rows)  # type: ignore[arg-type]
     sink_index = (
-        s.sink_index.cpu().numpy() if s.sink_index is not None
-        else np.zeros(next(iter(summaries.values())).shape[0] if summaries else rows.shape[0], np.int64)  # type: ignore[union-attr]
+        s.sink_index.cpu().numpy() if s.sink_index is not None else np.zeros(n_samples, np.int64)
     )
     return make_dataset(
         summaries=summaries or None,
@@ -842,10 +864,14 @@ def capture(
         raise CaptureError(f"what= must be 'summaries', 'rows' or 'both', got {what!r}")
     if not (isinstance(chunk_size, int) and chunk_size > 0):
         raise CaptureError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not (sink in ("first", "learned") or isinstance(sink, int) or (
-        isinstance(sink, (list, tuple)) and sink and all(isinstance(i, int) for i in sink)
-    )):
-        raise CaptureError(f"sink= must be 'first', 'learned', an int or a list of ints, got {sink!r}")
+    if not (
+        sink in ("first", "learned")
+        or isinstance(sink, int)
+        or (isinstance(sink, (list, tuple)) and sink and all(isinstance(i, int) for i in sink))
+    ):
+        raise CaptureError(
+            f"sink= must be 'first', 'learned', an int or a list of ints, got {sink!r}"
+        )
     if _ACTIVE.get() is not None:
         raise CaptureError("captures cannot be nested; finish the outer capture first")
     n_layers, n_heads = _n_layers_heads(model)
@@ -892,9 +918,7 @@ def capture(
 def _record_inputs(session: _Session) -> Callable[..., None]:
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
-        session.inputs.append(
-            {"input_ids": ids, "attention_mask": kwargs.get("attention_mask")}
-        )
+        session.inputs.append({"input_ids": ids, "attention_mask": kwargs.get("attention_mask")})
         am = kwargs.get("attention_mask")
         if session.sink_index is None and am is not None and am.dim() == 2:
             session.sink_index = am.to(torch.int8).argmax(-1)

@@ -1,0 +1,238 @@
+"""Capture on every zoo twin: rows equal eager weights, outputs unchanged, cleanup, padding, summaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attncoda as ac
+
+torch = pytest.importorskip("torch")
+zoo = pytest.importorskip("attncoda.hooks.zoo")
+from attncoda.hooks import CaptureError, capture  # noqa: E402
+
+FAMILIES = list(zoo.FAMILIES)
+
+
+def forward(model, batch, **kw):
+    with torch.no_grad():
+        out = model(**batch, **kw)
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def eager_weights(model, batch):
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(**batch, output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    return torch.stack(out.attentions, dim=1).numpy()  # (b, layer, head, q, k)
+
+
+def valid_queries(batch):
+    return batch["attention_mask"].numpy().astype(bool)[:, None, None, :, None]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rows_equal_eager_and_outputs_unchanged(family):
+    model = zoo.tiny_twin(family)
+    batch = zoo.tiny_batch(model, length=10, left_padding=True)
+    before = forward(model, batch)
+    sink = "learned" if family == "gpt_oss" else "first"
+    with capture(model, what="both", sink=sink) as cap:
+        during = forward(model, batch)
+    assert model.config._attn_implementation != "attncoda"
+    np.testing.assert_allclose(during.numpy(), before.numpy(), atol=1e-6)
+    ds = cap.dataset
+    weights = eager_weights(model, batch)
+    rows = np.exp(ds.log_attn.values)
+    valid = valid_queries(batch)
+    np.testing.assert_allclose(np.where(valid, rows, 0), np.where(valid, weights, 0), atol=1e-5)
+    # summaries agree with the core applied to the captured rows
+    la = ds.log_attn.values
+    if family == "gpt_oss":
+        la = np.concatenate([ds.learned_sink_log_attn.values[..., None], la], axis=-1)
+        sink = None
+    else:
+        keys = np.arange(la.shape[-1])
+        sink = (keys[None, :] == ds.sink_index.values[:, None])[:, None, None, None, :]
+        sink = np.broadcast_to(sink, la.shape)
+    la = np.where(valid, la, 0.0)  # padding queries have no row; compare the real ones
+    if family == "gpt_oss":
+        la[..., 0] = np.where(valid[..., 0], la[..., 0], 0.0)
+    d = ac.decompose(la.astype(np.float64), sink=sink, from_logits=True, degenerate="nan")
+    v = valid[..., 0]
+    for name in ac.SUMMARY_VARIABLES:
+        got = np.where(v, ds[name].values, np.nan)
+        want = np.where(v, getattr(d, name), np.nan)
+        finite = np.isfinite(want)
+        assert (np.isfinite(got) == finite).all(), name
+        np.testing.assert_allclose(got[finite], want[finite], atol=2e-5, rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fast_summaries_equal_explicit(family):
+    model = zoo.tiny_twin(family)
+    batch = zoo.tiny_batch(model, length=12, left_padding=True)
+    with capture(model, what="both") as both:
+        forward(model, batch)
+    with capture(model, what="summaries") as fast:
+        forward(model, batch)
+    for name in ac.SUMMARY_VARIABLES:
+        np.testing.assert_allclose(
+            fast.dataset[name].values, both.dataset[name].values, atol=2e-5, rtol=1e-5, err_msg=name
+        )
+
+
+def test_padding_and_batching_match_single_samples():
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=10, left_padding=True)
+    with capture(model, what="rows") as cap:
+        forward(model, batch)
+    batched = cap.dataset.log_attn.values
+    for i in range(batch["input_ids"].shape[0]):
+        keep = batch["attention_mask"][i].bool()
+        single = {
+            "input_ids": batch["input_ids"][i : i + 1, keep],
+            "attention_mask": batch["attention_mask"][i : i + 1, keep],
+        }
+        with capture(model, what="rows") as one:
+            forward(model, single)
+        n = int(keep.sum())
+        ours = batched[i][..., -n:, -n:]
+        np.testing.assert_allclose(np.exp(ours), np.exp(one.dataset.log_attn.values[0]), atol=1e-5)
+
+
+def test_selection_of_layers_heads_queries():
+    model = zoo.tiny_twin("qwen2")
+    batch = zoo.tiny_batch(model, length=9)
+    with capture(model, what="both") as full:
+        forward(model, batch)
+    with capture(model, layers=[1], heads=[0, 3], queries=[2, -1], what="both") as part:
+        forward(model, batch)
+    ds = part.dataset
+    assert ds.sizes["layer"] == 1 and ds.sizes["head"] == 2 and list(ds["query"].values) == [2, 8]
+    ref = full.dataset.sel(layer=[1], head=[0, 3], query=[2, 8])
+    for name in (*ac.SUMMARY_VARIABLES, "log_attn"):
+        np.testing.assert_allclose(ds[name].values, ref[name].values, atol=1e-6)
+
+
+def test_restored_after_exception_and_nothing_leaks():
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=6)
+    previous = model.config._attn_implementation
+    with pytest.raises(RuntimeError, match="boom"):
+        with capture(model) as cap:
+            forward(model, batch)
+            raise RuntimeError("boom")
+    assert model.config._attn_implementation == previous
+    assert len(model._forward_pre_hooks) == 0
+    # the next capture starts empty and works
+    with capture(model, layers=[0]) as cap2:
+        forward(model, zoo.tiny_batch(model, length=4, batch=1))
+    assert cap2.dataset.sizes["query"] == 4 and cap2.dataset.sizes["sample"] == 1
+    assert cap.dataset.sizes["sample"] == 2  # the first capture kept what it saw
+
+
+def test_capture_during_generate_appends_queries():
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=5, batch=1)
+    with capture(model, what="both") as cap, torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=2)
+    ds = cap.dataset
+    total = out.shape[1]
+    assert list(ds["query"].values) == list(range(total - 1))
+    assert ds.sizes["key"] == total - 1
+    # each generated step's row equals a fresh forward over the same prefix
+    with capture(model, what="rows") as ref:
+        forward(model, {"input_ids": out[:, :-1], "attention_mask": torch.ones_like(out[:, :-1])})
+    np.testing.assert_allclose(
+        np.exp(ds.log_attn.values), np.exp(ref.dataset.log_attn.values), atol=1e-5
+    )
+
+
+def test_sliding_window_rows_without_visible_sink():
+    model = zoo.tiny_twin("gemma3")  # window 4 < length
+    batch = zoo.tiny_batch(model, length=12)
+    with capture(model, what="both") as cap:
+        forward(model, batch)
+    ds = cap.dataset
+    sliding = [i for i, t in enumerate(model.config.layer_types) if t == "sliding_attention"]
+    late = ds.sel(layer=sliding[0], query=11)
+    assert float(late.sink_share.max()) == 0.0  # the sink is outside the window: no sink mass
+    np.testing.assert_allclose(late.content_entropy.values, late.entropy.values, atol=1e-6)
+
+
+def test_save_load_round_trip(tmp_path):
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=6)
+    with capture(model, what="both") as cap:
+        forward(model, batch)
+    ds = cap.dataset
+    for name in ("cap.nc", "cap.zarr"):
+        path = ac.save(ds, tmp_path / name)
+        back = ac.load(path)
+        assert back.identical(ds) if name.endswith(".nc") else back.load().equals(ds)
+        spec = back.attrs["capture_spec"]
+        assert '"what": "both"' in spec
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cap.nc", "cap.zarr"]  # no temp leftovers
+    appended = ac.save(ds, tmp_path / "cap.zarr", append=True)
+    assert ac.load(appended).sizes["sample"] == 2 * ds.sizes["sample"]
+    with pytest.raises(ValueError, match="suffix"):
+        ac.save(ds, tmp_path / "cap.bin")
+
+
+def test_bad_requests_give_clear_errors():
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=4)
+    with pytest.raises(CaptureError, match="out of range"):
+        with capture(model, layers=[7]):
+            pass
+    with pytest.raises(CaptureError, match="what="):
+        with capture(model, what="everything"):
+            pass
+    with pytest.raises(CaptureError, match="empty"):
+        with capture(model, heads=[]):
+            pass
+    with capture(model) as cap:
+        pass
+    with pytest.raises(CaptureError, match="recorded nothing"):
+        _ = cap.dataset
+    with capture(model):
+        with pytest.raises(CaptureError, match="nested"):
+            with capture(model):
+                pass
+        forward(model, batch)
+    with pytest.raises(CaptureError, match="learned"):
+        with capture(model, sink="learned"):
+            forward(model, batch)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_fallback_for_models_that_cannot_switch():
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(0)
+    config = GPTNeoConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=4,
+        max_position_embeddings=32,
+    )
+    model = GPTNeoForCausalLM(config).eval()
+    if type(model)._can_set_attn_implementation():
+        pytest.skip("GPT-Neo learned to switch implementations; pick another old-style model")
+    batch = {
+        "input_ids": torch.randint(0, 50, (1, 8)),
+        "attention_mask": torch.ones(1, 8, dtype=torch.long),
+    }
+    with capture(model, what="both") as cap:
+        forward(model, batch)
+    assert cap.fallback
+    weights = eager_weights(model, batch)
+    np.testing.assert_allclose(np.exp(cap.dataset.log_attn.values), weights, atol=1e-6)
