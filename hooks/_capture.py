@@ -21,13 +21,10 @@ exception.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import math
-import sys
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,6 +36,8 @@ import xarray as xr
 import attncoda
 from attncoda._data import SUMMARY_VARIABLES, make_dataset
 
+from ._registry import ATTENTION_NAME, can_switch, observed, visible_mask
+
 __all__ = [
     "ATTENTION_NAME",
     "Capture",
@@ -47,7 +46,6 @@ __all__ = [
     "capture",
 ]
 
-ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
 
 What = Literal["summaries", "rows", "both"]
 SinkChoice = Literal["first", "learned"] | int | Sequence[int]
@@ -214,140 +212,12 @@ class _Session:
     layers: list[int]
     heads: list[int]
     n_heads: int
-    delegate: str
     records: list[_Record] = field(default_factory=list)
     calls: dict[int, int] = field(default_factory=dict)  # layer -> number of calls so far
-    layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer
+    layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer (fallback)
     inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
     sink_index: torch.Tensor | None = None  # (batch,)
     store: Any = None
-
-    def layer_index(self, module: Any) -> int:
-        idx = getattr(module, "layer_idx", None)
-        if idx is not None:
-            return int(idx)
-        key = id(module)
-        if key not in self.layer_of:
-            self.layer_of[key] = len(self.layer_of)
-        return self.layer_of[key]
-
-
-_ACTIVE: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
-    "attncoda_capture", default=None
-)
-
-
-def _visible_mask(
-    attention_mask: torch.Tensor | None,
-    q_pos: torch.Tensor,
-    kv_len: int,
-    *,
-    causal: bool,
-    sliding_window: int | None,
-    batch: int,
-    device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Return ``(visible bool (b|1, 1, q, kv), additive float bias or None)`` for query positions.
-
-    ``attention_mask`` is what the registered mask function produced: ``None`` (pure causal, or
-    bidirectional without padding), a boolean mask, or a float additive mask (custom 4-D masks,
-    e.g. ARACH's hub offsets or a learned prior) where values near ``finfo.min`` mean invisible.
-    """
-    if attention_mask is None:
-        k = torch.arange(kv_len, device=device)
-        if causal:
-            vis = k[None, :] <= q_pos[:, None]
-            if sliding_window:
-                vis &= k[None, :] > q_pos[:, None] - sliding_window
-        else:
-            vis = torch.ones(len(q_pos), kv_len, dtype=torch.bool, device=device)
-        return vis[None, None], None
-    rows = attention_mask[:, :, q_pos - (kv_len - attention_mask.shape[-2]), :kv_len]
-    if rows.dtype == torch.bool:
-        return rows, None
-    min_val = torch.finfo(rows.dtype).min
-    vis = rows > min_val / 2
-    return vis, rows.float()
-
-
-def _attention_fn(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """The registered attention function: delegate for the output, then capture if asked."""
-    session = _ACTIVE.get()
-    delegate = _delegate_for(module, session.delegate if session else "sdpa", kwargs)
-    kwargs.pop("output_attentions", None)
-    out, _ = delegate(
-        module,
-        query,
-        key,
-        value,
-        _mask_for(delegate, attention_mask, query, key, module, kwargs),
-        dropout=dropout,
-        scaling=scaling,
-        **kwargs,
-    )
-    if session is not None:
-        layer = session.layer_index(module)
-        if layer in session.layers:
-            with torch.no_grad():
-                _capture_layer(session, module, layer, query, key, attention_mask, scaling, kwargs)
-    return out, None
-
-
-def _delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """The implementation that computes the layer's output: what the model ran before capture."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    needs_eager = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None
-    if name == "eager" or needs_eager:
-        if eager is None:
-            raise CaptureError(
-                f"{type(module).__name__} has no eager_attention_forward; attncoda cannot compute "
-                "its output exactly"
-            )
-        return eager
-    if name == "sdpa" or name not in ALL_ATTENTION_FUNCTIONS:
-        return sdpa_attention_forward
-    return ALL_ATTENTION_FUNCTIONS[name]
-
-
-def _mask_for(
-    fn: Callable[..., Any],
-    mask: torch.Tensor | None,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    module: Any,
-    kwargs: dict[str, Any],
-) -> torch.Tensor | None:
-    """Our mask function produces SDPA masks (bool or None); eager functions add masks."""
-    name = getattr(fn, "__name__", "")
-    if name != "eager_attention_forward":
-        return mask
-    if mask is not None and mask.dtype != torch.bool:
-        return mask
-    q_len, kv_len = query.shape[-2], key.shape[-2]
-    q_pos = torch.arange(kv_len - q_len, kv_len, device=query.device)
-    vis, _ = _visible_mask(
-        mask,
-        q_pos,
-        kv_len,
-        causal=bool(getattr(module, "is_causal", True)),
-        sliding_window=kwargs.get("sliding_window"),
-        batch=query.shape[0],
-        device=query.device,
-    )
-    zero = torch.zeros((), dtype=query.dtype, device=query.device)
-    return torch.where(vis, zero, torch.finfo(query.dtype).min)
 
 
 def _query_positions(spec: CaptureSpec, q_len: int, kv_len: int) -> list[int]:
@@ -441,13 +311,12 @@ class _LayerContext:
     sink_index: torch.Tensor
 
     def visible(self, qpos: torch.Tensor, kv_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        vis, bias = _visible_mask(
+        vis, bias = visible_mask(
             self.mask,
             qpos,
             self.k.shape[-2],
             causal=self.causal,
             sliding_window=self.sliding,
-            batch=self.q.shape[0],
             device=self.q.device,
         )
         vis = vis[..., :kv_len]
@@ -648,26 +517,6 @@ def _sink_mask(
 
 # --------------------------------------------------------------------------------------------
 # registration
-
-
-_REGISTERED = False
-
-
-def _register() -> None:
-    """Register the attention and mask functions with transformers (idempotent)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
-    AttentionInterface.register(ATTENTION_NAME, _attention_fn)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    _REGISTERED = True
-
-
-# --------------------------------------------------------------------------------------------
-# the public context manager
 
 
 class Capture:
@@ -872,8 +721,8 @@ def capture(
         raise CaptureError(
             f"sink= must be 'first', 'learned', an int or a list of ints, got {sink!r}"
         )
-    if _ACTIVE.get() is not None:
-        raise CaptureError("captures cannot be nested; finish the outer capture first")
+    if id(model) in _CAPTURING:
+        raise CaptureError("captures of one model cannot be nested; finish the outer capture first")
     n_layers, n_heads = _n_layers_heads(model)
     spec = CaptureSpec(
         layers=_selection(layers, "layers"),
@@ -887,32 +736,39 @@ def capture(
     head_list = _resolve(spec.heads, n_heads, "head")
     if not layer_list or not head_list:
         raise CaptureError("the layer/head selection is empty; nothing would be captured")
-    previous = model.config._attn_implementation
     info = _model_info(model)
-    info["attention_implementation"] = str(previous)
-    can_switch = type(model)._can_set_attn_implementation()
-    session = _Session(model, spec, layer_list, head_list, n_heads, delegate=str(previous))
-    hook = model.register_forward_pre_hook(_record_inputs(session), with_kwargs=True)
-    if not can_switch:
-        from ._fallback import fallback_capture
+    info["attention_implementation"] = str(model.config._attn_implementation)
+    session = _Session(model, spec, layer_list, head_list, n_heads)
 
-        try:
+    def observe(
+        module: Any,
+        layer: int,
+        query: Any,
+        key: Any,
+        mask: Any,
+        scaling: Any,
+        kwargs: dict[str, Any],
+    ) -> None:
+        if layer in session.layers:
+            _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
+
+    _CAPTURING.add(id(model))
+    hook = model.register_forward_pre_hook(_record_inputs(session), with_kwargs=True)
+    try:
+        if can_switch(model):
+            with observed(model, observe):
+                yield Capture(session, info, fallback=False)
+        else:
+            from ._fallback import fallback_capture
+
             with fallback_capture(model, session):
                 yield Capture(session, info, fallback=True)
-        finally:
-            hook.remove()
-        return
-    _register()
-    token = _ACTIVE.set(session)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model.set_attn_implementation(ATTENTION_NAME)
-        yield Capture(session, info, fallback=False)
     finally:
-        _ACTIVE.reset(token)
         hook.remove()
-        model.set_attn_implementation(previous)
+        _CAPTURING.discard(id(model))
+
+
+_CAPTURING: set[int] = set()  # ids of models inside a capture block
 
 
 def _record_inputs(session: _Session) -> Callable[..., None]:
@@ -924,9 +780,3 @@ def _record_inputs(session: _Session) -> Callable[..., None]:
             session.sink_index = am.to(torch.int8).argmax(-1)
 
     return pre_hook
-
-
-def _iter_attention_modules(model: Any) -> Iterable[Any]:
-    for module in model.modules():
-        if hasattr(module, "layer_idx") and "Attention" in type(module).__name__:
-            yield module

@@ -1,0 +1,323 @@
+"""The one attention function attncoda registers with transformers, and who may use it.
+
+Captures (``capture``), head gates (``gates``) and attention plug-ins (priors, biases) all work
+through the same registered function. This module owns the switch:
+
+- :func:`activated` switches a model to ``"attncoda"`` and restores its previous implementation
+  when the last user leaves, also after an exception. It is reference-counted, so a capture
+  inside a gate block (or the other way round) shares one switch.
+- Every layer's output is computed by the implementation the model had before (SDPA by default,
+  the model's own eager function when it needs one), so an active switch changes nothing by
+  itself.
+- :class:`AttentionPlugin` objects, pushed with :func:`plugged`, may adjust a layer's mask
+  (e.g. add a pre-softmax bias) or its per-head output (e.g. zero a head). They only apply to
+  the modules of the model they were created for.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = [
+    "ATTENTION_NAME",
+    "AttentionPlugin",
+    "RegistryError",
+    "activated",
+    "attention_modules",
+    "layer_index",
+    "plugged",
+]
+
+ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
+
+
+class RegistryError(RuntimeError):
+    """The model cannot be switched to attncoda's attention function."""
+
+
+def attention_modules(model: Any) -> list[Any]:
+    """The model's leaf attention modules, in layer order.
+
+    A leaf attention module is one whose class name contains ``"Attention"`` and that has no
+    child of that kind (BERT's ``BertSelfAttention``, not its wrapper ``BertAttention``).
+    """
+    found = []
+    for module in model.modules():
+        if "Attention" not in type(module).__name__:
+            continue
+        if any("Attention" in type(c).__name__ for c in module.children()):
+            continue
+        found.append(module)
+    return found
+
+
+@dataclass
+class _Activation:
+    previous: str
+    modules: dict[int, int]  # id(attention module) -> layer index
+    users: int = 0
+
+
+_ACTIVATIONS: dict[int, _Activation] = {}  # id(model) -> activation
+_MODULE_MODEL: dict[int, int] = {}  # id(attention module) -> id(model)
+
+
+def layer_index(module: Any) -> int:
+    """Layer index of an attention module of an activated model."""
+    idx = getattr(module, "layer_idx", None)
+    if idx is not None:
+        return int(idx)
+    act = _ACTIVATIONS.get(_MODULE_MODEL.get(id(module), -1))
+    if act is None or id(module) not in act.modules:
+        raise RegistryError(f"{type(module).__name__} is not part of an activated model")
+    return act.modules[id(module)]
+
+
+def can_switch(model: Any) -> bool:
+    """Whether the model's attention goes through transformers' attention registry."""
+    fn = getattr(type(model), "_can_set_attn_implementation", None)
+    return bool(fn()) if fn is not None else False
+
+
+_REGISTERED = False
+
+
+def _register() -> None:
+    """Register the attention and mask functions with transformers (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, _attention_fn)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+    _REGISTERED = True
+
+
+@contextmanager
+def activated(model: Any) -> Iterator[str]:
+    """Switch ``model`` to attncoda's attention function for the block; yields the previous name.
+
+    Raises :class:`RegistryError` for models whose attention does not go through the registry.
+    """
+    key = id(model)
+    act = _ACTIVATIONS.get(key)
+    if act is None:
+        if not can_switch(model):
+            raise RegistryError(
+                f"{type(model).__name__} computes attention in its own code, not through "
+                "transformers' attention registry, so attncoda cannot switch it"
+            )
+        _register()
+        previous = str(model.config._attn_implementation)
+        modules = {id(m): i for i, m in enumerate(attention_modules(model))}
+        act = _Activation(previous=previous, modules=modules)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.set_attn_implementation(ATTENTION_NAME)
+        _ACTIVATIONS[key] = act
+        for mid in modules:
+            _MODULE_MODEL[mid] = key
+    act.users += 1
+    try:
+        yield act.previous
+    finally:
+        act.users -= 1
+        if act.users == 0:
+            del _ACTIVATIONS[key]
+            for mid in act.modules:
+                _MODULE_MODEL.pop(mid, None)
+            model.set_attn_implementation(act.previous)
+
+
+class AttentionPlugin:
+    """Base class of things that adjust attention inside the registered function.
+
+    Subclasses override :meth:`adjust_mask` and/or :meth:`adjust_output`. A plugin applies only
+    to the attention modules of the model given to its constructor.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model_id = id(model)
+
+    def applies_to(self, module: Any) -> bool:
+        return _MODULE_MODEL.get(id(module)) == self.model_id
+
+    def adjust_mask(
+        self,
+        module: Any,
+        layer: int,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        mask: torch.Tensor | None,
+        kwargs: dict[str, Any],
+    ) -> torch.Tensor | None:
+        """Return the mask the layer should use (default: unchanged)."""
+        return mask
+
+    def adjust_output(self, module: Any, layer: int, output: torch.Tensor) -> torch.Tensor:
+        """Return the layer's attention output ``(batch, query, head, dim)`` (default: unchanged)."""
+        return output
+
+
+@dataclass
+class _Observer:
+    """Receives each layer's inputs after the output is computed (used by capture)."""
+
+    model_id: int
+    fn: Callable[..., None]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_PLUGINS: contextvars.ContextVar[tuple[AttentionPlugin, ...]] = contextvars.ContextVar(
+    "attncoda_plugins", default=()
+)
+_OBSERVERS: contextvars.ContextVar[tuple[_Observer, ...]] = contextvars.ContextVar(
+    "attncoda_observers", default=()
+)
+
+
+@contextmanager
+def plugged(model: Any, plugin: AttentionPlugin) -> Iterator[AttentionPlugin]:
+    """Activate ``model`` and apply ``plugin`` inside the block."""
+    with activated(model):
+        token = _PLUGINS.set((*_PLUGINS.get(), plugin))
+        try:
+            yield plugin
+        finally:
+            _PLUGINS.reset(token)
+
+
+@contextmanager
+def observed(model: Any, fn: Callable[..., None]) -> Iterator[None]:
+    """Activate ``model`` and call ``fn(module, layer, query, key, mask, scaling, kwargs)``."""
+    with activated(model):
+        token = _OBSERVERS.set((*_OBSERVERS.get(), _Observer(id(model), fn)))
+        try:
+            yield
+        finally:
+            _OBSERVERS.reset(token)
+
+
+def _attention_fn(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The registered attention function: plug-ins, the previous implementation, observers."""
+    model_id = _MODULE_MODEL.get(id(module))
+    act = _ACTIVATIONS.get(model_id) if model_id is not None else None
+    layer = layer_index(module) if act is not None else getattr(module, "layer_idx", 0) or 0
+    kwargs.pop("output_attentions", None)
+    plugins = [p for p in _PLUGINS.get() if p.model_id == model_id]
+    for p in plugins:
+        attention_mask = p.adjust_mask(module, layer, query, key, attention_mask, kwargs)
+    delegate = delegate_for(module, act.previous if act else "sdpa", kwargs)
+    out, _ = delegate(
+        module,
+        query,
+        key,
+        value,
+        eager_mask_for(delegate, attention_mask, query, key, module, kwargs),
+        dropout=dropout,
+        scaling=scaling,
+        **kwargs,
+    )
+    for obs in _OBSERVERS.get():
+        if obs.model_id == model_id:
+            with torch.no_grad():
+                obs.fn(module, layer, query, key, attention_mask, scaling, kwargs)
+    for p in plugins:
+        out = p.adjust_output(module, layer, out)
+    return out, None
+
+
+def delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """The implementation that computes the layer's output: what the model ran before."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    needs_eager = kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None
+    if name == "eager" or needs_eager:
+        if eager is None:
+            raise RegistryError(
+                f"{type(module).__name__} has no eager_attention_forward; attncoda cannot compute "
+                "its output exactly"
+            )
+        return eager
+    if name == "sdpa" or name not in ALL_ATTENTION_FUNCTIONS:
+        return sdpa_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[name]
+
+
+def visible_mask(
+    attention_mask: torch.Tensor | None,
+    q_pos: torch.Tensor,
+    kv_len: int,
+    *,
+    causal: bool,
+    sliding_window: int | None,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(visible bool (b|1, h|1, q, kv), additive float bias or None)`` for query positions.
+
+    ``attention_mask`` is what the registered mask function produced: ``None`` (pure causal, or
+    bidirectional without padding), a boolean mask, or a float additive mask (custom 4-D masks,
+    a plug-in's bias) where values near ``finfo.min`` mean invisible.
+    """
+    if attention_mask is None:
+        k = torch.arange(kv_len, device=device)
+        if causal:
+            vis = k[None, :] <= q_pos[:, None]
+            if sliding_window:
+                vis &= k[None, :] > q_pos[:, None] - sliding_window
+        else:
+            vis = torch.ones(len(q_pos), kv_len, dtype=torch.bool, device=device)
+        return vis[None, None], None
+    rows = attention_mask[:, :, q_pos - (kv_len - attention_mask.shape[-2]), :kv_len]
+    if rows.dtype == torch.bool:
+        return rows, None
+    vis = rows > torch.finfo(rows.dtype).min / 2
+    return vis, rows.float()
+
+
+def eager_mask_for(
+    fn: Callable[..., Any],
+    mask: torch.Tensor | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    module: Any,
+    kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """Our mask function produces SDPA masks (bool or None); eager functions *add* masks."""
+    if getattr(fn, "__name__", "") != "eager_attention_forward":
+        return mask
+    if mask is not None and mask.dtype != torch.bool:
+        return mask
+    q_len, kv_len = query.shape[-2], key.shape[-2]
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=query.device)
+    vis, _ = visible_mask(
+        mask,
+        q_pos,
+        kv_len,
+        causal=bool(getattr(module, "is_causal", True)),
+        sliding_window=kwargs.get("sliding_window"),
+        device=query.device,
+    )
+    zero = torch.zeros((), dtype=query.dtype, device=query.device)
+    return torch.where(vis, zero, torch.finfo(query.dtype).min)
