@@ -24,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -34,7 +36,7 @@ import torch
 import xarray as xr
 
 import attncoda
-from attncoda._data import SUMMARY_VARIABLES, make_dataset
+from attncoda._data import SUMMARY_VARIABLES, load, make_dataset, save
 
 from ._registry import ATTENTION_NAME, can_switch, observed, visible_mask
 
@@ -206,18 +208,50 @@ class _Record:
 
 
 @dataclass
+class _Segment:
+    """One independent forward pass, continued by cached generate() steps (appended on query)."""
+
+    records: list[_Record] = field(default_factory=list)
+    calls: dict[int, int] = field(default_factory=dict)  # layer -> calls so far
+    inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
+    sink_index: torch.Tensor | None = None  # (batch,)
+
+
+@dataclass
 class _Session:
     model: Any
     spec: CaptureSpec
     layers: list[int]
     heads: list[int]
     n_heads: int
-    records: list[_Record] = field(default_factory=list)
-    calls: dict[int, int] = field(default_factory=dict)  # layer -> number of calls so far
+    segments: list[_Segment] = field(default_factory=list)
     layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer (fallback)
-    inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
-    sink_index: torch.Tensor | None = None  # (batch,)
-    store: Any = None
+    store: Any = None  # a zarr path to stream finished segments to
+
+    def current(self) -> _Segment:
+        if not self.segments:
+            self.segments.append(_Segment())
+        return self.segments[-1]
+
+    @property
+    def records(self) -> list[_Record]:
+        return self.current().records
+
+    @property
+    def calls(self) -> dict[int, int]:
+        return self.current().calls
+
+    @property
+    def inputs(self) -> list[dict[str, torch.Tensor | None]]:
+        return self.current().inputs
+
+    @property
+    def sink_index(self) -> torch.Tensor | None:
+        return self.current().sink_index
+
+    @sink_index.setter
+    def sink_index(self, value: torch.Tensor | None) -> None:
+        self.current().sink_index = value
 
 
 def _query_positions(spec: CaptureSpec, q_len: int, kv_len: int) -> list[int]:
@@ -257,7 +291,11 @@ def _capture_layer(
     ctx = _LayerContext(
         q=query.index_select(1, head_idx).float(),  # (b, h, q, d)
         k=key.index_select(1, head_idx // rep).float(),  # (b, h, kv, d)
-        mask=attention_mask,
+        mask=(  # per-head masks (a plug-in's per-head bias): keep the captured heads only
+            attention_mask.index_select(1, head_idx)
+            if attention_mask is not None and attention_mask.shape[1] > 1
+            else attention_mask
+        ),
         offset=kv_len - q_len,
         scale=scaling if scaling is not None else head_dim**-0.5,
         softcap=kwargs.get("softcap"),
@@ -320,8 +358,6 @@ class _LayerContext:
             device=self.q.device,
         )
         vis = vis[..., :kv_len]
-        if vis.shape[1] > 1:  # per-head masks
-            vis = vis  # already per head in model order; callers select heads beforehand
         return vis, None if bias is None else bias[..., :kv_len]
 
 
@@ -530,31 +566,73 @@ class Capture:
 
     @property
     def dataset(self) -> xr.Dataset:
-        """The captured data as an :class:`xarray.Dataset` (schema: :mod:`attncoda`'s data model)."""
+        """The captured data as an :class:`xarray.Dataset` (schema: :mod:`attncoda`'s data model).
+
+        With ``stream_to=`` the dataset is opened lazily from the zarr store.
+        """
         if self._dataset is None:
-            self._dataset = self._build()
+            s = self._session
+            if s.store is not None:
+                _flush(s, self._info, fallback=self.fallback)
+                if not Path(s.store).exists():
+                    raise CaptureError(_NOTHING)
+                self._dataset = load(s.store)
+            else:
+                segments = [seg for seg in s.segments if seg.records]
+                if not segments:
+                    raise CaptureError(_NOTHING)
+                self._dataset = _combine(
+                    [_assemble(s, seg, self._info, fallback=self.fallback) for seg in segments]
+                )
         return self._dataset
 
-    def _build(self) -> xr.Dataset:
-        s = self._session
-        if not s.records:
-            raise CaptureError(
-                "the capture recorded nothing: no forward pass ran inside the block, or the "
-                "selected layers/queries were never computed (check layers=, queries=)"
-            )
-        return _assemble(s, self._info, fallback=self.fallback)
+
+_NOTHING = (
+    "the capture recorded nothing: no forward pass ran inside the block, or the selected "
+    "layers/queries were never computed (check layers=, queries=)"
+)
 
 
-def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Dataset:
-    """Turn the records into one dataset: calls of a layer are appended along ``query``."""
+def _flush(s: _Session, info: dict[str, Any], *, fallback: bool) -> None:
+    """Append finished segments to the zarr store and drop them from memory."""
+    for seg in s.segments:
+        if seg.records:
+            save(_assemble(s, seg, info, fallback=fallback), s.store, append=True)
+            seg.records.clear()
+    del s.segments[:-1]
+
+
+def _combine(parts: list[xr.Dataset]) -> xr.Dataset:
+    """Independent forward passes become samples; differing lengths are padded (NaN / -inf)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not all("token_id" in p.coords for p in parts):
+        parts = [p.drop_vars("token_id", errors="ignore") for p in parts]
+    out = xr.concat(
+        parts,
+        dim="sample",
+        join="outer",
+        combine_attrs="override",
+        data_vars="minimal",
+        coords="minimal",
+        fill_value=_FILL,
+    )
+    out = out.assign_coords(sample=np.arange(out.sizes["sample"]))
+    return out
+
+
+_FILL = {"log_attn": -np.inf, "learned_sink_log_attn": -np.inf, "token_id": -1, "sink_index": 0}
+
+
+def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: bool) -> xr.Dataset:
+    """Turn one segment's records into a dataset: calls of a layer are appended along ``query``."""
     by_layer: dict[int, list[_Record]] = {}
-    for r in s.records:
+    for r in seg.records:
         by_layer.setdefault(r.layer, []).append(r)
     layers = sorted(by_layer)
     first = by_layer[layers[0]]
     query_pos = np.concatenate([r.query_pos for r in sorted(first, key=lambda r: r.call)])
-    kv_max = max(r.kv_len for r in s.records)
-    batch = None
+    kv_max = max(r.kv_len for r in seg.records)
     summaries: dict[str, np.ndarray] = {}
     rows = None
     learned = None
@@ -569,8 +647,8 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
             for name in SUMMARY_VARIABLES:
                 val = np.concatenate([r.summaries[name] for r in recs if r.summaries], axis=-1)
                 if name not in summaries:
-                    batch = val.shape[0]
-                    summaries[name] = np.empty((batch, len(layers), *val.shape[1:]), np.float32)
+                    shape = (val.shape[0], len(layers), *val.shape[1:])
+                    summaries[name] = np.empty(shape, np.float32)
                 summaries[name][:, li] = val
         if recs[0].rows is not None:
             parts = []
@@ -589,17 +667,16 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
             if learned is None:
                 learned = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
             learned[:, li] = val
-    tokens = _tokens(s, kv_max)
-    spec_json = s.spec.to_json()
     attrs = dict(info)
     attrs.update(
-        capture_spec=spec_json,
-        attention_implementation=info.get("attention_implementation", ""),
+        capture_spec=s.spec.to_json(),
         capture_path="eager+hooks" if fallback else "registered-attention",
     )
     n_samples = next(iter(summaries.values())).shape[0] if summaries else len(rows)  # type: ignore[arg-type]
     sink_index = (
-        s.sink_index.cpu().numpy() if s.sink_index is not None else np.zeros(n_samples, np.int64)
+        seg.sink_index.cpu().numpy()
+        if seg.sink_index is not None
+        else np.zeros(n_samples, np.int64)
     )
     return make_dataset(
         summaries=summaries or None,
@@ -609,15 +686,15 @@ def _assemble(s: _Session, info: dict[str, Any], *, fallback: bool) -> xr.Datase
         heads=s.heads,
         query_positions=query_pos,
         n_keys=kv_max,
-        token_ids=tokens,
+        token_ids=_tokens(seg, kv_max),
         sink_index=sink_index,
         attrs=attrs,
     )
 
 
-def _tokens(s: _Session, kv_len: int) -> np.ndarray | None:
+def _tokens(seg: _Segment, kv_len: int) -> np.ndarray | None:
     """Token ids per (sample, position) from the recorded model inputs (generate: concatenated)."""
-    ids = [inp.get("input_ids") for inp in s.inputs]
+    ids = [inp.get("input_ids") for inp in seg.inputs]
     if not ids or any(i is None for i in ids):
         return None
     parts = [i.detach().cpu().numpy() for i in ids if i is not None]
@@ -675,6 +752,7 @@ def capture(
     what: What = "summaries",
     sink: Any = "first",
     chunk_size: int = 256,
+    stream_to: str | os.PathLike[str] | None = None,
 ) -> Iterator[Capture]:
     """Capture attention of a HuggingFace model during the ``with`` block.
 
@@ -692,6 +770,10 @@ def capture(
         Which key(s) form the sink (see :class:`CaptureSpec`).
     chunk_size : int, default 256
         Query rows recomputed at once.
+    stream_to : path-like, optional
+        A ``.zarr`` store: each finished forward pass is appended to it along ``sample`` and
+        dropped from memory (for long runs over many batches; every batch must have the same
+        length). ``cap.dataset`` then opens the store lazily.
 
     Yields
     ------
@@ -739,6 +821,15 @@ def capture(
     info = _model_info(model)
     info["attention_implementation"] = str(model.config._attn_implementation)
     session = _Session(model, spec, layer_list, head_list, n_heads)
+    if stream_to is not None:
+        if Path(stream_to).suffix != ".zarr":
+            raise CaptureError(f"stream_to= must be a .zarr store path, got {str(stream_to)!r}")
+        if Path(stream_to).exists():
+            raise CaptureError(
+                f"{str(stream_to)!r} already exists; choose a new store (attncoda never appends a "
+                "capture to an unrelated store)"
+            )
+        session.store = Path(stream_to)
 
     def observe(
         module: Any,
@@ -753,7 +844,9 @@ def capture(
             _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
 
     _CAPTURING.add(id(model))
-    hook = model.register_forward_pre_hook(_record_inputs(session), with_kwargs=True)
+    hook = model.register_forward_pre_hook(
+        _record_inputs(session, info, not can_switch(model)), with_kwargs=True
+    )
     try:
         if can_switch(model):
             with observed(model, observe):
@@ -771,11 +864,19 @@ def capture(
 _CAPTURING: set[int] = set()  # ids of models inside a capture block
 
 
-def _record_inputs(session: _Session) -> Callable[..., None]:
+def _record_inputs(session: _Session, info: dict[str, Any], fallback: bool) -> Callable[..., None]:
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
-        session.inputs.append({"input_ids": ids, "attention_mask": kwargs.get("attention_mask")})
+        past = kwargs.get("cache", kwargs.get("past_key_values"))  # renamed in transformers 5
+        continued = (
+            past is not None and hasattr(past, "get_seq_length") and past.get_seq_length() > 0
+        )
+        if not continued and session.segments and session.current().records:
+            session.segments.append(_Segment())
+            if session.store is not None:
+                _flush(session, info, fallback=fallback)
         am = kwargs.get("attention_mask")
+        session.inputs.append({"input_ids": ids, "attention_mask": am})
         if session.sink_index is None and am is not None and am.dim() == 2:
             session.sink_index = am.to(torch.int8).argmax(-1)
 

@@ -236,3 +236,93 @@ def test_fallback_for_models_that_cannot_switch():
     assert cap.fallback
     weights = eager_weights(model, batch)
     np.testing.assert_allclose(np.exp(cap.dataset.log_attn.values), weights, atol=1e-6)
+
+
+def test_independent_forwards_become_samples_padded():
+    model = zoo.tiny_twin("llama")
+    a = zoo.tiny_batch(model, length=6, batch=1, seed=1)
+    b = zoo.tiny_batch(model, length=9, batch=2, seed=2)
+    with capture(model, what="both") as cap:
+        forward(model, a)
+        forward(model, b)
+    ds = cap.dataset
+    assert ds.sizes["sample"] == 3 and ds.sizes["query"] == 9 and ds.sizes["key"] == 9
+    assert np.isnan(ds.sink_share.sel(sample=0, query=8)).all()  # padded: no such query
+    assert np.isneginf(ds.log_attn.sel(sample=0, query=3, key=7)).all()
+    with capture(model, what="both") as alone:
+        forward(model, a)
+    np.testing.assert_allclose(
+        ds.sink_share.isel(sample=0, query=slice(0, 6)).values, alone.dataset.sink_share.values[0]
+    )
+
+
+def test_stream_rows_to_zarr(tmp_path):
+    model = zoo.tiny_twin("qwen2")
+    store = tmp_path / "rows.zarr"
+    batches = [zoo.tiny_batch(model, length=7, batch=2, seed=s) for s in range(3)]
+    with capture(model, what="rows", layers=[1], stream_to=store) as cap:
+        for batch in batches:
+            forward(model, batch)
+    ds = cap.dataset
+    assert ds.sizes["sample"] == 6
+    with capture(model, what="rows", layers=[1]) as ref:
+        forward(model, batches[2])
+    np.testing.assert_array_equal(
+        ds.log_attn.isel(sample=slice(4, 6)).values, ref.dataset.log_attn.values
+    )
+    with pytest.raises(CaptureError, match="already exists"):
+        with capture(model, stream_to=store):
+            pass
+
+
+def test_plugin_bias_is_captured():
+    from attncoda.hooks._registry import AttentionPlugin, plugged
+
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=6, batch=1)
+
+    class SinkBoost(AttentionPlugin):
+        """Adds +2 to every row's logit on key 0, per head (a per-head float mask)."""
+
+        def adjust_mask(self, module, layer, query, key, mask, kwargs):
+            q_len, kv_len = query.shape[-2], key.shape[-2]
+            causal = torch.ones(q_len, kv_len, dtype=torch.bool).tril(kv_len - q_len)
+            bias = torch.where(causal, 0.0, torch.finfo(query.dtype).min)
+            bias = bias.expand(query.shape[0], query.shape[1], q_len, kv_len).clone()
+            bias[..., 0] += 2.0
+            return bias
+
+    with capture(model, what="rows") as plain:
+        forward(model, batch)
+    with plugged(model, SinkBoost(model)), capture(model, what="rows") as boosted:
+        forward(model, batch)
+    assert model.config._attn_implementation == "sdpa"
+    p0, p1 = np.exp(plain.dataset.log_attn.values), np.exp(boosted.dataset.log_attn.values)
+    # perturbation by the bias: ratios to key 0 change by exactly e^2 in layer 0 (same inputs)
+    ratio = (p1[0, 0, :, 1:, 0] / p1[0, 0, :, 1:, 1]) / (p0[0, 0, :, 1:, 0] / p0[0, 0, :, 1:, 1])
+    np.testing.assert_allclose(ratio, np.e**2, rtol=1e-4)
+
+
+def test_half_precision_model_captures_in_fp32():
+    model = zoo.tiny_twin("llama", dtype="bfloat16")
+    batch = zoo.tiny_batch(model, length=8)
+    with capture(model, what="both") as cap:
+        forward(model, batch)
+    ds = cap.dataset
+    assert ds.sink_share.dtype == np.float32 and ds.attrs["dtype"] == "bfloat16"
+    sums = np.exp(ds.log_attn.values).sum(-1)
+    np.testing.assert_allclose(sums, 1.0, atol=1e-5)  # fp32 rows, no bf16 rounding zeros
+
+
+@pytest.mark.gpu
+def test_capture_on_cuda_matches_cpu():
+    model = zoo.tiny_twin("llama")
+    batch = zoo.tiny_batch(model, length=16, left_padding=True)
+    with capture(model, what="both") as cpu:
+        forward(model, batch)
+    gpu_model = model.to("cuda", dtype=torch.bfloat16)
+    with capture(gpu_model, what="both") as gpu:
+        forward(gpu_model, {k: v.cuda() for k, v in batch.items()})
+    np.testing.assert_allclose(
+        gpu.dataset.sink_share.values, cpu.dataset.sink_share.values, atol=2e-2
+    )
