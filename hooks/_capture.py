@@ -22,9 +22,11 @@ exception.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -421,9 +423,14 @@ def _fast_summaries(
             count = torch.full((b, h, nq), float(kv), device=k.device)
             sink_vis = torch.ones(b, 1, nq, dtype=torch.bool, device=k.device)
     else:
-        vf = vis_rows.to(k.dtype)
-        csum = torch.cat([vf[:, :, i : i + chunk] @ k for i in range(0, nq, chunk)], dim=2)
-        count = vf.sum(-1).expand(b, h, nq)
+        # chunked so that no float copy of the query x key mask is ever formed
+        sums, counts = [], []
+        for i in range(0, nq, chunk):
+            vf = vis_rows[:, :, i : i + chunk].to(k.dtype)
+            sums.append(vf @ k)
+            counts.append(vf.sum(-1))
+        csum = torch.cat(sums, dim=2)
+        count = torch.cat(counts, dim=-1).expand(b, h, nq)
         sink_vis = vis_rows.expand(b, -1, -1, -1)[bidx, :, :, ctx.sink_index]  # (b, 1, nq)
     sink_vis = sink_vis.expand(b, h, nq)
     content_sum = csum - k_sink[:, :, None, :] * sink_vis[..., None].to(k.dtype)
@@ -713,11 +720,41 @@ def _model_info(model: Any) -> dict[str, Any]:
         "model_id": str(getattr(config, "_name_or_path", "") or type(model).__name__),
         "family": str(getattr(config, "model_type", "")),
         "dtype": str(dtype).replace("torch.", ""),
-        "weights_sha256": str(getattr(model, "_attncoda_weights_sha256", "")),
+        "weights_sha256": weights_sha256(model),
         "attncoda_version": attncoda.__version__,
         "transformers_version": _version("transformers"),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
     }
+
+
+_WEIGHTS_SHA: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def weights_sha256(model: Any) -> str:
+    """sha256 identifying the model's weights, for provenance.
+
+    For a checkpoint folder with a manifest (attncoda's offline assets) or a single
+    ``model.safetensors`` listed there, that file's recorded sha256; otherwise a sha256 of the
+    in-memory state dict (tensor names, dtypes, shapes and bytes, in name order), computed once
+    per model object.
+    """
+    if model in _WEIGHTS_SHA:
+        return _WEIGHTS_SHA[model]
+    folder = Path(str(getattr(getattr(model, "config", None), "_name_or_path", "") or "."))
+    manifest = folder / "manifest.json"
+    digest = ""
+    if folder.is_dir() and manifest.is_file():
+        files = json.loads(manifest.read_text()).get("files", [])
+        digest = next((f["sha256"] for f in files if f.get("path") == "model.safetensors"), "")
+    if not digest:
+        h = hashlib.sha256()
+        for name, tensor in sorted(model.state_dict().items()):
+            t = tensor.detach().cpu().contiguous()
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        digest = "state_dict:" + h.hexdigest()
+    _WEIGHTS_SHA[model] = digest
+    return digest
 
 
 def _version(name: str) -> str:

@@ -289,7 +289,12 @@ def visible_mask(
         else:
             vis = torch.ones(len(q_pos), kv_len, dtype=torch.bool, device=device)
         return vis[None, None], None
-    rows = attention_mask[:, :, q_pos - (kv_len - attention_mask.shape[-2]), :kv_len]
+    first = int(q_pos[0]) - (kv_len - attention_mask.shape[-2])
+    contiguous = len(q_pos) == int(q_pos[-1]) - int(q_pos[0]) + 1
+    if contiguous:  # a view of the model's own mask, not a copy
+        rows = attention_mask[:, :, first : first + len(q_pos), :kv_len]
+    else:
+        rows = attention_mask[:, :, q_pos - (kv_len - attention_mask.shape[-2]), :kv_len]
     if rows.dtype == torch.bool:
         return rows, None
     vis = rows > torch.finfo(rows.dtype).min / 2
