@@ -1,0 +1,329 @@
+"""Capture at scale: (model, text shard) jobs on a dask.distributed cluster, one zarr store.
+
+The driver tokenises every shard into fixed-length windows, lays out one zarr group per model
+whose ``sample`` axis holds every window of every shard (one chunk per window), and submits one
+task per job. Each worker loads the model once, captures summaries (or rows) for its windows and
+writes *its own region* of the store; only then does it write the job's completion marker
+(created under a temporary name and renamed, so it exists whole or not at all). Consequences:
+
+- **resume**: running the same jobs again skips every job with a marker;
+- **no corruption**: regions are disjoint and chunk-aligned, so a worker that dies mid-write
+  leaves other jobs' data untouched, and its own job has no marker and is written again in full
+  (by dask's retry on another worker, or by the next run).
+
+Examples
+--------
+>>> from attncoda.hooks.distributed import CaptureJob, run_jobs  # doctest: +SKIP
+>>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
+>>> jobs = [CaptureJob("smollm2-135m", "austen", doc) for doc in ("emma", "persuasion")]  # doctest: +SKIP
+>>> with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:  # doctest: +SKIP
+...     ds = run_jobs(jobs, "austen.zarr", client=client, length=512, max_windows=16)["smollm2-135m"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["CaptureJob", "DieOnce", "JobError", "load_store", "plan", "run_jobs"]
+
+MARKERS = "_attncoda_jobs"
+
+
+class JobError(RuntimeError):
+    """A job list or store cannot be used as asked."""
+
+
+@dataclass(frozen=True)
+class CaptureJob:
+    """One unit of work: capture ``model`` on one text shard.
+
+    Parameters
+    ----------
+    model : str
+        A zoo or asset name (``"smollm2-135m"``), a local checkpoint directory, a hub id, or
+        ``"twin:<family>"`` for a tiny random twin (tests).
+    corpus : str
+        An offline corpus name (``"austen"``) or the path of a UTF-8 text file.
+    document : str, optional
+        A document of the corpus (``"emma"``); default: the whole corpus.
+    """
+
+    model: str
+    corpus: str
+    document: str | None = None
+
+    @property
+    def name(self) -> str:
+        raw = f"{self.model}__{Path(self.corpus).name}__{self.document or 'all'}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw)
+
+
+def _text(job: CaptureJob) -> str:
+    path = Path(job.corpus)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    from . import assets
+
+    return assets.load_text(job.corpus, job.document)
+
+
+_MODELS: dict[str, tuple[Any, Any]] = {}  # per worker process: model name -> (model, tokenizer)
+
+
+def _load(name: str) -> tuple[Any, Any]:
+    if name not in _MODELS:
+        if name.startswith("twin:"):
+            from . import zoo
+
+            _MODELS[name] = (zoo.tiny_twin(name.split(":", 1)[1]), None)
+        else:
+            from . import zoo
+
+            _MODELS[name] = zoo.load(name)
+    return _MODELS[name]
+
+
+def _windows(job: CaptureJob, length: int, max_windows: int) -> np.ndarray:
+    """Token windows ``(n, length)`` of the job's text (twins: bytes modulo the vocabulary)."""
+    model, tokenizer = _load(job.model)
+    text = _text(job)
+    if tokenizer is None:
+        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        ids = ids % int(model.config.vocab_size)
+    else:
+        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    n = min(len(ids) // length, max_windows)
+    if n == 0:
+        raise JobError(f"job {job.name}: the text has fewer than {length} tokens")
+    return ids[: n * length].reshape(n, length)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    job: CaptureJob
+    group: str
+    index: int  # position of the job in its group's job list
+    start: int
+    count: int
+
+
+def plan(jobs: Sequence[CaptureJob], *, length: int, max_windows: int) -> dict[str, list[_Slot]]:
+    """Lay out every job's windows on the ``sample`` axis of its model's group."""
+    if not jobs:
+        raise JobError("no jobs given")
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise JobError("jobs must be unique (same model, corpus and document given twice)")
+    layout: dict[str, list[_Slot]] = {}
+    for job in jobs:
+        group = re.sub(r"[^A-Za-z0-9._-]+", "_", job.model)
+        slots = layout.setdefault(group, [])
+        start = slots[-1].start + slots[-1].count if slots else 0
+        count = len(_windows(job, length, max_windows))
+        slots.append(_Slot(job, group, len(slots), start, count))
+    return layout
+
+
+def _capture_windows(
+    job: CaptureJob, windows: np.ndarray, options: Mapping[str, Any], batch_size: int
+) -> xr.Dataset:
+    import torch
+
+    from . import capture
+
+    model, _ = _load(job.model)
+    with torch.no_grad(), capture(model, **options) as cap:
+        for i in range(0, len(windows), batch_size):
+            ids = torch.as_tensor(windows[i : i + batch_size])
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return cap.dataset
+
+
+def _marker(store: Path, slot: _Slot) -> Path:
+    return store / MARKERS / f"{slot.group}__{slot.job.name}.done"
+
+
+def _write_marker(path: Path, payload: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f)
+    os.replace(tmp, path)
+
+
+def _run_slot(
+    slot: _Slot,
+    store: str,
+    length: int,
+    max_windows: int,
+    options: Mapping[str, Any],
+    batch_size: int,
+    before_marker: Callable[[_Slot], None] | None = None,
+) -> str:
+    """Worker task: capture one job and write its region, then its marker."""
+    windows = _windows(slot.job, length, max_windows)
+    if len(windows) != slot.count:
+        raise JobError(f"job {slot.job.name}: text changed since planning")
+    ds = _capture_windows(slot.job, windows, options, batch_size)
+    region = _region(ds, slot)
+    region.to_zarr(
+        store, group=slot.group, region={"sample": slice(slot.start, slot.start + slot.count)}
+    )
+    if before_marker is not None:
+        before_marker(slot)
+    _write_marker(_marker(Path(store), slot), {"job": asdict(slot.job), "windows": slot.count})
+    return slot.job.name
+
+
+def _region(ds: xr.Dataset, slot: _Slot) -> xr.Dataset:
+    """The part of a capture that a region write may carry: variables along ``sample``."""
+    out = ds.drop_vars([v for v in ds.variables if "sample" not in ds[v].dims])
+    out = out.assign_coords(sample=np.arange(slot.start, slot.start + slot.count))
+    out["window"] = ("sample", np.arange(slot.count))
+    out["job"] = ("sample", np.full(slot.count, slot.index))
+    return out.drop_vars("sample")
+
+
+def _initialise(store: Path, slots: list[_Slot], template: xr.Dataset) -> None:
+    """Create the group with its full ``sample`` axis (one chunk per window), written lazily."""
+    import dask.array as da
+
+    total = slots[-1].start + slots[-1].count
+    variables: dict[str, Any] = {}
+    for key, var in template.data_vars.items():
+        name = str(key)
+        shape = (total, *var.shape[1:])
+        fill = -np.inf if name.endswith("log_attn") else np.nan
+        variables[name] = (
+            var.dims,
+            da.full(shape, fill, dtype=var.dtype, chunks=(1, *var.shape[1:])),
+            var.attrs,
+        )
+    coords = {k: v for k, v in template.coords.items() if "sample" not in v.dims}
+    coords["sample"] = np.arange(total)
+    n_pos = template.sizes["position"]
+    if "token_id" in template.coords:
+        coords["token_id"] = (
+            ("sample", "position"),
+            da.full((total, n_pos), -1, dtype=np.int64, chunks=(1, n_pos)),
+        )
+    coords["sink_index"] = ("sample", da.zeros(total, dtype=np.int64, chunks=1))
+    extra = {
+        "window": ("sample", da.full(total, -1, dtype=np.int64, chunks=1)),
+        "job": ("sample", da.full(total, -1, dtype=np.int64, chunks=1)),
+    }
+    attrs = dict(template.attrs)
+    attrs["jobs"] = json.dumps([s.job.name for s in slots])  # `job` indexes this list
+    ds = xr.Dataset({**variables, **extra}, coords=coords, attrs=attrs)
+    ds.to_zarr(store, group=slots[0].group, compute=False, mode="w-", zarr_format=2)
+
+
+def run_jobs(
+    jobs: Iterable[CaptureJob],
+    store: str | os.PathLike[str],
+    *,
+    client: Any = None,
+    length: int = 512,
+    max_windows: int = 8,
+    batch_size: int = 4,
+    what: str = "summaries",
+    layers: Any = None,
+    heads: Any = None,
+    queries: Any = None,
+    _before_marker: Callable[[_Slot], None] | None = None,
+) -> dict[str, xr.Dataset]:
+    """Run capture jobs (on a dask cluster if ``client`` is given) into one zarr store.
+
+    Parameters
+    ----------
+    jobs : iterable of CaptureJob
+    store : path-like
+        A ``.zarr`` directory: one group per model.
+    client : dask.distributed.Client, optional
+        Without one the jobs run here, one after the other (same layout, same resume rules).
+    length, max_windows : int
+        Window length in tokens and the most windows taken from one shard.
+    batch_size : int
+        Windows per forward pass.
+    what, layers, heads, queries
+        As for :func:`attncoda.hooks.capture`.
+
+    Returns
+    -------
+    dict of model group -> dask-backed :class:`xarray.Dataset` opened from the store.
+    """
+    jobs = list(jobs)
+    store = Path(store)
+    if store.suffix != ".zarr":
+        raise JobError(f"store must be a .zarr path, got {str(store)!r}")
+    options = {"what": what, "layers": layers, "heads": heads, "queries": queries}
+    layout = plan(jobs, length=length, max_windows=max_windows)
+    for group, slots in layout.items():
+        if not (store / group).exists():
+            first = slots[0]
+            template = _capture_windows(
+                first.job, _windows(first.job, length, 1), options, batch_size
+            )
+            _initialise(store, slots, template)
+    todo = [s for slots in layout.values() for s in slots if not _marker(store, s).exists()]
+    args = (str(store), length, max_windows, options, batch_size, _before_marker)
+    if client is None:
+        for slot in todo:
+            _run_slot(slot, *args)
+    else:
+        futures = [
+            client.submit(
+                _run_slot, slot, *args, key=f"attncoda-{slot.group}-{slot.job.name}", pure=False
+            )
+            for slot in todo
+        ]
+        client.gather(futures)
+    return {group: load_store(store, group) for group in layout}
+
+
+class DieOnce:
+    """Fault injection for tests and drills: kill the worker process once, mid-job.
+
+    Passed as ``_before_marker``, it scribbles NaN over the job's region (a half-written job)
+    and exits the process without cleanup, the first time only (a flag file remembers).
+    """
+
+    def __init__(self, flag: str | os.PathLike[str], store: str | os.PathLike[str]) -> None:
+        self.flag = Path(flag)
+        self.store = str(store)
+
+    def __call__(self, slot: _Slot) -> None:
+        if self.flag.exists():
+            return
+        self.flag.write_text(slot.job.name)
+        garbage = load_store(self.store, slot.group).isel(
+            sample=slice(slot.start, slot.start + slot.count)
+        )
+        bad = xr.Dataset({"sink_share": xr.full_like(garbage.sink_share.load(), np.nan)})
+        bad.drop_vars([c for c in bad.coords]).to_zarr(
+            self.store,
+            group=slot.group,
+            region={"sample": slice(slot.start, slot.start + slot.count)},
+        )
+        os._exit(17)
+
+
+def load_store(store: str | os.PathLike[str], group: str) -> xr.Dataset:
+    """Open one model group of a job store as a dask-backed dataset (only finished windows).
+
+    Windows of unfinished jobs hold NaN; ``ds.window >= 0`` marks the finished ones.
+    """
+    path = Path(store)
+    if not (path / group).exists():
+        raise JobError(f"no group {group!r} in {str(path)!r}")
+    return xr.open_zarr(path, group=group, consolidated=False)

@@ -1,0 +1,98 @@
+"""Capture jobs on a dask LocalCluster: one zarr store, resume, and a worker killed mid-job."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+distributed = pytest.importorskip("dask.distributed")
+
+from attncoda.hooks import capture, zoo  # noqa: E402
+from attncoda.hooks.distributed import CaptureJob, DieOnce, JobError, _windows, run_jobs  # noqa: E402
+
+WORDS = "the sink takes mass while content spreads over many keys and heads".split()
+
+
+@pytest.fixture
+def shards(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"shard{i}.txt"
+        path.write_text(" ".join(rng.choice(WORDS, 400)))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def in_memory(job, length, max_windows):
+    model = zoo.tiny_twin(job.model.split(":", 1)[1])
+    ids = torch.as_tensor(_windows(job, length, max_windows))
+    with torch.no_grad(), capture(model) as cap:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    return cap.dataset
+
+
+def test_jobs_on_a_cluster_equal_in_memory_and_survive_a_killed_worker(tmp_path, shards, client):
+    jobs = [CaptureJob("twin:llama", p) for p in shards] + [CaptureJob("twin:gpt2", shards[0])]
+    store = tmp_path / "jobs.zarr"
+    die = DieOnce(tmp_path / "died.flag", store)
+    out = run_jobs(jobs, store, client=client, length=24, max_windows=3, _before_marker=die)
+    assert (tmp_path / "died.flag").exists()  # a worker really died mid-job
+    llama = out["twin_llama"].load()
+    assert llama.sizes["sample"] == 9 and (llama.window >= 0).all()
+    for i, job in enumerate(jobs[:3]):
+        want = in_memory(job, 24, 3)
+        got = llama.isel(sample=slice(3 * i, 3 * i + 3))
+        np.testing.assert_allclose(got.sink_share.values, want.sink_share.values, atol=1e-6)
+        np.testing.assert_allclose(
+            got.content_entropy.values, want.content_entropy.values, atol=1e-5
+        )
+    markers = sorted((store / "_attncoda_jobs").iterdir())
+    stamps = [m.stat().st_mtime_ns for m in markers]
+    # resuming recomputes nothing
+    run_jobs(jobs, store, client=client, length=24, max_windows=3)
+    assert [m.stat().st_mtime_ns for m in markers] == stamps
+
+
+def test_resume_after_an_interrupted_run_without_a_cluster(tmp_path, shards):
+    jobs = [CaptureJob("twin:qwen2", p) for p in shards[:2]]
+    store = tmp_path / "local.zarr"
+    with pytest.raises(SystemExit):
+        run_jobs(jobs, store, length=16, max_windows=2, _before_marker=_exit_first(tmp_path))
+    assert len(list((store / "_attncoda_jobs").iterdir())) == 1  # the second job has no marker
+    done = run_jobs(jobs, store, length=16, max_windows=2)["twin_qwen2"].load()
+    np.testing.assert_allclose(
+        done.sink_share.values[2:], in_memory(jobs[1], 16, 2).sink_share.values, atol=1e-6
+    )
+
+
+def _exit_first(tmp_path):
+    calls = {"n": 0}
+
+    def hook(slot):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SystemExit("interrupted")
+
+    return hook
+
+
+def test_bad_job_lists(tmp_path, shards):
+    with pytest.raises(JobError, match="unique"):
+        run_jobs([CaptureJob("twin:llama", shards[0])] * 2, tmp_path / "x.zarr")
+    with pytest.raises(JobError, match=r"\.zarr"):
+        run_jobs([CaptureJob("twin:llama", shards[0])], tmp_path / "x.nc")
+    with pytest.raises(JobError, match="fewer than"):
+        run_jobs([CaptureJob("twin:llama", shards[0])], tmp_path / "y.zarr", length=100000)
