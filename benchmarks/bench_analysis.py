@@ -1,0 +1,110 @@
+"""Analysis benchmark: all pairwise head comparisons of SmolLM2-135M vs the capture that made them.
+
+The target: every head-vs-head comparison for SmolLM2-135M (30 layers x 9 heads = 270 heads,
+36,315 pairs) over 64 samples x 512 queries, under every convention, costs less than the capture
+forward pass that produced the rows.
+
+What is measured (one process, the same rows): the real capture of fp32 rows of all 270 heads
+(``attncoda.hooks.capture(what="rows")``, Austen text, the anchor) and
+``attncoda.head_comparisons`` on those rows, for ``--samples`` samples of 512 tokens (2 by
+default). Rows of 64 x 512 x 270 heads would take 18 GB, more than this machine holds, and both
+costs are linear in the number of samples at a fixed length (each sample is one capture forward
+and one pass of comparisons), so the 64-sample figures are the measured ones times 64 / samples;
+the ratio is measured directly. Each path is timed once (minutes each): the machine is shared,
+trust the ratio more than the seconds.
+
+Rows: ``pairwise_<set>_64x512`` for the metric sets ``aitchison`` (the exact sink/content split:
+kept, dropped and split from one Gram matrix), ``gram`` (aitchison, cosine, kl, entropy: the
+metrics with a matrix-product form) and ``all`` (plus js and tv, which need an elementwise pass
+per pair of heads); ``project_s`` and ``anchor_s`` are extrapolated to 64 samples, ``measured_s``
+holds what was timed.
+
+Run: ``python benchmarks/bench_analysis.py [--quick] [--samples 2]``; ``--quick`` uses one sample
+and skips the ``all`` set (about a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from typing import Any
+
+import attncoda as ac
+
+MODEL = "smollm2-135m"
+TARGET_SAMPLES = 64
+SETS = {
+    "aitchison": ("aitchison",),
+    "gram": ("aitchison", "cosine", "kl", "entropy"),
+    "all": ac.METRICS,
+}
+
+
+def _rows(samples: int, length: int) -> tuple[Any, float]:
+    """Capture rows of every head of SmolLM2 over ``samples`` windows; (dataset, seconds)."""
+    import torch
+    from attncoda.hooks import assets, capture
+
+    model, tokenizer = assets.load_model(MODEL)
+    text = assets.load_text("austen", "prideprejudice")
+    ids = tokenizer(text[: samples * length * 8], return_tensors="pt").input_ids
+    ids = ids[:, : samples * length].reshape(samples, length)
+    with torch.no_grad():
+        model(input_ids=ids[:1, :16])  # warm-up outside the timing
+        start = time.perf_counter()
+        with capture(model, what="rows") as cap:
+            model(input_ids=ids)
+        ds = cap.dataset
+        elapsed = time.perf_counter() - start
+    return ds, elapsed
+
+
+def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]:
+    """Time the comparisons against the capture; one row per metric set."""
+    length = 512
+    n = samples or (1 if quick else 2)
+    ds, capture_s = _rows(n, length)
+    scale = anchor_scale = TARGET_SAMPLES / n
+    out = []
+    for name, metrics in SETS.items():
+        if quick and name == "all":
+            continue
+        start = time.perf_counter()
+        cmp = ac.head_comparisons(ds, metrics)
+        project_s = time.perf_counter() - start
+        assert cmp.sizes["unit_a"] == 270
+        ratio = (project_s * scale) / (capture_s * anchor_scale)
+        out.append(
+            {
+                "benchmark": f"pairwise_{name}_64x512",
+                "metrics": ",".join(metrics),
+                "project_s": round(project_s * scale, 2),
+                "anchor": f"capture(what='rows') forward of SmolLM2-135M, all 270 heads, "
+                f"{TARGET_SAMPLES}x512 tokens",
+                "anchor_s": round(capture_s * anchor_scale, 2),
+                "ratio": round(ratio, 3),
+                "target": "ratio < 1 (cheaper than the capture forward that produced the rows)",
+                "holds": bool(ratio < 1),
+                "measured_s": {"comparisons": round(project_s, 2), "capture": round(capture_s, 2)},
+                "measured_size": f"{n} samples x {length} tokens, 270 heads, "
+                f"{int(cmp.n_rows)} compared rows",
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--samples", type=int, default=None)
+    args = parser.parse_args()
+    print(f"# {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}")
+    for row in run(args.quick, args.samples):
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

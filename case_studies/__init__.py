@@ -1,0 +1,1 @@
+"""Runnable case studies composed from attncoda and attncoda.hooks (nothing imports them)."""
