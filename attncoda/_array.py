@@ -8,6 +8,7 @@ in one place is what lets every transform accept the same ``axis=``, ``mask=`` a
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,11 @@ def _is_torch(x: object) -> bool:
     return array_api_compat.is_torch_array(x)
 
 
+@functools.cache
+def _numpy_namespace() -> Any:
+    return array_api_compat.array_namespace(np.empty(0))
+
+
 def namespace(*arrays: object) -> Any:
     """Return the array namespace shared by ``arrays`` (numpy or torch), checking devices.
 
@@ -42,7 +48,7 @@ def namespace(*arrays: object) -> Any:
     """
     tensors = [a for a in arrays if _is_torch(a)]
     if not tensors:
-        return array_api_compat.array_namespace(np.empty(0))
+        return _numpy_namespace()
     devices = {str(t.device) for t in tensors}  # type: ignore[attr-defined]
     if len(devices) > 1:
         raise DeviceMismatchError(
@@ -144,6 +150,40 @@ def logsumexp(xp: Any, a: Array, keepdims: bool = False) -> Array:
     return out if keepdims else out[..., 0]
 
 
+def all_finite(xp: Any, x: Array) -> bool:
+    """Whether every value of ``x`` is finite (meant for small, per-row arrays).
+
+    One reduction: the sum is finite iff every value is, unless it overflowed, in which case
+    the values are checked one by one.
+    """
+    if _is_torch(x):
+        x = x.detach()
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = float(xp.sum(x))
+    if math.isfinite(total):
+        return True
+    return bool(xp.all(xp.isfinite(x)))
+
+
+def can_overwrite(x: Array) -> bool:
+    """Whether a temporary the library allocated may be updated in place.
+
+    Never true for a tensor that autograd tracks (an in-place update could invalidate a saved
+    value); callers only ask this about arrays they created themselves, never about user input.
+    """
+    if isinstance(x, np.ndarray):
+        return bool(x.flags.writeable)
+    return not bool(getattr(x, "requires_grad", True))
+
+
+def sum_where(xp: Any, a: Array, keep: Array, keepdims: bool = False) -> Array:
+    """Sum over the last axis of the entries of ``a`` where ``keep`` is True (no temporary
+    copy of ``a`` in numpy)."""
+    if isinstance(a, np.ndarray):
+        return np.sum(a, axis=-1, where=keep, keepdims=keepdims)
+    return xp.sum(xp.where(keep, a, xp.zeros_like(a)), axis=-1, keepdims=keepdims)
+
+
 def check_finite_values(xp: Any, x: Array, what: str) -> None:
     """Raise :class:`NonFiniteError` if ``x`` holds NaN or an infinity."""
     if not bool(xp.all(xp.isfinite(x))):
@@ -167,12 +207,20 @@ class LogComposition:
         Boolean, same shape as ``log``; ``None`` means every part is visible (the fast path).
     axis
         The caller's parts axis, normalised, so results can be moved back.
+    rowsum
+        Sum of ``log`` over the parts (keepdims) when it was already computed during validation
+        (only without invisible parts); saves a pass over the data.
+    owned
+        Whether ``log`` is a temporary created here (never the caller's array), so that a final
+        transform may reuse its memory (``clr(consume=True)``).
     """
 
     xp: Any
     log: Array
     visible: Array | None
     axis: int
+    rowsum: Array | None = None
+    owned: bool = False
 
     @property
     def n_parts(self) -> int:
@@ -194,7 +242,7 @@ class LogComposition:
                 dtype=self.log.dtype,
                 device=device_of(self.log),
             )
-        return xp.sum(xp.astype(self.visible, self.log.dtype), axis=-1, keepdims=True)
+        return xp.astype(xp.sum(self.visible, axis=-1, keepdims=True), self.log.dtype)
 
     def zero_invisible(self, values: Array) -> Array:
         """Set invisible parts of ``values`` to 0 (log-ratio coordinates of structural zeros)."""
@@ -202,14 +250,37 @@ class LogComposition:
             return values
         return self.xp.where(self.visible, values, self.xp.zeros_like(values))
 
-    def clr(self) -> Array:
-        """Centred log-ratios over visible parts, 0 at invisible parts."""
+    def clr(self, consume: bool = False) -> Array:
+        """Centred log-ratios over visible parts, 0 at invisible parts.
+
+        With ``consume=True`` the result may be written into ``log`` itself when that is a
+        temporary owned by this object; ``log`` must not be used afterwards.
+        """
         xp = self.xp
         if self.visible is None:
-            return self.log - xp.mean(self.log, axis=-1, keepdims=True)
-        masked = self.zero_invisible(self.log)
-        mean = xp.sum(masked, axis=-1, keepdims=True) / self.count()
-        return self.zero_invisible(self.log - mean)
+            n = self.n_parts
+            if self.rowsum is not None and n > 0:
+                mean = self.rowsum / n
+            else:
+                mean = xp.mean(self.log, axis=-1, keepdims=True)
+            if consume and self.owned and can_overwrite(self.log):
+                self.log -= mean
+                self.rowsum = None
+                return self.log
+            return self.log - mean
+        mean = sum_where(xp, self.log, self.visible, keepdims=True) / self.count()
+        if consume and self.owned and can_overwrite(self.log):
+            out = self.log
+            out -= mean
+        else:
+            out = self.log - mean
+        # invisible parts are -inf - mean: set them to 0 in place (``out`` is ours either way)
+        if isinstance(out, np.ndarray):
+            np.copyto(out, 0.0, where=~self.visible)
+            return out
+        if can_overwrite(out):
+            return out.masked_fill_(~self.visible, 0.0)
+        return self.zero_invisible(out)
 
     def log_closed(self) -> Array:
         """Log-probabilities over visible parts (``-inf`` at invisible parts)."""
@@ -217,6 +288,8 @@ class LogComposition:
 
     def restore(self, values: Array) -> Array:
         """Move the last axis back to the caller's parts axis."""
+        if self.axis == values.ndim - 1:
+            return values
         return self.xp.moveaxis(values, -1, self.axis)
 
     def require_parts(self, minimum: int = 2) -> None:
@@ -253,11 +326,12 @@ def parts_last(
     xp = namespace(x, mask)
     x = as_float(x, xp)
     ax = normalize_axis(axis, x.ndim)
-    x = xp.moveaxis(x, ax, -1)
+    if ax != x.ndim - 1:
+        x = xp.moveaxis(x, ax, -1)
     visible = None
     if mask is not None:
         m = as_bool(mask, xp, x)
-        if m.ndim == x.ndim:
+        if m.ndim == x.ndim and ax != x.ndim - 1:
             m = xp.moveaxis(m, ax, -1)
         elif m.ndim > x.ndim:
             raise ShapeMismatchError(
@@ -295,20 +369,40 @@ def log_composition(
     xp, x, visible, ax = parts_last(x, axis, mask)
 
     if from_logits:
-        if validate:
-            bad = xp.isnan(x) | (x == math.inf)
-            if bool(xp.any(bad)):
-                raise NonFiniteError(
-                    "logits contain NaN or +inf; only -inf is allowed (it marks an invisible key)"
-                )
+        if visible is None:
+            # Fast path: a NaN or an infinity makes its row sum non-finite, so one reduction
+            # (whose result clr reuses) replaces the separate NaN, +inf and -inf passes. Rows
+            # that fail it (masked -inf keys, bad values, or a sum that overflowed) take the
+            # precise path below.
+            with np.errstate(invalid="ignore", over="ignore"):
+                total = xp.sum(x, axis=-1, keepdims=True)
+            if all_finite(xp, total):
+                return LogComposition(xp, x, None, ax, rowsum=total)
+        if validate and not bool(xp.all(x < math.inf)):  # False for NaN and +inf
+            raise NonFiniteError(
+                "logits contain NaN or +inf; only -inf is allowed (it marks an invisible key)"
+            )
         finite = x > -math.inf
         if visible is None:
             visible = None if bool(xp.all(finite)) else finite
         else:
             visible = visible & finite
-        log = x if visible is None else xp.where(visible, x, xp.full_like(x, -math.inf))
-        lc = LogComposition(xp, log, visible, ax)
-        return lc
+        if visible is None:
+            return LogComposition(xp, x, None, ax)
+        neg_inf = xp.full((), -math.inf, dtype=x.dtype, device=device_of(x))
+        log = xp.where(visible, x, neg_inf)
+        return LogComposition(xp, log, visible, ax, owned=True)
+
+    if validate and visible is None and not allow_zeros and not require_closed:
+        # Fast path: log(x) is finite exactly where 0 < x < inf, and the row sums of finite logs
+        # stay finite (|log x| < 750), so checking the row sums validates every part in the pass
+        # that clr needs anyway. Failures get the precise diagnosis of validate_parts.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log = xp.log(x)
+            total = xp.sum(log, axis=-1, keepdims=True)
+        if all_finite(xp, total):
+            return LogComposition(xp, log, None, ax, rowsum=total, owned=True)
+        validate_parts(xp, x, None, allow_zeros=False)  # raises
 
     if validate:
         validate_parts(xp, x, visible, allow_zeros=allow_zeros)
@@ -324,7 +418,55 @@ def log_composition(
         safe = xp.where(visible, x, xp.ones_like(x))
         with np.errstate(divide="ignore"):
             log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
-    return LogComposition(xp, log, visible, ax)
+    return LogComposition(xp, log, visible, ax, owned=True)
+
+
+# Large numpy inputs are processed in blocks of rows, so that the temporaries of each block stay
+# in cache and the only full-size arrays are the results (fresh memory is costly to fault in).
+ROW_BLOCK_BYTES = 4 << 20
+MIN_BLOCKED_BYTES = 64 << 20
+
+
+def by_row_blocks(fn: Any, x: Array, axis: int, **kwargs: Any) -> Any:
+    """Apply a row-wise transform ``fn(block, **kwargs)`` to blocks of rows of ``x``.
+
+    Only for a large, C-contiguous numpy ``x`` with the parts on its last axis (otherwise, and
+    when any block raises a ``ValueError`` such as a :class:`CompositionError`, returns ``None``
+    and the caller runs the one-shot path, which raises the precise error for the whole input).
+    ``fn`` returns an array or a dataclass of arrays whose first axis is the block's rows; the
+    blocks' results are written into arrays for all rows, with ``x``'s leading shape.
+    """
+    if not isinstance(x, np.ndarray) or x.ndim < 2 or not x.flags.c_contiguous:
+        return None
+    if x.nbytes < MIN_BLOCKED_BYTES or normalize_axis(axis, x.ndim) != x.ndim - 1:
+        return None
+    n_parts = int(x.shape[-1])
+    rows = x.reshape(-1, n_parts)
+    n_rows = int(rows.shape[0])
+    step = max(1, ROW_BLOCK_BYTES // max(1, n_parts * 8))
+    if n_parts == 0 or n_rows <= step:
+        return None
+    outs: list[np.ndarray] | None = None
+    first: Any = None
+    try:
+        for start in range(0, n_rows, step):
+            res = fn(rows[start : start + step], **kwargs)
+            parts = [res] if isinstance(res, np.ndarray) else list(vars(res).values())
+            if not all(isinstance(p, np.ndarray) and p.ndim >= 1 for p in parts):
+                return None
+            if outs is None:
+                first = res
+                outs = [np.empty((n_rows, *p.shape[1:]), dtype=p.dtype) for p in parts]
+            for out, part in zip(outs, parts, strict=True):
+                out[start : start + step] = part
+    except ValueError:
+        return None
+    assert outs is not None
+    lead = tuple(x.shape[:-1])
+    shaped = [o.reshape(*lead, *o.shape[1:]) for o in outs]
+    if isinstance(first, np.ndarray):
+        return shaped[0]
+    return type(first)(**dict(zip(vars(first), shaped, strict=True)))
 
 
 def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: bool) -> None:

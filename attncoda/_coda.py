@@ -23,16 +23,21 @@ computed in float32 and hold to about 1e-5 relative; float16/bfloat16 are comput
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from . import _array
 from ._array import (
     Array,
     LogComposition,
+    all_finite,
     as_float,
+    by_row_blocks,
+    can_overwrite,
     device_of,
     log_composition,
     logsumexp,
@@ -41,7 +46,7 @@ from ._array import (
     parts_last,
     validate_parts,
 )
-from ._errors import ShapeMismatchError, TooFewPartsError
+from ._errors import CompositionError, ShapeMismatchError, TooFewPartsError
 
 __all__ = [
     "add_learned_sink",
@@ -223,10 +228,57 @@ def clr(
     >>> np.allclose(ac.clr(z, from_logits=True), z - z.mean())
     True
     """
+    if mask is None:
+        blocks = _clr_dense_blocks(x, axis, validate, from_logits)
+        if blocks is None:  # e.g. -inf logits (masked keys): blocks of the general path
+            blocks = by_row_blocks(clr, x, axis, validate=validate, from_logits=from_logits)
+        if blocks is not None:
+            return blocks
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
     if validate:
         lc.require_parts(2)
-    return lc.restore(lc.clr())
+    return lc.restore(lc.clr(consume=True))
+
+
+def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) -> Array | None:
+    """:func:`clr` of a large float numpy array whose rows are finite, block by block.
+
+    Each block of rows is transformed inside its slice of the result (log, row sums, centring
+    while the slice is in cache): the same arithmetic as the one-shot path, with one pass over
+    memory. Returns ``None`` (having written nothing the caller sees) when ``x`` is small or not
+    C-contiguous with parts last, or as soon as a block has a non-finite row sum (a masked key,
+    a bad value): the general path then handles, or diagnoses, the whole input.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.ndim < 2:
+        return None
+    if not x.flags.c_contiguous or x.nbytes < _array.MIN_BLOCKED_BYTES:
+        return None
+    if normalize_axis(axis, x.ndim) != x.ndim - 1 or x.shape[-1] < 2:
+        return None
+    n = int(x.shape[-1])
+    rows = x.reshape(-1, n)
+    out = np.empty_like(rows)
+    step = max(1, _array.ROW_BLOCK_BYTES // (n * x.itemsize))
+    for start in range(0, rows.shape[0], step):
+        block, dest = rows[start : start + step], out[start : start + step]
+        if from_logits:
+            with np.errstate(invalid="ignore", over="ignore"):
+                total = np.sum(block, axis=-1, keepdims=True)
+            if not all_finite(np, total):
+                return None
+            np.subtract(block, total / n, out=dest)
+            continue
+        if validate:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.log(block, out=dest)
+                total = np.sum(dest, axis=-1, keepdims=True)
+            if not all_finite(np, total):
+                return None
+        else:
+            np.log(block, out=dest)
+            total = np.sum(dest, axis=-1, keepdims=True)
+        dest -= total / n
+    return out.reshape(x.shape)
 
 
 def clr_inv(z: Array, axis: int = -1, *, mask: Array | None = None) -> Array:
@@ -537,6 +589,8 @@ def ilr(
     >>> bool(np.isclose(z[0], np.sqrt(3 / 4) * np.log(x[0] / np.exp(np.log(x[1:]).mean()))))
     True
     """
+    # (no blocks of rows here: each block would be a matmul, and every BLAS call synchronises
+    # its threads, which costs more than the blocks save as soon as other jobs share the cores)
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
     if validate:
         lc.require_parts(2)
@@ -548,9 +602,32 @@ def ilr(
                 "default pivot basis (basis=None)"
             )
         b = _basis_like(basis, lc)
-        return lc.restore(lc.clr() @ b.T)
+        return lc.restore(lc.clr(consume=True) @ b.T)
+    if lc.visible is None and lc.n_parts >= 2:
+        # every part visible: the pivot coordinates are one matmul of the centred logs
+        return lc.restore(lc.clr(consume=True) @ _pivot_basis_t(lc))
     log, _, counts = _compact(lc)
     return lc.restore(_pivot_coordinates(log, counts, xp))
+
+
+@functools.lru_cache(maxsize=32)
+def _pivot_basis_t_numpy(n_parts: int, dtype: str) -> np.ndarray:
+    out = np.ascontiguousarray(pivot_basis(n_parts).T, dtype=dtype)
+    out.flags.writeable = False
+    return out
+
+
+def _pivot_basis_t(lc: LogComposition) -> Array:
+    """The transposed pivot basis ``(D, D-1)`` in ``lc``'s dtype and on its device."""
+    dtype = lc.log.dtype
+    if isinstance(lc.log, np.ndarray):
+        return _pivot_basis_t_numpy(lc.n_parts, np.dtype(dtype).name)
+    import torch
+
+    # torch.tensor copies (the cached array is read-only)
+    return torch.tensor(
+        _pivot_basis_t_numpy(lc.n_parts, "float64"), dtype=dtype, device=lc.log.device
+    )
 
 
 def _basis_like(basis: Array, lc: LogComposition) -> Array:
@@ -767,21 +844,67 @@ def _broadcast_pair(a: Array, b: Array) -> tuple[Array, Array]:
     return xp.broadcast_to(a, shape), xp.broadcast_to(b, shape)
 
 
-def gram_distances(a: Array, b: Array | None, xp: Any, *, squared: bool) -> Array:
+def _row_norms2(xp: Any, a: Array) -> Array:
+    """Squared norms of the rows of ``a`` over its last axis, without an ``a * a`` temporary."""
+    if isinstance(a, np.ndarray):
+        return np.einsum("...i,...i->...", a, a)
+    return xp.sum(a * a, axis=-1)
+
+
+def gram_distances(
+    a: Array,
+    b: Array | None,
+    xp: Any,
+    *,
+    squared: bool,
+    overwrite: bool = False,
+    out: np.ndarray | None = None,
+) -> Array:
     """All-pairs Euclidean distances between the rows of ``a (..., N, D)`` and ``b (..., M, D)``.
 
     Uses ``|a|^2 + |b|^2 - 2 a.b`` with one matmul; tiny negative rounding is clipped to 0.
-    ``b=None`` means ``b = a`` (then the diagonal is exactly 0).
+    ``b=None`` means ``b = a`` (then the diagonal is exactly 0). ``overwrite=True`` lets the
+    centring reuse ``a``'s memory (only for a temporary the caller owns); ``out`` (numpy only)
+    receives the result.
     """
     same = b is None
     if b is None:
         # centring over items leaves distances unchanged and shrinks the norms that cancel
-        a = b = a - xp.mean(a, axis=-2, keepdims=True)
-    na = xp.sum(a * a, axis=-1)[..., :, None]
-    nb = xp.sum(b * b, axis=-1)[..., None, :]
-    d2 = na + nb - 2 * (a @ xp.matrix_transpose(b))
+        mean = xp.mean(a, axis=-2, keepdims=True)
+        if overwrite and can_overwrite(a):
+            a -= mean
+        else:
+            a = a - mean
+        b = a
+    na = _row_norms2(xp, a)[..., :, None]
+    nb = na[..., 0][..., None, :] if same else _row_norms2(xp, b)[..., None, :]
+    # d2 = na + nb - 2 a.b, built inside the matmul's result (the only full-size array)
+    if out is not None:
+        d2 = np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    else:
+        d2 = a @ xp.matrix_transpose(b)
+    if can_overwrite(d2):
+        d2 *= -2
+        d2 += na
+        d2 += nb
+        if isinstance(d2, np.ndarray):
+            np.maximum(d2, 0.0, out=d2)
+        else:
+            d2.clamp_(min=0.0)
+        if same:  # self-distances are exactly zero, not sqrt(rounding)
+            if isinstance(d2, np.ndarray):
+                idx = np.arange(d2.shape[-1])
+                d2[..., idx, idx] = 0.0
+            else:
+                d2.diagonal(dim1=-2, dim2=-1).zero_()
+        if squared:
+            return d2
+        if isinstance(d2, np.ndarray):
+            return np.sqrt(d2, out=d2)
+        return d2.sqrt_()
+    d2 = na + nb - 2 * d2
     d2 = xp.clip(d2, 0.0, None)
-    if same:  # self-distances are exactly zero, not sqrt(rounding)
+    if same:
         n = int(d2.shape[-1])
         d2 = xp.where(xp.eye(n, dtype=xp.bool, device=device_of(d2)), xp.zeros_like(d2), d2)
     return d2 if squared else xp.sqrt(d2)
@@ -827,6 +950,10 @@ def pairwise_aitchison(
     namespace(x, y, mask)  # fail early on mixed devices
     if mask is not None:
         _check_shared_mask(mask, x, axis)
+    if y is None and mask is None and isinstance(x, np.ndarray):
+        blocks = _pairwise_blocks(x, axis, validate, from_logits, squared)
+        if blocks is not None:
+            return blocks
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = cx if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
     xp = namespace(cx, cy)
@@ -835,7 +962,47 @@ def pairwise_aitchison(
     b = None if y is None else xp.moveaxis(cy, ax, -1)
     if a.ndim < 2:
         raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
-    return gram_distances(a, b, xp, squared=squared)
+    # ``cx`` is our own clr result, so the centring inside may reuse its memory
+    return gram_distances(a, b, xp, squared=squared, overwrite=True)
+
+
+_BLOCK_BYTES = 8 << 20  # output bytes per block: the block's temporaries stay in cache
+
+
+def _pairwise_blocks(
+    x: np.ndarray, axis: int, validate: bool, from_logits: bool, squared: bool
+) -> np.ndarray | None:
+    """:func:`pairwise_aitchison` of a large numpy ``x`` (no ``y``, no mask), block by block.
+
+    Blocks of leading indices (e.g. queries) go through clr, centring and the Gram matrix while
+    they are in cache, and write straight into the result, so the only full-size array is the
+    result itself. Returns ``None`` when ``x`` is small or any block fails validation (then the
+    one-shot path runs and raises its precise error).
+    """
+    if x.ndim < 3:
+        return None
+    ax = normalize_axis(axis, x.ndim)
+    xl = x if ax == x.ndim - 1 else np.moveaxis(x, ax, -1)
+    lead, n_items, n_parts = xl.shape[:-2], int(xl.shape[-2]), int(xl.shape[-1])
+    n_blocks = math.prod(lead)
+    per_block = n_items * n_items * 8
+    if n_parts < 2 or per_block == 0 or n_blocks * per_block < 8 * _BLOCK_BYTES:
+        return None
+    step = max(1, _BLOCK_BYTES // per_block)
+    x3 = xl.reshape(n_blocks, n_items, n_parts)
+    result: np.ndarray | None = None
+    try:
+        for start in range(0, n_blocks, step):
+            cx = clr(x3[start : start + step], -1, validate, from_logits=from_logits)
+            if result is None:
+                result = np.empty((n_blocks, n_items, n_items), dtype=cx.dtype)
+            gram_distances(
+                cx, None, np, squared=squared, overwrite=True, out=result[start : start + step]
+            )
+    except CompositionError:
+        return None
+    assert result is not None
+    return result.reshape(*lead, n_items, n_items)
 
 
 def _check_shared_mask(mask: Array, x: Array, axis: int) -> None:

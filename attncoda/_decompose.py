@@ -27,14 +27,19 @@ import numpy as np
 from ._array import (
     Array,
     LogComposition,
+    all_finite,
     as_bool,
     as_float,
     broadcast_mask,
+    by_row_blocks,
+    can_overwrite,
     check_finite_values,
     device_of,
     log_composition,
     logsumexp,
     namespace,
+    parts_last,
+    sum_where,
 )
 from ._coda import gram_distances
 from ._errors import ShapeMismatchError, TooFewPartsError
@@ -286,7 +291,31 @@ def decompose(
     >>> bool(np.isclose(h, d.entropy))
     True
     """
-    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    if mask is None and (sink is None or isinstance(sink, (int, np.integer, list, tuple))):
+        blocks = by_row_blocks(
+            decompose,
+            x,
+            axis,
+            sink=sink,
+            validate=validate,
+            from_logits=from_logits,
+            degenerate=degenerate,
+        )
+        if blocks is not None:
+            return blocks
+    probs = None
+    if mask is None and not from_logits:
+        # keep the (float, parts-last) probabilities: the fused path can use them directly
+        _, probs, _, ax = parts_last(x, axis, None)
+        lc = log_composition(probs, -1, validate=validate)
+        lc.axis = ax
+    else:
+        lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    if _is_first_part(sink) and (validate or from_logits):
+        # the common case (one sink, the first visible key) has a fused path
+        fast = _decompose_first_sink(lc, sink, degenerate, probs)
+        if fast is not None:
+            return fast
     xp = lc.xp
     vis = lc.visible_full()
     s_mask = _sink_mask(lc, sink, validate, allow_missing=degenerate == "nan")
@@ -331,6 +360,150 @@ def decompose(
         sink_entropy=h_sink,
         binary_entropy=_binary_from_logs(xp, log_s, log_1ms),
         n_content=n_c,
+    )
+
+
+def _is_first_part(sink: SinkSpec) -> bool:
+    """Whether ``sink`` names the default sink (part 0) of rows whose parts are all visible."""
+    if sink is None:
+        return True
+    return isinstance(sink, (int, np.integer)) and not isinstance(sink, bool) and int(sink) == 0
+
+
+def _row_max(xp: Any, a: Array) -> Array:
+    """Max over the last axis (keepdims) of finite values (numpy's ``fmax`` reduction is several
+    times faster than ``max``, which also tracks NaN)."""
+    if isinstance(a, np.ndarray):
+        return np.fmax.reduce(a, axis=-1, keepdims=True)
+    return xp.max(a, axis=-1, keepdims=True)
+
+
+def _first_true(xp: Any, a: Array) -> Array:
+    """Index (keepdims) of the first True along the last axis."""
+    if isinstance(a, np.ndarray):
+        return np.argmax(a, axis=-1, keepdims=True)
+    return xp.argmax(xp.astype(a, xp.uint8), axis=-1, keepdims=True)
+
+
+def _decompose_first_sink(
+    lc: LogComposition, sink: SinkSpec, degenerate: str, probs: Array | None = None
+) -> SinkContent | None:
+    """:func:`decompose` with one sink, the first visible key, in a few fused passes.
+
+    Applies when every row has a sink and at least one content key (otherwise returns ``None``
+    before touching anything, and the general path handles the degenerate rows). Working on
+    ``w``, the log parts with the sink set to ``-inf`` and shifted by the content maximum:
+    ``e = exp(w)`` is the content up to its sum ``s_c`` (in ``[1, n]``, so nothing under- or
+    overflows), ``c = e / s_c``, ``H(c) = -sum c (w - log s_c)``, the shares come from
+    ``logaddexp`` of the two channels' logs, and ``H = H_b(s) + (1 - s) H(c)`` (the grouping
+    rule). ``w`` is ``lc.log`` itself when that is a temporary we own, updated in place; the
+    caller's arrays are never written, and tensors that autograd tracks take the general path.
+    ``probs`` (probabilities with every part visible, parts last) spares the exponentials: the
+    content is then ``x / sum(x content)`` directly, when that sum is a normal number.
+    """
+    xp = lc.xp
+    log = lc.log
+    is_np = isinstance(log, np.ndarray)
+    if not is_np and bool(getattr(log, "requires_grad", False)):
+        return None
+    vis = lc.visible
+    own = lc.owned and can_overwrite(log)
+    if vis is None:
+        if lc.n_parts < 2 or lc.rowsum is None:
+            return None
+        n_c: Any = float(lc.n_parts - 1)
+        l0 = xp.asarray(log[..., 0], copy=True) if own else log[..., 0]
+        sum_c = lc.rowsum[..., 0] - l0
+    else:
+        counts = xp.sum(vis, axis=-1)
+        if not bool(xp.all(counts >= 2)):
+            return None
+        if sink is not None and not bool(xp.all(vis[..., 0])):
+            return None
+        idx = _first_true(xp, vis)
+        l0 = xp.take_along_axis(log, idx, axis=-1)[..., 0]
+        sum_c = sum_where(xp, log, vis) - l0
+        n_c = xp.astype(counts - 1, log.dtype)
+    direct = probs is not None and vis is None and own
+    if direct:
+        assert probs is not None
+        s_c = xp.sum(probs[..., 1:], axis=-1)
+        with np.errstate(divide="ignore"):
+            log_sc = xp.log(s_c)
+        tiny = float(np.finfo(np.float32 if "float32" in str(s_c.dtype) else np.float64).tiny)
+        direct = all_finite(xp, log_sc) and bool(xp.all(s_c >= tiny))
+    if degenerate not in ("raise", "nan"):
+        raise ValueError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
+
+    # from here on, temporaries are updated in place (no fallback past this point)
+    if direct:
+        assert probs is not None
+        l0s = l0
+        e = xp.empty_like(probs)
+        if is_np:
+            np.divide(probs[..., 1:], s_c[..., None], out=e[..., 1:])
+        else:
+            e[..., 1:] = probs[..., 1:] / s_c[..., None]
+        e[..., 0] = 0.0
+        w = log  # ours: log c = log x - log s_c on the content; 0 * log x0 at the sink
+        w[..., 1:] -= log_sc[..., None]
+    elif vis is None:
+        m_c = _row_max(xp, log[..., 1:])
+        if own:
+            w = log
+            w -= m_c
+        else:
+            w = log - m_c
+        w[..., 0] = -math.inf
+    else:
+        w = log if own else xp.asarray(log, copy=True)
+        if is_np:
+            np.put_along_axis(w, idx, -math.inf, axis=-1)
+        else:
+            w.scatter_(-1, idx, -math.inf)
+        m_c = _row_max(xp, w)
+        w -= m_c
+    if not direct:
+        l0s = l0 - m_c[..., 0]  # sink log relative to the content maximum
+        e = xp.exp(w)  # 0 at the sink and at invisible keys
+        s_c = xp.sum(e, axis=-1)
+        log_sc = xp.log(s_c)
+        e /= s_c[..., None]  # the content subcomposition
+        # log c = w - log s_c, with -inf (where c = 0) clamped so that 0 * log c = 0
+        if is_np:
+            np.maximum(w, np.finfo(w.dtype).min, out=w)
+        else:
+            import torch
+
+            w.clamp_(min=torch.finfo(w.dtype).min)
+        w -= log_sc[..., None]
+    if is_np:
+        h_content = -np.einsum("...i,...i->...", e, w)
+    else:
+        w *= e
+        h_content = -xp.sum(w, axis=-1)
+    log_total = xp.logaddexp(l0s, log_sc)
+    log_s = l0s - log_total
+    log_1ms = log_sc - log_total
+    if isinstance(n_c, float):
+        balance = math.sqrt(n_c / (n_c + 1)) * (l0 - sum_c / n_c)
+        n_content = xp.full_like(balance, n_c)
+    else:
+        balance = xp.sqrt(n_c / (n_c + 1)) * (l0 - sum_c / n_c)
+        n_content = n_c
+    share = xp.exp(log_s)
+    rest = xp.exp(log_1ms)
+    h_binary = -(share * log_s + rest * log_1ms)  # both logs are finite here
+    return SinkContent(
+        sink_share=share,
+        sink_logodds=log_s - log_1ms,
+        balance=balance,
+        content=lc.restore(e),
+        entropy=h_binary + rest * h_content,
+        content_entropy=h_content,
+        sink_entropy=xp.zeros_like(balance),
+        binary_entropy=h_binary,
+        n_content=n_content,
     )
 
 
@@ -568,8 +741,8 @@ def pairwise_aitchison_split(
         )
     db = b[..., :, None] - b[..., None, :]
     return AitchisonSplit(
-        sink=db * db + gram_distances(cs, None, xp, squared=True),
-        content=gram_distances(cc, None, xp, squared=True),
+        sink=db * db + gram_distances(cs, None, xp, squared=True, overwrite=True),
+        content=gram_distances(cc, None, xp, squared=True, overwrite=True),
     )
 
 
