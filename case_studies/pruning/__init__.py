@@ -1,0 +1,1 @@
+"""Sink-aware head pruning on real models; see README.md in this folder."""

@@ -1,0 +1,70 @@
+"""The pruning study on a real offline model: ``attncoda prune smollm2-135m --quick`` end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from attncoda.hooks import assets  # noqa: E402
+from attncoda.hooks import gates as G  # noqa: E402
+
+from attncoda.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.real
+
+
+def need(*names: str) -> None:
+    for name in names:
+        if not assets.is_fetched(name):
+            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
+
+
+def test_quick_prune_on_smollm2(tmp_path, capsys):
+    need("smollm2-135m", "austen", "mobydick")
+    out = tmp_path / "smollm2"
+    assert main(["prune", "smollm2-135m", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "sink_share" in printed.out and "%" in printed.err  # the table and the progress bar
+    with open(out / "perplexity.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["command"] == f"attncoda prune smollm2-135m --out {out} --quick"
+    assert meta["ks"] == [0, 27, 81] and meta["n_units"] == 270
+    assert {r["score"] for r in rows} == {"none", *G.SCORES}
+    assert len(rows) == 3 * (1 + len(G.SCORES) * 2)
+    assert all(math.isfinite(float(r["perplexity"])) for r in rows)
+    assert (out / "perplexity_vs_heads.png").stat().st_size > 10_000
+
+    # the unpruned perplexity is the model's own loss on the very same tokens
+    model, tokenizer = assets.load_model("smollm2-135m")
+    for corpus in ("mobydick", "prideprejudice"):
+        ids = G.text_windows(tokenizer, G.study_text(corpus), window=256, n_windows=1)
+        assert meta["evaluation"][corpus]["tokens_sha256"] == G.tokens_sha256(ids)
+        with torch.no_grad():
+            loss = float(model(input_ids=ids, labels=ids).loss)
+        (base,) = [r for r in rows if r["score"] == "none" and r["corpus"] == corpus]
+        assert math.isclose(float(base["perplexity"]), math.exp(loss), rel_tol=1e-4)
+
+    # a pruned row is reproduced by gates directly
+    (row,) = [
+        r for r in rows if r["score"] == "gradient" and r["k"] == "27" and r["corpus"] == "mobydick"
+    ]
+    plan: dict[int, list[int]] = {}
+    for part in row["pruned"].split(";"):
+        layer, heads = part[1:].split(":")
+        plan[int(layer)] = [int(h) for h in heads.split(",")]
+    assert sum(len(h) for h in plan.values()) == 27
+    ids = G.text_windows(tokenizer, G.study_text("mobydick"), window=256, n_windows=1)
+    with G.gates(model, plan):
+        again = G.perplexity(model, ids).value
+    assert math.isclose(float(row["perplexity"]), again, rel_tol=1e-4)
+
+
+def test_prune_refuses_an_encoder(capsys):
+    need("minilm-l6")
+    assert main(["prune", "minilm-l6", "--quick", "-q"]) == 2
+    assert "not a causal language model" in capsys.readouterr().err
