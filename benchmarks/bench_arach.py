@@ -1,0 +1,111 @@
+"""ARACH benchmark: the fast hub path and the naive dense-mask path vs the plain forward.
+
+SmolLM2-135M (the offline asset, fp32, CPU, batch 1) on real Austen tokens. Three paths, timed
+in one process, alternating, medians of ``--repeats``:
+
+- ``plain``: the model's own forward (SDPA, causal), ARACH off;
+- ``fast``: :class:`attncoda.hooks.arach.Arach` (mode ``"fast"``): causal attention over the verbal
+  keys for the 2T queries plus one exact log-sum-exp merge of the diagonal hub logit;
+- ``dense``: the naive version, the ``[verbal ; hub]`` input with a 2T x 2T additive float mask
+  run by SDPA (mode ``"dense"``).
+
+The hub stream doubles the projection and MLP work, so about 2x plain is the floor of any exact
+ARACH forward; the target is fast <= 2.3x plain at T=1024. The LM head runs on verbal positions
+only in both ARACH paths. The script also checks that fast and dense logits agree.
+
+Run: ``python benchmarks/bench_arach.py [--length 1024] [--repeats 3] [--threads 1] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+MODEL = "smollm2-135m"
+
+
+def _tokens(tokenizer: Any, length: int) -> Any:
+    from attncoda.hooks import assets
+
+    text = assets.load_text("austen", "prideprejudice")
+    ids = tokenizer(text[: length * 8], return_tensors="pt").input_ids[:, :length]
+    if ids.shape[1] < length:
+        raise SystemExit(f"not enough text for {length} tokens")
+    return ids
+
+
+def run(
+    length: int, repeats: int, model_name: str = MODEL, threads: int | None = None
+) -> dict[str, Any]:
+    import torch
+    from attncoda.hooks import arach, assets
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+    model, tokenizer = assets.load_model(model_name)
+    ids = _tokens(tokenizer, length)
+    fast = arach.Arach(model, mode="fast")
+    dense = arach.Arach(model, mode="dense")
+    paths = {
+        "plain": lambda: model(input_ids=ids),
+        "fast": lambda: fast(input_ids=ids),
+        "dense": lambda: dense(input_ids=ids),
+    }
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    with torch.no_grad():
+        check = (fast(input_ids=ids).logits - dense(input_ids=ids).logits).abs().max().item()
+        for fn in paths.values():  # warm-up
+            fn()
+        for _ in range(repeats):
+            for name, fn in paths.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "model": model_name,
+        "length": length,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "seconds": med,
+        "all_seconds": times,
+        "fast_over_plain": med["fast"] / med["plain"],
+        "dense_over_plain": med["dense"] / med["plain"],
+        "dense_over_fast": med["dense"] / med["fast"],
+        "max_abs_logit_diff_fast_vs_dense": check,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, nargs="+", default=[1024])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (1 is steadier on a shared, loaded machine)"
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    results = []
+    for length in args.length:
+        r = run(length, args.repeats, args.model, args.threads)
+        results.append(r)
+        s = r["seconds"]
+        print(
+            f"T={length}: plain {s['plain']:.2f} s | fast {s['fast']:.2f} s "
+            f"({r['fast_over_plain']:.2f}x) | dense {s['dense']:.2f} s "
+            f"({r['dense_over_plain']:.2f}x) | dense/fast {r['dense_over_fast']:.2f}x | "
+            f"max |fast - dense| logit {r['max_abs_logit_diff_fast_vs_dense']:.1e}"
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""ARACH hub tokens: paired evaluation and attention audit (see README.md)."""
