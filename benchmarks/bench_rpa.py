@@ -1,0 +1,139 @@
+"""RPA inference latency parity: the cached-bias forward vs the plain SDPA forward.
+
+At inference an RPA model adds its cached ``B(T)`` (no membership computation, no controller)
+through attncoda's registered attention function, as a float additive mask. The target of the
+issue: RPA inference at most 1.05x the baseline forward. Measured in one process, alternating the
+paths, medians of ``--repeats`` (the machines are shared and noisy: trust the ratios):
+
+``sdpa``
+    the model's plain forward (SDPA with ``is_causal``), no plug-in: the baseline.
+``rpa``
+    the same model with a calibrated RPA prior attached, eval mode (cached ``B(T)``).
+``float_mask``
+    the plain forward given an explicit float causal mask (0 / finfo.min) as a custom 4-D mask:
+    what SDPA costs with *any* float mask, separating the kernel's cost from the plug-in's.
+
+Models: the case study's small Llama (hidden 192, 4 layers, vocabulary 4096; random weights)
+at its training shape and at T=512, and SmolLM2-135M (the offline asset, skipped when not
+fetched) at ``--length``.
+
+Run: ``python benchmarks/bench_rpa.py [--repeats 7] [--length 512] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _small_model() -> Any:
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=4096,
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def _paths(model: Any, prior: Any, ids: torch.Tensor) -> dict[str, Callable[[], None]]:
+    from attncoda.hooks import rpa
+
+    t = ids.shape[-1]
+    neg = torch.finfo(torch.float32).min
+    causal = torch.full((t, t), neg).triu(1)[None, None].expand(ids.shape[0], 1, t, t)
+
+    def sdpa() -> None:
+        with torch.no_grad():
+            model(input_ids=ids)
+
+    def with_prior() -> None:
+        with torch.no_grad(), rpa.attached(model, prior):
+            model(input_ids=ids)
+
+    def float_mask() -> None:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=causal)
+
+    return {"sdpa": sdpa, "rpa": with_prior, "float_mask": float_mask}
+
+
+def _measure(paths: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    for fn in paths.values():  # warm up (and fill the bias cache)
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    for _ in range(repeats):
+        for name, fn in paths.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, Any]:
+    from attncoda.hooks import rpa
+
+    prior = rpa.RPAPrior.for_model(model, max_positions=ids.shape[-1])
+    prior.calibrate(model, [ids])
+    med = _measure(_paths(model, prior, ids), repeats)
+    row = {
+        "case": label,
+        "batch": int(ids.shape[0]),
+        "length": int(ids.shape[-1]),
+        **{f"{k}_s": v for k, v in med.items()},
+        "rpa_ratio": med["rpa"] / med["sdpa"],
+        "float_mask_ratio": med["float_mask"] / med["sdpa"],
+    }
+    print(
+        f"{label:<28} b={row['batch']:<3} T={row['length']:<5} sdpa {med['sdpa'] * 1e3:8.1f} ms  "
+        f"rpa {med['rpa'] * 1e3:8.1f} ms ({row['rpa_ratio']:.3f}x)  float mask "
+        f"{med['float_mask'] * 1e3:8.1f} ms ({row['float_mask_ratio']:.3f}x)",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--length", type=int, default=512, help="SmolLM2 sequence length")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} thread(s), medians of {args.repeats}")
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    small = _small_model()
+    for batch, length in ((16, 128), (1, 512)):
+        ids = torch.randint(0, 4096, (batch, length), generator=gen)
+        rows.append(_case("small Llama (case study)", small, ids, args.repeats))
+    from attncoda.hooks import assets
+
+    if assets.is_fetched("smollm2-135m") and assets.is_fetched("austen"):
+        model, tok = assets.load_model("smollm2-135m")
+        text = assets.load_text("austen", "persuasion")
+        ids = tok(text[: args.length * 8], return_tensors="pt").input_ids[:, : args.length]
+        rows.append(_case("SmolLM2-135M (Persuasion)", model, ids, args.repeats))
+    else:
+        print("SmolLM2-135M or austen not fetched: `attncoda fetch smollm2-135m austen`")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""RPA + Guardian case study on Austen (see README.md)."""

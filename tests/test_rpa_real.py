@@ -1,0 +1,133 @@
+"""The RPA plug-in on the real offline SmolLM2-135M and on real Austen tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from attncoda.hooks import assets, rpa  # noqa: E402
+from attncoda.hooks._registry import attention_modules  # noqa: E402
+
+pytestmark = pytest.mark.real
+
+
+def need(*names: str) -> None:
+    for name in names:
+        if not assets.is_fetched(name):
+            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    need("smollm2-135m", "austen")
+    model, tok = assets.load_model("smollm2-135m")
+    text = " ".join(assets.paragraphs(assets.load_text("austen", "persuasion"), min_words=30)[:6])
+    ids = tok(text, return_tensors="pt").input_ids
+    return model, ids
+
+
+def test_prior_on_smollm2_equals_explicit_bias_and_leaves_model_unchanged(smollm2):
+    model, ids = smollm2
+    ids = ids[:, :48].repeat(2, 1)
+    prior = rpa.RPAPrior.for_model(model, seed=0)
+    prior.calibrate(model, [ids])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        with rpa.attached(model, prior):
+            got = model(input_ids=ids).logits
+        after = model(input_ids=ids).logits
+    torch.testing.assert_close(before, after, atol=0, rtol=0)
+    assert float((got - before).abs().max()) > 1e-2
+    # explicit reference: HF eager attention, each layer given causal + B_l as its mask
+    t = ids.shape[-1]
+    vis = torch.ones(t, t, dtype=torch.bool).tril()
+    masks = [
+        torch.where(vis, prior.inference_bias(i, t), torch.finfo(torch.float32).min)[None, None]
+        for i in range(prior.n_layers)
+    ]
+    handles = []
+    for layer, module in enumerate(attention_modules(model)):
+
+        def hook(_m, args, kwargs, layer=layer):
+            kwargs["attention_mask"] = masks[layer]
+            return args, kwargs
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            want = model(input_ids=ids).logits
+    finally:
+        for h in handles:
+            h.remove()
+        model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(got, want, atol=2e-4, rtol=1e-4)
+
+
+def test_prior_perturbation_on_smollm2(smollm2):
+    model, ids = smollm2
+    ids = ids[:, :40]
+    prior = rpa.RPAPrior.for_model(model, seed=1)
+    prior.calibrate(model, [ids])
+    ds = rpa.prior_perturbation(model, prior, ids)
+    assert ds.attrs["perturbation_max_error"] < 1e-5
+    assert ds.sizes["layer"] == 30 and ds.sizes["head"] == 9
+    np.testing.assert_allclose(
+        ds.delta_entropy_sink + ds.delta_entropy_content, ds.delta_entropy, atol=1e-9
+    )
+    # SmolLM2 has strong sinks: rows put most of their mass on the first token
+    assert float(ds.sink_share_without.mean()) > 0.3
+
+
+def test_short_rpa_training_on_austen_tokens_lowers_the_loss(smollm2, tmp_path):
+    import transformers
+
+    _, ids = smollm2
+    need("austen")
+    tok = transformers.AutoTokenizer.from_pretrained(
+        str(assets.asset_path("smollm2-135m")), local_files_only=True
+    )
+    text = assets.load_text("austen", "emma")[:60_000]
+    stream = torch.as_tensor(tok(text)["input_ids"])
+    uniq, inverse = torch.unique(stream, return_inverse=True)  # a small vocabulary for speed
+    stream = inverse
+    val = ids[0, : 4 * 32]
+    lookup = {int(u): i for i, u in enumerate(uniq)}
+    val = torch.as_tensor([lookup.get(int(v), 0) for v in val]).view(4, 32)
+    data = rpa.TokenData(stream, val[:2], val[2:])
+    config = transformers.LlamaConfig(
+        vocab_size=len(uniq),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    prior = rpa.RPAPrior.for_model(model, seed=0)
+    cfg = rpa.TrainConfig(
+        steps=40,
+        context=32,
+        tokens_per_step=256,
+        lr=3e-3,
+        guardian=rpa.GuardianConfig(),
+        context_game=rpa.ContextGameConfig(lengths=(16, 32), every=10),
+        control_every=10,
+        control_chunks=2,
+        checkpoints=2,
+    )
+    res = rpa.train(model, prior, data, cfg, out_dir=tmp_path, progress=False)
+    assert np.mean(res.losses[-5:]) < np.mean(res.losses[:5]) - 0.5
+    audit = rpa.audit_rpa(tmp_path, input_ids=data.validation)
+    assert audit["perturbation"].attrs["perturbation_max_error"] < 1e-5
