@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attncoda import __version__
-from attncoda._front import register_analyze, register_capture, register_demo, register_report
+from attncoda._front import (
+    register_analyze,
+    register_audit_rpa,
+    register_capture,
+    register_demo,
+    register_report,
+)
 
 PROG = "attncoda"
 
@@ -436,7 +442,7 @@ def _cmd_audit_arach(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_AUDIT_TARGETS: tuple[Callable[[Any], None], ...] = (_register_audit_arach,)
+_AUDIT_TARGETS: tuple[Callable[[Any], None], ...] = (_register_audit_arach, register_audit_rpa)
 
 
 # --------------------------------------------------------------------------------------------
