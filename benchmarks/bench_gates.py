@@ -13,7 +13,9 @@ in one process, alternating, medians of ``--repeats``:
 
 The target of the issue is ``gated-* / forward <= 1.1``.
 
-Run: ``python benchmarks/bench_gates.py [--window 512] [--windows 2] [--repeats 5]``.
+Run: ``python benchmarks/bench_gates.py [--window 512] [--windows 1] [--repeats 9] [--threads 1]``.
+On a shared machine use ``--threads 1``: with more threads than free cores, OpenMP stalls make
+single timings scatter by 2x and more.
 """
 
 from __future__ import annotations
@@ -67,10 +69,15 @@ def _setup(window: int, windows: int, fraction: float) -> tuple[Any, dict[str, C
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=512)
-    parser.add_argument("--windows", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--windows", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--fraction", type=float, default=0.3)
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     info, paths = _setup(args.window, args.windows, args.fraction)
     for fn in paths.values():  # warm-up
         fn()
@@ -86,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "window": args.window,
         "windows": args.windows,
         "repeats": args.repeats,
+        "threads": args.threads,
         "median_s": {k: round(v, 4) for k, v in med.items()},
         "ratio_to_forward": {k: round(v / med["forward"], 3) for k, v in med.items()},
         "ratio_to_perplexity": {k: round(v / med["perplexity"], 3) for k, v in med.items()},

@@ -529,10 +529,9 @@ def _sink_index(
     if session.sink_index is not None and len(session.sink_index) == batch:
         return session.sink_index.to(device)
     first: torch.Tensor | None = None
-    if session.inputs and session.inputs[-1].get("attention_mask") is not None:
-        am = session.inputs[-1]["attention_mask"]
-        assert am is not None
-        first = am.to(torch.int8).argmax(-1)
+    recorded = session.inputs[-1].get("attention_mask") if session.inputs else None
+    if recorded is not None and recorded.dim() == 2:  # a custom 4-D mask is not per-token
+        first = recorded.to(torch.int8).argmax(-1)
     elif attention_mask is not None:
         vis = (
             attention_mask
