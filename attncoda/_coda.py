@@ -854,18 +854,30 @@ def _row_norms2(xp: Any, a: Array) -> Array:
 def _stacked_gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """``a @ b^T`` for stacks of matrices.
 
-    numpy's stacked matmul does not reach BLAS for transposed operands and was ~10x slower than
-    torch's batched GEMM here (benchmarks/bench_coda.py); torch, where installed, shares the
-    numpy memory (no copy).
+    numpy's stacked matmul calls BLAS once per matrix of the stack, and each call synchronises
+    the BLAS threads: as soon as other jobs share the cores that collapses (10x slower on a busy
+    2-core machine, benchmarks/bench_coda.py), while torch's batched GEMM splits the whole stack
+    across its threads once. torch, where installed, shares the numpy memory (no copy) and writes
+    into ``out``; operands it cannot take as they are (mixed dtypes, which numpy promotes, or
+    negative strides) stay with numpy.
     """
     try:
         import torch
     except ImportError:  # the core works without torch
         return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
-    res = torch.from_numpy(a) @ torch.from_numpy(b).transpose(-1, -2)
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    try:
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    except ValueError:  # negative strides
+        return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    if out is not None and out.flags.c_contiguous and out.flags.writeable:
+        torch.matmul(ta, tb.transpose(-1, -2), out=torch.from_numpy(out))
+        return out
+    res = (ta @ tb.transpose(-1, -2)).numpy()
     if out is None:
-        return res.numpy()
-    out[...] = res.numpy()
+        return res
+    out[...] = res
     return out
 
 
