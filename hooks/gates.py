@@ -906,11 +906,11 @@ class StudyResult:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def perplexity(self, score: str, k: int, corpus: str = "all") -> float:
-        """Look one perplexity up (``score="none"`` for the unpruned model, ``k=0``)."""
+        """One perplexity; ``k=0`` gives the unpruned model whatever the score."""
+        want = "none" if k == 0 else score
         for r in self.rows:
-            if r["k"] == k and r["corpus"] == corpus and r["score"] in (score, "none"):
-                if k == 0 or r["score"] == score:
-                    return float(r["perplexity"])
+            if r["score"] == want and r["k"] == k and r["corpus"] == corpus:
+                return float(r["perplexity"])
         raise KeyError(f"no result for score={score!r}, k={k}, corpus={corpus!r}")
 
 
