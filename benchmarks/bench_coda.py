@@ -9,8 +9,8 @@ round-robin (the order rotates each round) and reports medians. ``ratio`` is
 ``project_s / anchor_s``: below 1 means attncoda is faster; ``<= 0.1x`` means 10x faster.
 
 Run: ``python benchmarks/bench_coda.py [--rows N] [--repeats R] [--quick]``. The full run takes
-2-3 minutes on 2 cores; ``--quick`` (10^5 rows) about 15 s. BLAS settings from the environment
-(``OPENBLAS_CORETYPE``...) are left as they are and printed in the header.
+2-3 minutes on an idle 2-core machine; ``--quick`` (5 x 10^4 rows) under 20 s. BLAS settings
+from the environment (``OPENBLAS_CORETYPE``...) are left as they are and printed in the header.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import attncoda as ac
 D = 64  # parts per row (keys)
 HEADS = 270  # SmolLM2-135M: 30 layers x 9 heads
 FULL_ROWS = 1_000_000
-QUICK_ROWS = 100_000
+QUICK_ROWS = 50_000
 
 SLOW_S = 2.0
 FLOOR = 1.5  # target against a minimal unvalidated computation: validation costs at most 50%
@@ -65,12 +65,14 @@ def _clock(fn: Callable[[], Any]) -> float:
     return elapsed
 
 
-def time_round_robin(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+def time_round_robin(
+    fns: dict[str, Callable[[], Any]], repeats: int, slow_s: float = SLOW_S
+) -> dict[str, float]:
     """Median seconds per function over ``repeats`` rounds, after one untimed warm-up each.
 
     The order inside a round rotates, so no implementation always runs after the same one (the
     allocator and cache state a predecessor leaves behind is spread over all of them). A slow
-    function (warm-up over ``SLOW_S``) counts its warm-up as a sample and stops after 3 samples,
+    function (warm-up over ``slow_s``) counts its warm-up as a sample and stops after 3 samples,
     which keeps the per-pair loops affordable.
     """
     names = list(fns)
@@ -81,7 +83,7 @@ def time_round_robin(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[st
     try:
         for name in names:
             t = _clock(fns[name])
-            if t > SLOW_S:
+            if t > slow_s:
                 samples[name].append(t)
                 wanted[name] = min(repeats, 3)
         for r in range(repeats):
@@ -103,9 +105,9 @@ class Case:
     # (anchor label, callable, target ratio project/anchor, at most)
     extrapolate: dict[str, float] = field(default_factory=dict)  # anchor label -> factor
 
-    def rows(self, repeats: int) -> list[Row]:
+    def rows(self, repeats: int, slow_s: float = SLOW_S) -> list[Row]:
         fns = {"__project__": self.project} | {a: f for a, f, _ in self.anchors}
-        t = time_round_robin(fns, repeats)
+        t = time_round_robin(fns, repeats, slow_s)
         out = []
         for label, _, target in self.anchors:
             anchor_s = t[label] * self.extrapolate.get(label, 1.0)
@@ -550,7 +552,7 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     n = rows or (QUICK_ROWS if quick else FULL_ROWS)
     r = repeats or (3 if quick else 5)
     for case in build_cases(n, quick):
-        yield from case.rows(r)
+        yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
 
 
 def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> list[Row]:
