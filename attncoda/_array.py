@@ -427,14 +427,16 @@ ROW_BLOCK_BYTES = 4 << 20
 MIN_BLOCKED_BYTES = 64 << 20
 
 
-def by_row_blocks(fn: Any, x: Array, axis: int, **kwargs: Any) -> Any:
+def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **kwargs: Any) -> Any:
     """Apply a row-wise transform ``fn(block, **kwargs)`` to blocks of rows of ``x``.
 
     Only for a large, C-contiguous numpy ``x`` with the parts on its last axis (otherwise, and
     when any block raises a ``ValueError`` such as a :class:`CompositionError`, returns ``None``
     and the caller runs the one-shot path, which raises the precise error for the whole input).
     ``fn`` returns an array or a dataclass of arrays whose first axis is the block's rows; the
-    blocks' results are written into arrays for all rows, with ``x``'s leading shape.
+    blocks' results are written into arrays for all rows, with ``x``'s leading shape. With
+    ``out_field``, ``fn`` also takes ``<out_field>_out=``, the block's slice of that field's
+    result, and may compute the field in place there (saving a copy).
     """
     if not isinstance(x, np.ndarray) or x.ndim < 2 or not x.flags.c_contiguous:
         return None
@@ -448,9 +450,10 @@ def by_row_blocks(fn: Any, x: Array, axis: int, **kwargs: Any) -> Any:
         return None
     outs: list[np.ndarray] | None = None
     first: Any = None
+    extra: dict[str, np.ndarray] = {}
     try:
         for start in range(0, n_rows, step):
-            res = fn(rows[start : start + step], **kwargs)
+            res = fn(rows[start : start + step], **kwargs, **extra)
             parts = [res] if isinstance(res, np.ndarray) else list(vars(res).values())
             if not all(isinstance(p, np.ndarray) and p.ndim >= 1 for p in parts):
                 return None
@@ -458,7 +461,12 @@ def by_row_blocks(fn: Any, x: Array, axis: int, **kwargs: Any) -> Any:
                 first = res
                 outs = [np.empty((n_rows, *p.shape[1:]), dtype=p.dtype) for p in parts]
             for out, part in zip(outs, parts, strict=True):
-                out[start : start + step] = part
+                dest = out[start : start + step]
+                if part is not extra.get(f"{out_field}_out"):
+                    dest[...] = part
+            if out_field is not None:
+                k = list(vars(first)).index(out_field)
+                extra = {f"{out_field}_out": outs[k][start + step : start + 2 * step]}
     except ValueError:
         return None
     assert outs is not None

@@ -293,9 +293,10 @@ def decompose(
     """
     if mask is None and (sink is None or isinstance(sink, (int, np.integer, list, tuple))):
         blocks = by_row_blocks(
-            decompose,
+            _decompose,
             x,
             axis,
+            out_field="content",
             sink=sink,
             validate=validate,
             from_logits=from_logits,
@@ -303,6 +304,23 @@ def decompose(
         )
         if blocks is not None:
             return blocks
+    return _decompose(
+        x, sink, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate
+    )
+
+
+def _decompose(
+    x: Array,
+    sink: SinkSpec = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+    degenerate: Degenerate = "raise",
+    content_out: np.ndarray | None = None,
+) -> SinkContent:
+    """:func:`decompose` in one go; ``content_out`` may receive the content (fused path)."""
     probs = None
     if mask is None and not from_logits:
         # keep the (float, parts-last) probabilities: the fused path can use them directly
@@ -313,7 +331,7 @@ def decompose(
         lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
     if _is_first_part(sink) and (validate or from_logits):
         # the common case (one sink, the first visible key) has a fused path
-        fast = _decompose_first_sink(lc, sink, degenerate, probs)
+        fast = _decompose_first_sink(lc, sink, degenerate, probs, content_out)
         if fast is not None:
             return fast
     xp = lc.xp
@@ -385,8 +403,17 @@ def _first_true(xp: Any, a: Array) -> Array:
     return xp.argmax(xp.astype(a, xp.uint8), axis=-1, keepdims=True)
 
 
+def _exp(xp: Any, a: Array, out: np.ndarray | None) -> Array:
+    """``exp(a)``, into ``out`` when given (numpy)."""
+    return xp.exp(a) if out is None else np.exp(a, out=out)
+
+
 def _decompose_first_sink(
-    lc: LogComposition, sink: SinkSpec, degenerate: str, probs: Array | None = None
+    lc: LogComposition,
+    sink: SinkSpec,
+    degenerate: str,
+    probs: Array | None = None,
+    content_out: np.ndarray | None = None,
 ) -> SinkContent | None:
     """:func:`decompose` with one sink, the first visible key, in a few fused passes.
 
@@ -400,12 +427,17 @@ def _decompose_first_sink(
     caller's arrays are never written, and tensors that autograd tracks take the general path.
     ``probs`` (probabilities with every part visible, parts last) spares the exponentials: the
     content is then ``x / sum(x content)`` directly, when that sum is a normal number.
+    ``content_out`` (numpy, parts last, the input's shape and dtype) receives the content.
     """
     xp = lc.xp
     log = lc.log
     is_np = isinstance(log, np.ndarray)
     if not is_np and bool(getattr(log, "requires_grad", False)):
         return None
+    if content_out is not None and (
+        not is_np or content_out.shape != log.shape or content_out.dtype != log.dtype
+    ):
+        content_out = None
     vis = lc.visible
     own = lc.owned and can_overwrite(log)
     if vis is None:
@@ -439,7 +471,7 @@ def _decompose_first_sink(
     if direct:
         assert probs is not None
         l0s = l0
-        e = xp.empty_like(probs)
+        e = xp.empty_like(probs) if content_out is None else content_out
         if is_np:
             np.divide(probs[..., 1:], s_c[..., None], out=e[..., 1:])
         else:
@@ -448,13 +480,37 @@ def _decompose_first_sink(
         w = log  # ours: log c = log x - log s_c on the content; 0 * log x0 at the sink
         w[..., 1:] -= log_sc[..., None]
     elif vis is None:
-        m_c = _row_max(xp, log[..., 1:])
+        # shift by the content mean, known from the row sums (no pass for a maximum): the
+        # largest content part then has exp(w) >= 1, so the content sum cannot underflow
+        m_c = (sum_c / n_c)[..., None]
         if own:
             w = log
             w -= m_c
         else:
             w = log - m_c
-        w[..., 0] = -math.inf
+        with np.errstate(over="ignore"):  # a sink part may overflow: it is zeroed below
+            e = _exp(xp, w, content_out)
+        e[..., 0] = 0.0
+        s_c = xp.sum(e, axis=-1)
+        if not all_finite(xp, s_c):
+            # a content spread beyond the floating range (~700 nats in float64, ~85 in
+            # float32): shift by the content maximum instead
+            if own:  # ``log`` was shifted in place
+                top = _row_max(xp, w[..., 1:])
+                w -= top
+                m_c = m_c + top
+            else:
+                m_c = _row_max(xp, log[..., 1:])
+                w = log - m_c
+            with np.errstate(over="ignore"):
+                e = _exp(xp, w, content_out)
+            e[..., 0] = 0.0
+            s_c = xp.sum(e, axis=-1)
+        # ``w`` stays finite at the sink unless the logits span more than the floating range
+        # (then it is cleared like an invisible key)
+        clamp = not all_finite(xp, w[..., 0])
+        if clamp:
+            w[..., 0] = -math.inf
     else:
         w = log if own else xp.asarray(log, copy=True)
         if is_np:
@@ -463,19 +519,20 @@ def _decompose_first_sink(
             w.scatter_(-1, idx, -math.inf)
         m_c = _row_max(xp, w)
         w -= m_c
-    if not direct:
-        l0s = l0 - m_c[..., 0]  # sink log relative to the content maximum
-        e = xp.exp(w)  # 0 at the sink and at invisible keys
+        clamp = True  # invisible keys hold -inf
+        e = _exp(xp, w, content_out)  # 0 at the sink and at invisible keys
         s_c = xp.sum(e, axis=-1)
+    if not direct:
+        l0s = l0 - m_c[..., 0]  # sink log relative to the shift
         log_sc = xp.log(s_c)
         e /= s_c[..., None]  # the content subcomposition
-        # log c = w - log s_c, with -inf (where c = 0) clamped so that 0 * log c = 0
-        if is_np:
-            np.maximum(w, np.finfo(w.dtype).min, out=w)
-        else:
-            import torch
+        if clamp:  # log c = w - log s_c: clamp -inf (where c = 0) so that 0 * log c = 0
+            if is_np:
+                np.maximum(w, np.finfo(w.dtype).min, out=w)
+            else:
+                import torch
 
-            w.clamp_(min=torch.finfo(w.dtype).min)
+                w.clamp_(min=torch.finfo(w.dtype).min)
         w -= log_sc[..., None]
     if is_np:
         h_content = -np.einsum("...i,...i->...", e, w)

@@ -35,7 +35,7 @@ HEADS = 270  # SmolLM2-135M: 30 layers x 9 heads
 FULL_ROWS = 1_000_000
 QUICK_ROWS = 50_000
 
-SLOW_S = 2.0
+SLOW_S = 1.5
 FLOOR = 1.5  # target against a minimal unvalidated computation: validation costs at most 50%
 CLR_REFERENCE = "attncoda clr of the probabilities (memory-bound reference)"
 Row = dict[str, Any]
@@ -57,6 +57,20 @@ ssd = _optional("scipy.spatial.distance")
 # ------------------------------------------------------------------------------------ timing
 
 
+def prefault(nbytes: int) -> None:
+    """Touch (and free) ``nbytes`` of fresh memory, untimed.
+
+    On a virtual machine whose host backs guest memory lazily, the first touch of memory freed
+    a while ago costs ~1 s per GB (host page faults) and makes multi-GB results noisy; touching
+    as much memory just before each timed call of such a case gives every implementation the
+    same warm start.
+    """
+    if nbytes > 0:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        buf[::4096] = 1
+        del buf
+
+
 def _clock(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
     out = fn()
@@ -66,14 +80,14 @@ def _clock(fn: Callable[[], Any]) -> float:
 
 
 def time_round_robin(
-    fns: dict[str, Callable[[], Any]], repeats: int, slow_s: float = SLOW_S
+    fns: dict[str, Callable[[], Any]], repeats: int, slow_s: float = SLOW_S, warm_bytes: int = 0
 ) -> dict[str, float]:
     """Median seconds per function over ``repeats`` rounds, after one untimed warm-up each.
 
     The order inside a round rotates, so no implementation always runs after the same one (the
     allocator and cache state a predecessor leaves behind is spread over all of them). A slow
     function (warm-up over ``slow_s``) counts its warm-up as a sample and stops after 3 samples,
-    which keeps the per-pair loops affordable.
+    which keeps the per-pair loops affordable. ``warm_bytes``: see :func:`prefault`.
     """
     names = list(fns)
     samples: dict[str, list[float]] = {n: [] for n in names}
@@ -82,6 +96,7 @@ def time_round_robin(
     gc.disable()  # as timeit does: no collection pauses inside the timed calls
     try:
         for name in names:
+            prefault(warm_bytes)
             t = _clock(fns[name])
             if t > slow_s:
                 samples[name].append(t)
@@ -89,6 +104,7 @@ def time_round_robin(
         for r in range(repeats):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 if len(samples[name]) < wanted[name]:
+                    prefault(warm_bytes)
                     samples[name].append(_clock(fns[name]))
     finally:
         gc.enable()
@@ -104,10 +120,11 @@ class Case:
     anchors: list[tuple[str, Callable[[], Any], float]] = field(default_factory=list)
     # (anchor label, callable, target ratio project/anchor, at most)
     extrapolate: dict[str, float] = field(default_factory=dict)  # anchor label -> factor
+    warm_bytes: int = 0  # memory touched before each timed call (see prefault)
 
     def rows(self, repeats: int, slow_s: float = SLOW_S) -> list[Row]:
         fns = {"__project__": self.project} | {a: f for a, f, _ in self.anchors}
-        t = time_round_robin(fns, repeats, slow_s)
+        t = time_round_robin(fns, repeats, slow_s, self.warm_bytes)
         out = []
         for label, _, target in self.anchors:
             anchor_s = t[label] * self.extrapolate.get(label, 1.0)
@@ -541,6 +558,7 @@ def _pairwise_cases(x: np.ndarray, quick: bool) -> list[Case]:
             ),
         ],
     )
+    per_query.warm_bytes = head.warm_bytes = queries * HEADS * HEADS * 8  # one result
     return [per_query, head]
 
 
