@@ -38,7 +38,9 @@ import torch
 import xarray as xr
 
 import attncoda
+from attncoda._array import namespace
 from attncoda._data import SUMMARY_VARIABLES, load, make_dataset, save
+from attncoda._decompose import _binary_from_logs
 
 from ._registry import ATTENTION_NAME, can_switch, observed, visible_mask
 
@@ -169,7 +171,7 @@ def _summaries_from_logits(
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
     share = torch.exp(log_s)
-    hb = _neg_plogp(log_s) + _neg_plogp(log_1ms)
+    hb = binary_entropy_from_logs(log_s, log_1ms)
     entropy = hb + torch.exp(log_1ms) * torch.nan_to_num(h_c, nan=0.0)
     n_sf = n_s.to(logits.dtype)
     ok = (n_c > 0) & (n_sf > 0)
@@ -189,9 +191,9 @@ def _summaries_from_logits(
     return {k: torch.where(empty, nan, v) for k, v in out.items()}
 
 
-def _neg_plogp(logp: torch.Tensor) -> torch.Tensor:
-    p = torch.exp(logp)
-    return torch.where(p > 0, -p * logp, torch.zeros_like(p))
+def binary_entropy_from_logs(log_s: torch.Tensor, log_1ms: torch.Tensor) -> torch.Tensor:
+    """``H_b(s)`` from ``log s`` and ``log(1 - s)``: the core's definition (0 log 0 = 0)."""
+    return _binary_from_logs(namespace(log_s), log_s, log_1ms)
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,7 +445,7 @@ def _fast_summaries(
     h_c = lse_c - mean_pl
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
-    entropy = _neg_plogp(log_s) + _neg_plogp(log_1ms) + c * h_c
+    entropy = binary_entropy_from_logs(log_s, log_1ms) + c * h_c
     safe_nc = n_c.clamp_min(1.0)
     mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
     balance = torch.sqrt(safe_nc / (safe_nc + 1)) * (z_s - mean_c)

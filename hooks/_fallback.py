@@ -26,17 +26,13 @@ from ._capture import (
     _sink_mask,
     _summaries_from_logits,
 )
+from ._registry import attention_modules
 
 
 @contextmanager
 def fallback_capture(model: Any, session: _Session) -> Iterator[None]:
     """Install hooks that read attention weights from attention modules; always remove them."""
-    modules = [
-        m
-        for m in model.modules()
-        if "Attention" in type(m).__name__
-        and not any("Attention" in type(c).__name__ for c in m.children())
-    ]
+    modules = attention_modules(model)
     if not modules:
         raise CaptureError(
             f"{type(model).__name__} cannot switch its attention implementation and has no "
