@@ -50,7 +50,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "_ext", "examples/GALLERY_HEADER.rst", "Thumbs.db", ".DS_Store"]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
-myst_heading_anchors = 3
+myst_heading_anchors = 6  # included READMEs are shifted two levels down
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # signatures show the annotations; types are in the docstrings
