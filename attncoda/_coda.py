@@ -951,6 +951,7 @@ def pairwise_aitchison(
     mask: Array | None = None,
     from_logits: bool = False,
     squared: bool = False,
+    sum_over: int | tuple[int, ...] | None = None,
 ) -> Array:
     """All-pairs Aitchison distances between the rows of ``x`` (and ``y``), via Gram matrices.
 
@@ -965,10 +966,15 @@ def pairwise_aitchison(
         i.e. broadcastable to ``(..., 1, D)``.
     squared : bool, default False
         Return squared distances (additive over queries, which is what head comparisons sum).
+    sum_over : int or tuple of int, optional
+        Axes of ``x`` (neither ``axis`` nor the item axis) whose squared distances are summed
+        before the root, e.g. the query axis for head-vs-head distances over a whole sequence:
+        ``sqrt(sum_q d(x[q, i], x[q, j])**2)``. The per-query matrices are never built: the clr
+        rows of every summed index are laid end to end and go through one Gram matrix.
 
     Returns
     -------
-    Array of shape (..., N, M).
+    Array of shape (..., N, M), without the ``sum_over`` axes.
 
     Examples
     --------
@@ -978,10 +984,19 @@ def pairwise_aitchison(
     >>> D = ac.pairwise_aitchison(x)
     >>> bool(np.isclose(D[1, 3], ac.aitchison_distance(x[1], x[3])))
     True
+
+    Head-vs-head distances summed over queries (queries x heads x keys):
+
+    >>> att = ac.closure(rng.random((7, 3, 8)))
+    >>> H = ac.pairwise_aitchison(att, sum_over=0)
+    >>> bool(np.allclose(H, np.sqrt(ac.pairwise_aitchison(att, squared=True).sum(0))))
+    True
     """
     namespace(x, y, mask)  # fail early on mixed devices
     if mask is not None:
         _check_shared_mask(mask, x, axis)
+    if sum_over is not None:
+        return _pairwise_summed(x, y, axis, validate, mask, from_logits, squared, sum_over)
     if y is None and mask is None and isinstance(x, np.ndarray):
         blocks = _pairwise_blocks(x, axis, validate, from_logits, squared)
         if blocks is not None:
@@ -995,6 +1010,53 @@ def pairwise_aitchison(
     if a.ndim < 2:
         raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
     # ``cx`` is our own clr result, so the centring inside may reuse its memory
+    return gram_distances(a, b, xp, squared=squared, overwrite=True)
+
+
+def _pairwise_summed(
+    x: Array,
+    y: Array | None,
+    axis: int,
+    validate: bool,
+    mask: Array | None,
+    from_logits: bool,
+    squared: bool,
+    sum_over: int | tuple[int, ...],
+) -> Array:
+    """:func:`pairwise_aitchison` with squared distances summed over the ``sum_over`` axes.
+
+    Squared Euclidean distances add over concatenated coordinates, so the clr rows of every summed
+    index are laid end to end and one Gram matrix of the long rows gives the sums.
+    """
+    ndim = len(x.shape)
+    ax = normalize_axis(axis, ndim)
+    summed = (sum_over,) if isinstance(sum_over, int) else tuple(sum_over)
+    try:
+        summed = tuple(sorted({normalize_axis(int(s), ndim) for s in summed}))
+    except (ValueError, IndexError) as err:
+        raise ShapeMismatchError(
+            f"sum_over={sum_over!r} is not an axis of x {tuple(x.shape)}"
+        ) from err
+    # the item axis is the last one that is not the part axis
+    item = max(i for i in range(ndim) if i != ax) if ndim > 1 else None
+    if not summed or ax in summed or item is None or item in summed:
+        raise ShapeMismatchError(
+            f"sum_over={sum_over!r} must name leading axes of x {tuple(x.shape)}: not the part "
+            f"axis ({ax}) and not the item axis ({item}); the items are compared, the parts and "
+            "summed axes make up each item's coordinates"
+        )
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    cy = None if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    xp = namespace(cx) if cy is None else namespace(cx, cy)
+
+    def long_rows(c: Array) -> Array:
+        # (..., summed..., ..., N, D) -> (..., N, prod(summed) * D)
+        kept = [i for i in range(ndim) if i not in summed and i != ax]
+        moved = xp.permute_dims(c, (*kept, *summed, ax))
+        return xp.reshape(moved, (*moved.shape[: len(kept)], -1))
+
+    a = long_rows(cx)
+    b = None if cy is None else long_rows(cy)
     return gram_distances(a, b, xp, squared=squared, overwrite=True)
 
 

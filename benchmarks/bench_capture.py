@@ -35,7 +35,6 @@ def _tokens(tokenizer: Any, length: int) -> Any:
 
 def _paths(model: Any, ids: Any) -> dict[str, Any]:
     import torch
-
     from attncoda.hooks import capture
 
     def sdpa() -> None:
@@ -60,7 +59,6 @@ def _paths(model: Any, ids: Any) -> dict[str, Any]:
 
 def _load() -> tuple[Any, Any]:
     import torch
-
     from attncoda.hooks import assets
 
     torch.manual_seed(0)
@@ -162,7 +160,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         _peak_child(args.child, args.length)
         return []
     t = time_paths(args.length, args.repeats)
-    print(f"| path | median s | ratio to SDPA |\n|---|---|---|")
+    print("| path | median s | ratio to SDPA |\n|---|---|---|")
     for name, sec in t.items():
         print(f"| {name} (T={args.length}) | {sec:.2f} | {sec / t['sdpa']:.2f}x |")
     if args.memory:

@@ -343,8 +343,8 @@ def head_matrix_pdist(c: np.ndarray) -> np.ndarray:
 
 
 def head_matrix_attncoda(x: np.ndarray) -> np.ndarray:
-    """Squared distances add over queries: sum the per-query matrices, then take the root."""
-    return np.sqrt(ac.pairwise_aitchison(x, squared=True).sum(axis=0))
+    """Squared distances add over queries: ``sum_over`` lays each head's rows end to end."""
+    return ac.pairwise_aitchison(x, sum_over=0)
 
 
 # ------------------------------------------------------------------------------------ cases

@@ -167,6 +167,67 @@ def test_pairwise_requires_shared_visibility(rng):
         ac.pairwise_aitchison(x, mask=differ)
 
 
+def test_pairwise_summed_over_queries_matches_per_pair_loop(rng):
+    x = random_compositions(rng, (9, 5, 8))  # 9 queries, 5 heads, 8 keys
+    mask = np.ones((9, 1, 8), dtype=bool)  # causal: query q sees keys 0..q (at least two)
+    for q in range(9):
+        mask[q, 0, min(8, q + 2) :] = False
+    for m in (None, mask):
+        got = ac.pairwise_aitchison(x, mask=m, sum_over=0)
+        for i in range(5):
+            for j in range(5):
+                direct = sum(
+                    ac.aitchison_distance(x[q, i], x[q, j], mask=None if m is None else m[q, 0])
+                    ** 2
+                    for q in range(9)
+                )
+                assert got[i, j] == pytest.approx(np.sqrt(direct), abs=1e-9)
+        np.testing.assert_allclose(
+            ac.pairwise_aitchison(
+                torch.tensor(x),
+                mask=None if m is None else torch.tensor(m),
+                sum_over=(0,),
+                squared=True,
+            ).numpy(),
+            ac.pairwise_aitchison(x, mask=m, squared=True).sum(0),
+            atol=1e-9,
+        )
+    # against y, and over two leading axes (samples x queries)
+    y = random_compositions(rng, (9, 2, 8))
+    np.testing.assert_allclose(
+        ac.pairwise_aitchison(x, y, sum_over=0, squared=True),
+        ac.pairwise_aitchison(x, y, squared=True).sum(0),
+        atol=1e-9,
+    )
+    xs = random_compositions(rng, (2, 3, 4, 6))
+    np.testing.assert_allclose(
+        ac.pairwise_aitchison(xs, sum_over=(0, 1), squared=True),
+        ac.pairwise_aitchison(xs, squared=True).sum((0, 1)),
+        atol=1e-9,
+    )
+    for bad in (1, 2, -1, 5):
+        with pytest.raises(ac.ShapeMismatchError, match="sum_over"):
+            ac.pairwise_aitchison(x, sum_over=bad)
+
+
+def test_pairwise_block_path_equals_one_shot_and_full_mask(rng, monkeypatch):
+    from attncoda import _coda
+
+    x = random_compositions(rng, (40, 12, 6))
+    one_shot = ac.pairwise_aitchison(x, mask=np.ones((1, 6), dtype=bool))  # masks skip blocks
+    monkeypatch.setattr(_coda, "_BLOCK_BYTES", 12 * 12 * 8 * 3)  # 3 queries a block, 14 blocks
+    blocked = ac.pairwise_aitchison(x)
+    assert _coda._pairwise_blocks(x, -1, True, False, False) is not None  # the block path ran
+    np.testing.assert_allclose(blocked, one_shot, atol=1e-12)
+    np.testing.assert_allclose(
+        ac.pairwise_aitchison(np.log(x), from_logits=True, squared=True), one_shot**2, atol=1e-9
+    )
+    bad = x.copy()
+    bad[30, 2, 1] = -0.1  # a failing block falls back to the one-shot path and its exact error
+    with pytest.raises(ac.NegativePartError):
+        ac.pairwise_aitchison(bad)
+
+
 def test_closure_counts_and_masks_do_not_modify_input():
     counts = np.array([[3, 1, 0, 4]])
     original = counts.copy()
