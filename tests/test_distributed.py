@@ -96,3 +96,72 @@ def test_bad_job_lists(tmp_path, shards):
         run_jobs([CaptureJob("twin:llama", shards[0])], tmp_path / "x.nc")
     with pytest.raises(JobError, match="fewer than"):
         run_jobs([CaptureJob("twin:llama", shards[0])], tmp_path / "y.zarr", length=100000)
+
+
+# ------------------------------------------------------------------------- analysis out of core
+
+
+class _LargestTask:
+    """dask callback: the largest array any task of a local compute returned (bytes)."""
+
+    def __init__(self):
+        from dask.callbacks import Callback
+
+        outer = self
+        self.largest = 0
+
+        class _CB(Callback):
+            def _posttask(self, key, result, dsk, state, worker_id):
+                outer.largest = max(outer.largest, int(getattr(result, "nbytes", 0)))
+
+        self.callback = _CB()
+
+
+def test_analysis_of_a_dask_backed_store_equals_in_memory_and_stays_out_of_core(tmp_path):
+    import xarray as xr
+
+    import attncoda as ac
+
+    model = zoo.tiny_twin("llama")
+    ids = torch.randint(
+        5, model.config.vocab_size, (4, 20), generator=torch.Generator().manual_seed(0)
+    )
+    with torch.no_grad(), capture(model, what="rows") as cap:
+        model(input_ids=ids)
+    rows = cap.dataset
+    path = ac.save(rows.chunk({"sample": 1}), tmp_path / "rows.zarr")
+    lazy = ac.load(path)
+    assert hasattr(lazy["log_attn"].data, "dask")  # opened lazily, one chunk per sample
+    per_sample = int(lazy["log_attn"].isel(sample=0).nbytes)
+
+    watch = _LargestTask()
+    with watch.callback:
+        got = {
+            "comparisons": ac.head_comparisons(lazy, per_sample=True),
+            "profiles": ac.head_profiles(lazy).compute(),
+            "distances": ac.head_distances(lazy, "aitchison", "split"),
+        }
+    # every compute touched at most one sample's rows: the whole array was never assembled
+    assert 0 < watch.largest <= per_sample
+    want = {
+        "comparisons": ac.head_comparisons(rows, per_sample=True),
+        "profiles": ac.head_profiles(rows),
+        "distances": ac.head_distances(rows, "aitchison", "split"),
+    }
+    for name in want:
+        xr.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12)
+    flips = ac.flip_rates(got["comparisons"], n_boot=20, seed=0)
+    xr.testing.assert_allclose(flips, ac.flip_rates(want["comparisons"], n_boot=20, seed=0))
+
+
+def test_profiles_of_a_job_store_equal_in_memory(tmp_path, shards):
+    import xarray as xr
+
+    import attncoda as ac
+
+    jobs = [CaptureJob("twin:llama", p) for p in shards[:2]]
+    lazy = run_jobs(jobs, tmp_path / "jobs.zarr", length=16, max_windows=2)["twin_llama"]
+    assert hasattr(lazy["sink_share"].data, "dask")
+    loaded = lazy.load()
+    xr.testing.assert_allclose(ac.head_profiles(lazy).compute(), ac.head_profiles(loaded))
+    xr.testing.assert_allclose(ac.sink_rate(lazy).compute(), ac.sink_rate(loaded))
