@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-__all__ = ["CaptureJob", "DieOnce", "JobError", "load_store", "plan", "run_jobs"]
+__all__ = ["CaptureJob", "DieOnce", "JobError", "load_store", "plan", "run_jobs", "worker_device"]
 
 MARKERS = "_attncoda_jobs"
 
@@ -77,20 +77,36 @@ def _text(job: CaptureJob) -> str:
     return assets.load_text(job.corpus, job.document)
 
 
-_MODELS: dict[str, tuple[Any, Any]] = {}  # per worker process: model name -> (model, tokenizer)
+# per worker process: (name, device, dtype) -> (model, tokenizer)
+_MODELS: dict[tuple[str, str, str], tuple[Any, Any]] = {}
 
 
-def _load(name: str) -> tuple[Any, Any]:
-    if name not in _MODELS:
+def worker_device(device: str = "auto") -> str:
+    """The device a worker captures on: ``"auto"`` is this process's first visible GPU, else CPU.
+
+    One worker per GPU is the usual layout: dask-cuda's ``LocalCUDACluster`` (or a jobqueue
+    worker started with ``CUDA_VISIBLE_DEVICES`` set) gives each worker process its own GPU as
+    ``cuda:0``.
+    """
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """The worker's model, loaded once per process (and per device and dtype)."""
+    key = (name, device, dtype)
+    if key not in _MODELS:
+        from . import zoo
+
         if name.startswith("twin:"):
-            from . import zoo
-
-            _MODELS[name] = (zoo.tiny_twin(name.split(":", 1)[1]), None)
+            twin: Any = zoo.tiny_twin(name.split(":", 1)[1], dtype=dtype)
+            _MODELS[key] = (twin.to(device), None)
         else:
-            from . import zoo
-
-            _MODELS[name] = zoo.load(name)
-    return _MODELS[name]
+            _MODELS[key] = zoo.load(name, device=device, dtype=dtype)
+    return _MODELS[key]
 
 
 def _windows(job: CaptureJob, length: int, max_windows: int) -> np.ndarray:
@@ -135,16 +151,22 @@ def plan(jobs: Sequence[CaptureJob], *, length: int, max_windows: int) -> dict[s
 
 
 def _capture_windows(
-    job: CaptureJob, windows: np.ndarray, options: Mapping[str, Any], batch_size: int
+    job: CaptureJob,
+    windows: np.ndarray,
+    options: Mapping[str, Any],
+    batch_size: int,
+    runtime: Mapping[str, str] | None = None,
 ) -> xr.Dataset:
     import torch
 
     from . import capture
 
-    model, _ = _load(job.model)
+    runtime = runtime or {}
+    device = worker_device(runtime.get("device", "auto"))
+    model, _ = _load(job.model, device, runtime.get("dtype", "float32"))
     with torch.no_grad(), capture(model, **options) as cap:
         for i in range(0, len(windows), batch_size):
-            ids = torch.as_tensor(windows[i : i + batch_size])
+            ids = torch.as_tensor(windows[i : i + batch_size], device=device)
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
     return cap.dataset
 
@@ -168,13 +190,14 @@ def _run_slot(
     max_windows: int,
     options: Mapping[str, Any],
     batch_size: int,
+    runtime: Mapping[str, str] | None = None,
     before_marker: Callable[[_Slot], None] | None = None,
 ) -> str:
     """Worker task: capture one job and write its region, then its marker."""
     windows = _windows(slot.job, length, max_windows)
     if len(windows) != slot.count:
         raise JobError(f"job {slot.job.name}: text changed since planning")
-    ds = _capture_windows(slot.job, windows, options, batch_size)
+    ds = _capture_windows(slot.job, windows, options, batch_size, runtime)
     region = _region(ds, slot)
     region.to_zarr(
         store, group=slot.group, region={"sample": slice(slot.start, slot.start + slot.count)}
@@ -240,6 +263,8 @@ def run_jobs(
     layers: Any = None,
     heads: Any = None,
     queries: Any = None,
+    device: str = "auto",
+    dtype: str = "float32",
     _before_marker: Callable[[_Slot], None] | None = None,
 ) -> dict[str, xr.Dataset]:
     """Run capture jobs (on a dask cluster if ``client`` is given) into one zarr store.
@@ -257,6 +282,12 @@ def run_jobs(
         Windows per forward pass.
     what, layers, heads, queries
         As for :func:`attncoda.hooks.capture`.
+    device : str, default "auto"
+        Where each worker runs its model: ``"auto"`` takes the worker's GPU if it sees one (one
+        worker per GPU, see :func:`worker_device`), else the CPU; or ``"cpu"``, ``"cuda"``.
+    dtype : str, default "float32"
+        Weight dtype on the workers (``"bfloat16"`` halves GPU memory; summaries are still
+        computed in fp32).
 
     Returns
     -------
@@ -266,17 +297,33 @@ def run_jobs(
     store = Path(store)
     if store.suffix != ".zarr":
         raise JobError(f"store must be a .zarr path, got {str(store)!r}")
+    if device != "auto":
+        import torch
+
+        try:
+            torch.device(device)
+        except RuntimeError as err:
+            raise JobError(
+                f"device={device!r} is not a torch device ('auto', 'cpu', 'cuda')"
+            ) from err
     options = {"what": what, "layers": layers, "heads": heads, "queries": queries}
     layout = plan(jobs, length=length, max_windows=max_windows)
     for group, slots in layout.items():
         if not (store / group).exists():
             first = slots[0]
+            # the layout comes from one window captured here, on the CPU (the driver may
+            # have no GPU); every worker writes the same variables and dtypes
             template = _capture_windows(
-                first.job, _windows(first.job, length, 1), options, batch_size
+                first.job,
+                _windows(first.job, length, 1),
+                options,
+                batch_size,
+                {"device": "cpu", "dtype": dtype},
             )
             _initialise(store, slots, template)
     todo = [s for slots in layout.values() for s in slots if not _marker(store, s).exists()]
-    args = (str(store), length, max_windows, options, batch_size, _before_marker)
+    runtime = {"device": device, "dtype": dtype}
+    args = (str(store), length, max_windows, options, batch_size, runtime, _before_marker)
     if client is None:
         for slot in todo:
             _run_slot(slot, *args)

@@ -134,8 +134,11 @@ def test_analysis_of_a_dask_backed_store_equals_in_memory_and_stays_out_of_core(
     assert hasattr(lazy["log_attn"].data, "dask")  # opened lazily, one chunk per sample
     per_sample = int(lazy["log_attn"].isel(sample=0).nbytes)
 
+    import dask
+
     watch = _LargestTask()
-    with watch.callback:
+    # local scheduler: callbacks see its tasks (a live distributed Client would take them)
+    with dask.config.set(scheduler="synchronous"), watch.callback:
         got = {
             "comparisons": ac.head_comparisons(lazy, per_sample=True),
             "profiles": ac.head_profiles(lazy).compute(),
