@@ -378,11 +378,12 @@ def _fast_path_applies(spec: CaptureSpec, ctx: _LayerContext) -> bool:
 def _fast_summaries(
     ctx: _LayerContext, pos: torch.Tensor, chunk: int
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Summaries from two fused SDPA calls per layer, never forming a query x key tensor.
+    """Summaries from one fused SDPA call per layer, never forming a query x key tensor.
 
-    With values ``V_A = K`` (sink row zeroed) and ``V_B = [onehot(sink), 1 - onehot(sink), 0..]``
-    SDPA returns, per row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms,
-    so no cancellation). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
+    With values ``V = [K (sink row zeroed), onehot(sink), 1 - onehot(sink)]`` SDPA returns, per
+    row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms, so no
+    cancellation). Fused kernels want the same head size for queries, keys and values, so q and k
+    get two zero columns (the logits do not change). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
     ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is ill-conditioned (sink not
     visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are returned in ``redo`` for the
     explicit path.
@@ -393,12 +394,10 @@ def _fast_summaries(
     nq = len(pos)
     bidx = torch.arange(b, device=q.device)
     k_sink = k[bidx, :, ctx.sink_index]  # (b, h, d)
-    v_a = k.clone()
-    v_a[bidx, :, ctx.sink_index] = 0.0
-    v_b = torch.zeros_like(k)
-    v_b[..., 1] = 1.0
-    v_b[bidx, :, ctx.sink_index, 0] = 1.0
-    v_b[bidx, :, ctx.sink_index, 1] = 0.0
+    values = torch.nn.functional.pad(k, (0, 2))
+    values[..., d + 1] = 1.0
+    values[bidx, :, ctx.sink_index] = 0.0
+    values[bidx, :, ctx.sink_index, d] = 1.0
     all_queries = (
         nq == kv and ctx.offset == 0 and bool((pos == torch.arange(kv, device=pos.device)).all())
     )
@@ -409,10 +408,10 @@ def _fast_summaries(
     else:
         vis_rows, _ = ctx.visible(pos, kv)
         kwargs = {"attn_mask": vis_rows}
-    out_a = f(qsel, k, v_a, scale=ctx.scale, **kwargs)
-    out_b = f(qsel, k, v_b, scale=ctx.scale, **kwargs)
-    del v_a, v_b
-    s, c = out_b[..., 0], out_b[..., 1]
+    pad = torch.nn.functional.pad
+    fused = f(pad(qsel, (0, 2)), pad(k, (0, 2)), values, scale=ctx.scale, **kwargs)
+    del values
+    out_a, s, c = fused[..., :d], fused[..., d], fused[..., d + 1]
     z_s = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
     # sums of visible keys for the balance, by prefix sums (causal) or a masked matmul
     if vis_rows is None:
