@@ -13,11 +13,23 @@ writes *its own region* of the store; only then does it write the job's completi
 
 Examples
 --------
->>> from attncoda.hooks.distributed import CaptureJob, run_jobs  # doctest: +SKIP
+Without a ``client`` the jobs run in this process (same store layout, same resume rules); a
+tiny random model and a generated text keep this example fast:
+
+>>> import tempfile, pathlib
+>>> from attncoda.hooks.distributed import CaptureJob, run_jobs
+>>> tmp = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (tmp / "shard.txt").write_text("the sink takes most of the mass " * 40)
+>>> out = run_jobs([CaptureJob("twin:llama", str(tmp / "shard.txt"))], tmp / "store.zarr",
+...                length=16, max_windows=2)
+>>> out["twin_llama"].sizes["sample"], type(out["twin_llama"].sink_share.data).__name__
+(2, 'Array')
+
+On a cluster, pass a ``dask.distributed.Client`` (see the "Running on a cluster" docs page):
+
 >>> from dask.distributed import Client, LocalCluster  # doctest: +SKIP
->>> jobs = [CaptureJob("smollm2-135m", "austen", doc) for doc in ("emma", "persuasion")]  # doctest: +SKIP
 >>> with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:  # doctest: +SKIP
-...     ds = run_jobs(jobs, "austen.zarr", client=client, length=512, max_windows=16)["smollm2-135m"]
+...     ds = run_jobs(jobs, "austen.zarr", client=client, length=512, max_windows=16)
 """
 
 from __future__ import annotations
