@@ -1045,6 +1045,13 @@ def _pairwise_summed(
             f"axis ({ax}) and not the item axis ({item}); the items are compared, the parts and "
             "summed axes make up each item's coordinates"
         )
+    if (
+        mask is None
+        and ndim == 3
+        and isinstance(x, np.ndarray)
+        and (y is None or isinstance(y, np.ndarray))
+    ):
+        return _pairwise_summed_blocks(x, y, item, summed[0], ax, validate, from_logits, squared)
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = None if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
     xp = namespace(cx) if cy is None else namespace(cx, cy)
@@ -1058,6 +1065,59 @@ def _pairwise_summed(
     a = long_rows(cx)
     b = None if cy is None else long_rows(cy)
     return gram_distances(a, b, xp, squared=squared, overwrite=True)
+
+
+def _pairwise_summed_blocks(
+    x: np.ndarray,
+    y: np.ndarray | None,
+    item: int,
+    summed: int,
+    ax: int,
+    validate: bool,
+    from_logits: bool,
+    squared: bool,
+) -> np.ndarray:
+    """:func:`_pairwise_summed` of numpy ``(items, summed, parts)`` data, block by block.
+
+    Each block of summed indices goes through clr, centring over items and one Gram update while
+    it is in cache, so no full-size intermediate (clr rows, their transposed copy) is ever made.
+    Centring each block over items centres every coordinate, as the one-shot path does.
+    """
+    xt = np.moveaxis(x, (item, summed, ax), (0, 1, 2))
+    yt = None if y is None else np.moveaxis(y, (item, summed, ax), (0, 1, 2))
+    n, s_len, d = xt.shape
+    if yt is not None and yt.shape[1:] != (s_len, d):
+        raise ShapeMismatchError(
+            f"x and y must agree on the summed and part axes, got {tuple(x.shape)} and "
+            f"{tuple(y.shape)}"  # type: ignore[union-attr]
+        )
+    m = n if yt is None else int(yt.shape[0])
+    step = max(1, _BLOCK_BYTES // max(1, (n + m) * d * 8))
+    gram = norms_a = norms_b = None
+    for s0 in range(0, s_len, step):
+        s1 = min(s_len, s0 + step)
+        a = clr(np.ascontiguousarray(xt[:, s0:s1]), -1, validate, from_logits=from_logits)
+        a = a.reshape(n, -1)
+        if yt is None:
+            a -= a.mean(axis=0, keepdims=True)
+            b = a
+        else:
+            b = clr(np.ascontiguousarray(yt[:, s0:s1]), -1, validate, from_logits=from_logits)
+            b = b.reshape(m, -1)
+        g = _stacked_gram(a[None], b[None], None)[0]
+        na, nb = np.einsum("ij,ij->i", a, a), np.einsum("ij,ij->i", b, b)
+        if gram is None:
+            gram, norms_a, norms_b = g, na, nb
+        else:
+            gram += g
+            norms_a += na
+            norms_b += nb
+    assert gram is not None and norms_a is not None and norms_b is not None
+    d2 = norms_a[:, None] + norms_b[None, :] - 2 * gram
+    np.maximum(d2, 0.0, out=d2)
+    if yt is None:
+        np.fill_diagonal(d2, 0.0)
+    return d2 if squared else np.sqrt(d2, out=d2)
 
 
 _BLOCK_BYTES = 8 << 20  # output bytes per block: the block's temporaries stay in cache
