@@ -79,6 +79,7 @@ class Size:
     steps: int
     lr: float
     dropout: float = 0.0
+    head_dim: int | None = None  # default hidden // heads
 
 
 SIZES = {
@@ -96,7 +97,8 @@ SIZES = {
         lr=2e-3,
     ),
     # the paper's WT2 model size (d 510, 12 layers, 6 heads; dense FFN instead of its MoE),
-    # SmolLM2's full vocabulary, 48 x 512 tokens per step, 8030 steps: a GPU run
+    # SmolLM2's full vocabulary, 48 x 512 tokens per step, 8030 steps: a GPU run. Heads of 84
+    # dims, not the paper's 85: rotary position embeddings need an even head size
     "paper": Size(
         hidden=510,
         layers=12,
@@ -109,6 +111,7 @@ SIZES = {
         steps=8030,
         lr=6e-4,
         dropout=0.09,
+        head_dim=84,
     ),
     # the test size: seconds
     "tiny": Size(
@@ -137,6 +140,7 @@ def build_model(size: Size, vocab_size: int, seed: int, device: str) -> Any:
         num_hidden_layers=size.layers,
         num_attention_heads=size.heads,
         num_key_value_heads=size.heads,
+        head_dim=size.head_dim or size.hidden // size.heads,
         max_position_embeddings=size.context,
         tie_word_embeddings=True,
         attention_dropout=size.dropout,
@@ -194,8 +198,15 @@ def run_dir(out: Path, stage: str, seed: int) -> Path:
 
 def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     size = SIZES[args.size]
+    if args.tokens_per_step:
+        size = replace(size, tokens_per_step=args.tokens_per_step)
     out = Path(args.out)
     austen = load_austen(context=size.context, vocab=size.vocab, cache_dir=out / "data")
+    data = austen.data
+    if args.eval_chunks:  # smoke runs: fewer control / validation chunks (numbers not comparable)
+        data = rpa.TokenData(
+            data.train, data.control[: args.eval_chunks], data.validation[: args.eval_chunks]
+        )
     model = build_model(size, austen.vocab_size, seed, args.device)
     prior = None
     if stage not in ("baseline", "schedules"):
@@ -205,7 +216,7 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     res = rpa.train(
         model,
         prior,
-        austen.data,
+        data,
         cfg,
         out_dir=folder,
         progress=not args.quiet,
@@ -226,6 +237,7 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         "swa_accepted": len(res.swa_accepted),
         "context_mixture": {str(k): v for k, v in res.context_mixture.items()},
         "data": austen.describe(),
+        "eval_chunks": args.eval_chunks,
         "train_config": cfg.to_json(),
         "size_config": asdict(size),
     }
@@ -422,6 +434,18 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", default="case_studies/rpa/out", help="output folder")
         p.add_argument("--size", choices=tuple(SIZES), default="small")
         p.add_argument("--steps", type=int, default=None, help="override the size's steps")
+        p.add_argument(
+            "--tokens-per-step",
+            type=int,
+            default=None,
+            help="override the size's tokens per step (e.g. for a smaller GPU)",
+        )
+        p.add_argument(
+            "--eval-chunks",
+            type=int,
+            default=None,
+            help="use only the first N control and validation chunks (smoke runs only)",
+        )
         p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
         p.add_argument(
             "--threads",
