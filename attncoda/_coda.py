@@ -1092,7 +1092,7 @@ def _pairwise_summed_blocks(
             f"{tuple(y.shape)}"  # type: ignore[union-attr]
         )
     m = n if yt is None else int(yt.shape[0])
-    step = max(1, _BLOCK_BYTES // max(1, (n + m) * d * 8))
+    step = max(1, _SUMMED_BLOCK_BYTES // max(1, (n + m) * d * 8))
     gram = norms_a = norms_b = None
     for s0 in range(0, s_len, step):
         s1 = min(s_len, s0 + step)
@@ -1120,6 +1120,10 @@ def _pairwise_summed_blocks(
     return d2 if squared else np.sqrt(d2, out=d2)
 
 
+# Blocks of the summed path hold clr rows of a slab of queries. Each block ends in one GEMM that
+# synchronises the BLAS threads, so few large blocks beat many cache-sized ones: 128 MB took
+# 0.68 s for 10^6 rows on a quiet 2-core machine (8 MB: 0.75 s) and 1.15 s under load (2.1 s).
+_SUMMED_BLOCK_BYTES = 128 << 20
 _BLOCK_BYTES = 8 << 20  # output bytes per block: the block's temporaries stay in cache
 
 

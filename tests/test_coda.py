@@ -225,7 +225,7 @@ def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
     np.testing.assert_allclose(
         ac.pairwise_aitchison(x.transpose(2, 0, 1), axis=0, sum_over=1), whole["xx"], atol=1e-10
     )
-    monkeypatch.setattr(_coda, "_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
+    monkeypatch.setattr(_coda, "_SUMMED_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
     np.testing.assert_allclose(ac.pairwise_aitchison(x, sum_over=0), whole["xx"], atol=1e-10)
     np.testing.assert_allclose(ac.pairwise_aitchison(x, y, sum_over=0), whole["xy"], atol=1e-10)
     bad = x.copy()
