@@ -66,6 +66,59 @@ def _setup(window: int, windows: int, fraction: float) -> tuple[Any, dict[str, C
     return info, {"forward": forward, "perplexity": plain, "gated-zero": zero, "gated-mean": mean}
 
 
+def measure(
+    window: int = 512,
+    windows: int = 1,
+    repeats: int = 9,
+    threads: int | None = None,
+    fraction: float = 0.3,
+) -> dict[str, Any]:
+    """Medians of the four paths, alternating, after one warm-up round."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    info, paths = _setup(window, windows, fraction)
+    for fn in paths.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeats):
+        for name, fn in paths.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    return {
+        **info,
+        "window": window,
+        "windows": windows,
+        "repeats": repeats,
+        "threads": threads,
+        "median_s": {k: round(v, 4) for k, v in med.items()},
+        "ratio_to_forward": {k: round(v / med["forward"], 3) for k, v in med.items()},
+        "ratio_to_perplexity": {k: round(v / med["perplexity"], 3) for k, v in med.items()},
+    }
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Rows for ``benchmarks/run``: gated perplexity evaluation vs the plain forward."""
+    r = measure(window=256 if quick else 512, repeats=3 if quick else 9, threads=1)
+    med = r["median_s"]
+    return [
+        {
+            "benchmark": f"perplexity with {path} gates on {r['heads_gated']} of "
+            f"{r['n_heads']} heads, T={r['window']}",
+            "project_s": med[path],
+            "anchor": "plain forward",
+            "anchor_s": med["forward"],
+            "ratio": med[path] / med["forward"],
+            "target": "<= 1.1x",
+            "holds": med[path] / med["forward"] <= 1.1,
+        }
+        for path in ("gated-zero", "gated-mean")
+    ]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=512)
@@ -74,30 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--fraction", type=float, default=0.3)
     args = parser.parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    info, paths = _setup(args.window, args.windows, args.fraction)
-    for fn in paths.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(args.repeats):
-        for name, fn in paths.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
-    result = {
-        **info,
-        "window": args.window,
-        "windows": args.windows,
-        "repeats": args.repeats,
-        "threads": args.threads,
-        "median_s": {k: round(v, 4) for k, v in med.items()},
-        "ratio_to_forward": {k: round(v / med["forward"], 3) for k, v in med.items()},
-        "ratio_to_perplexity": {k: round(v / med["perplexity"], 3) for k, v in med.items()},
-    }
+    result = measure(args.window, args.windows, args.repeats, args.threads, args.fraction)
     print(json.dumps(result, indent=2))
     return result
 

@@ -129,6 +129,43 @@ def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, 
     return row
 
 
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Rows for ``benchmarks/run``: RPA inference (cached bias) vs the baseline forward."""
+    torch.set_num_threads(1)
+    repeats = 3 if quick else 7
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        (
+            "small Llama (case study)",
+            _small_model(),
+            torch.randint(0, 4096, (16, 128), generator=gen),
+        )
+    ]
+    from attncoda.hooks import assets
+
+    if assets.is_fetched("smollm2-135m") and assets.is_fetched("austen"):
+        model, tok = assets.load_model("smollm2-135m")
+        length = 256 if quick else 512
+        text = assets.load_text("austen", "persuasion")
+        ids = tok(text[: length * 8], return_tensors="pt").input_ids[:, :length]
+        cases.append(("SmolLM2-135M (Persuasion)", model, ids))
+    rows = []
+    for label, model, ids in cases:
+        r = _case(label, model, ids, repeats)
+        rows.append(
+            {
+                "benchmark": f"RPA inference, {label}, b={r['batch']} T={r['length']}",
+                "project_s": r["rpa_s"],
+                "anchor": "baseline SDPA forward",
+                "anchor_s": r["sdpa_s"],
+                "ratio": r["rpa_ratio"],
+                "target": "<= 1.05x",
+                "holds": r["rpa_ratio"] <= 1.05,
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
