@@ -826,7 +826,7 @@ def capture(
     >>> with capture(model, layers=[0], what="summaries") as cap:
     ...     _ = model(**batch)
     >>> sorted(cap.dataset.sizes.items())
-    [('head', 4), ('layer', 1), ('query', 8), ('sample', 2)]
+    [('head', 4), ('layer', 1), ('position', 8), ('query', 8), ('sample', 2)]
     """
     if what not in ("summaries", "rows", "both"):
         raise CaptureError(f"what= must be 'summaries', 'rows' or 'both', got {what!r}")

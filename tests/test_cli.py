@@ -219,11 +219,27 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert err.value.code == 2 and "no such run folder" in str(err.value)
 
 
-def test_demo_module_examples() -> None:
-    """hooks/ is outside pytest's doctest paths: run attncoda.hooks.demo's examples here."""
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_capture",
+        "_guardian",
+        "_perplexity",
+        "arach",
+        "assets",
+        "demo",
+        "distributed",
+        "gates",
+        "rpa",
+        "zoo",
+    ],
+)
+def test_hooks_module_examples(name: str) -> None:
+    """hooks/ is outside pytest's doctest paths (collected from there, its modules would be
+    imported a second time under another name): run each module's examples here."""
     import doctest
+    import importlib
 
-    from attncoda.hooks import demo
-
-    res = doctest.testmod(demo, optionflags=doctest.ELLIPSIS)
-    assert res.failed == 0 and res.attempted >= 3
+    module = importlib.import_module(f"attncoda.hooks.{name}")
+    res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert res.failed == 0 and res.attempted >= 1
