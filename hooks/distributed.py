@@ -99,6 +99,13 @@ def worker_device(device: str = "auto") -> str:
     One worker per GPU is the usual layout: dask-cuda's ``LocalCUDACluster`` (or a jobqueue
     worker started with ``CUDA_VISIBLE_DEVICES`` set) gives each worker process its own GPU as
     ``cuda:0``.
+
+    Examples
+    --------
+    >>> worker_device("cpu")
+    'cpu'
+    >>> worker_device() in ("cpu", "cuda")
+    True
     """
     if device != "auto":
         return device
@@ -146,7 +153,18 @@ class _Slot:
 
 
 def plan(jobs: Sequence[CaptureJob], *, length: int, max_windows: int) -> dict[str, list[_Slot]]:
-    """Lay out every job's windows on the ``sample`` axis of its model's group."""
+    """Lay out every job's windows on the ``sample`` axis of its model's group.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "a.txt").write_text("one two three four " * 20)
+    >>> _ = (tmp / "b.txt").write_text("five six seven eight " * 20)
+    >>> jobs = [CaptureJob("twin:gpt2", str(tmp / n)) for n in ("a.txt", "b.txt")]
+    >>> [(s.start, s.count) for s in plan(jobs, length=8, max_windows=3)["twin_gpt2"]]
+    [(0, 3), (3, 3)]
+    """
     if not jobs:
         raise JobError("no jobs given")
     names = [j.name for j in jobs]
@@ -378,9 +396,21 @@ class DieOnce:
 
 
 def load_store(store: str | os.PathLike[str], group: str) -> xr.Dataset:
-    """Open one model group of a job store as a dask-backed dataset (only finished windows).
+    """Open one model group of a job store as a dask-backed dataset.
 
-    Windows of unfinished jobs hold NaN; ``ds.window >= 0`` marks the finished ones.
+    Windows of unfinished jobs hold NaN and ``window == -1``; ``ds.window >= 0`` marks the
+    finished ones (``ds.isel(sample=(ds.window >= 0).values)`` keeps only those).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> tmp = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (tmp / "a.txt").write_text("one two three four " * 20)
+    >>> _ = run_jobs([CaptureJob("twin:gpt2", str(tmp / "a.txt"))], tmp / "s.zarr", length=8,
+    ...              max_windows=2)
+    >>> ds = load_store(tmp / "s.zarr", "twin_gpt2")
+    >>> int((ds.window >= 0).sum()), sorted(ds.sink_share.dims)
+    (2, ['head', 'layer', 'query', 'sample'])
     """
     path = Path(store)
     if not (path / group).exists():

@@ -1059,12 +1059,24 @@ _ATTACHED: dict[int, RPAPlugin] = {}  # id(model) -> the plug-in attached to it
 
 
 def is_attached(model: Any) -> bool:
-    """Whether an RPA prior is attached to ``model`` (inside :func:`attached`)."""
+    """Whether an RPA prior is attached to ``model`` (inside :func:`attached`).
+
+    Examples
+    --------
+    >>> from attncoda.hooks import zoo
+    >>> model = zoo.tiny_twin("llama")
+    >>> prior = RPAPrior.for_model(model)
+    >>> with attached(model, prior):
+    ...     is_attached(model), type(current_plugin(model)).__name__
+    (True, 'RPAPlugin')
+    >>> is_attached(model), current_plugin(model)
+    (False, None)
+    """
     return id(model) in _ATTACHED
 
 
 def current_plugin(model: Any) -> RPAPlugin | None:
-    """The :class:`RPAPlugin` attached to ``model``, or None."""
+    """The :class:`RPAPlugin` attached to ``model``, or None (example: :func:`is_attached`)."""
     return _ATTACHED.get(id(model))
 
 
