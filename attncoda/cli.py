@@ -503,8 +503,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Examples
     --------
-    >>> main(["fetch", "no-such-asset"])  # doctest: +SKIP
-    attncoda: error: unknown asset 'no-such-asset' ...
+    A usage error returns 2 (its message, ``attncoda: error: unknown asset ...``, goes to
+    stderr):
+
+    >>> main(["fetch", "no-such-asset"])
     2
     """
     parser = build_parser()
