@@ -1,1 +1,28 @@
 """Runnable case studies composed from attncoda and attncoda.hooks (nothing imports them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def run_per_model(
+    command: Sequence[str], models: Sequence[str], extra: Sequence[str], out: Path
+) -> int:
+    """``attncoda COMMAND MODEL --out out/MODEL EXTRA`` for each model; the first non-zero status.
+
+    The output folder is passed relative to the working directory where it can be, so that the
+    command recorded in each folder's metadata reads the same on every machine.
+    """
+    from attncoda.cli import main as attncoda_main
+
+    for model in models:
+        folder = out / model
+        try:
+            folder = folder.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        status = attncoda_main([*command, model, "--out", str(folder), *extra])
+        if status:
+            return status
+    return 0

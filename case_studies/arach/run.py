@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attncoda.cli import main as attncoda_main
+from case_studies import run_per_model
 
 MODELS = ("smollm2-135m", "gemma3-270m")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -31,18 +31,7 @@ def run_study(
     models: Sequence[str] = MODELS, extra: Sequence[str] = (), out: Path = RESULTS
 ) -> int:
     """``attncoda audit arach`` for each model into ``out/MODEL``; the first non-zero status."""
-    for model in models:
-        folder = out / model
-        try:
-            folder = folder.relative_to(Path.cwd())
-        except ValueError:
-            pass
-        status = attncoda_main(
-            ["audit", "arach", model, "--threads", "1", "--out", str(folder), *extra]
-        )
-        if status:
-            return status
-    return 0
+    return run_per_model(["audit", "arach"], models, ["--threads", "1", *extra], out)
 
 
 def _ci(r: dict[str, Any], digits: int = 2) -> str:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attncoda.cli import main as attncoda_main
+from case_studies import run_per_model
 
 MODELS = ("smollm2-135m", "gemma3-270m")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -30,16 +30,7 @@ def run_study(
     models: Sequence[str] = MODELS, extra: Sequence[str] = (), out: Path = RESULTS
 ) -> int:
     """``attncoda prune`` for each model into ``out/MODEL``; the first non-zero status, or 0."""
-    for model in models:
-        folder = out / model
-        try:
-            folder = folder.relative_to(Path.cwd())
-        except ValueError:
-            pass
-        status = attncoda_main(["prune", model, "--out", str(folder), *extra])
-        if status:
-            return status
-    return 0
+    return run_per_model(["prune"], models, extra, out)
 
 
 def markdown_table(folder: Path, corpus: str = "all", ratio: bool = False) -> str:
