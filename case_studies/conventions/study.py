@@ -310,6 +310,13 @@ def tables(results: list[ModelResult]) -> dict[str, pd.DataFrame]:
     }
 
 
+def _whole_model_flips(fr: pd.DataFrame, r: ModelResult, pair: str) -> pd.DataFrame:
+    """Flip-rate rows of one model and sink for one convention pair, over all its heads."""
+    return fr[
+        (fr.model == r.model) & (fr.sink_key == r.sink) & (fr.pair == pair) & (fr.scope == "all")
+    ]
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -337,12 +344,7 @@ def report(
         "|---|---|" + "---|" * len(METRICS),
     ]
     for r in results:
-        sub = fr[
-            (fr.model == r.model)
-            & (fr.sink_key == r.sink)
-            & (fr.pair == "kept/dropped")
-            & (fr.scope == "all")
-        ]
+        sub = _whole_model_flips(fr, r, "kept/dropped")
         cells = []
         for m in METRICS:
             row = sub[sub.metric == m].iloc[0]
@@ -367,12 +369,7 @@ def report(
         "|---|" + "---|" * len(METRICS),
     ]
     for r in results:
-        sub = fr[
-            (fr.model == r.model)
-            & (fr.sink_key == r.sink)
-            & (fr.pair == "kept/sink")
-            & (fr.scope == "all")
-        ]
+        sub = _whole_model_flips(fr, r, "kept/sink")
         lines.append(
             f"| {r.model} ({r.sink}) | "
             + " | ".join(_pct(float(sub[sub.metric == m].flip_rate.iloc[0])) for m in METRICS)
