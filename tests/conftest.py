@@ -43,3 +43,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture
+def old_style_model():
+    """A tiny random GPT-Neo: its modelling code computes attention itself (no registry path)."""
+    torch = pytest.importorskip("torch")
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    torch.manual_seed(0)
+    config = GPTNeoConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=4,
+        max_position_embeddings=32,
+    )
+    model = GPTNeoForCausalLM(config).eval()
+    if type(model)._can_set_attn_implementation():
+        pytest.skip("GPT-Neo learned to switch implementations; pick another old-style model")
+    return model

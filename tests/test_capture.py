@@ -211,22 +211,8 @@ def test_bad_requests_give_clear_errors():
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_fallback_for_models_that_cannot_switch():
-    from transformers import GPTNeoConfig, GPTNeoForCausalLM
-
-    torch.manual_seed(0)
-    config = GPTNeoConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=4,
-        max_position_embeddings=32,
-    )
-    model = GPTNeoForCausalLM(config).eval()
-    if type(model)._can_set_attn_implementation():
-        pytest.skip("GPT-Neo learned to switch implementations; pick another old-style model")
+def test_fallback_for_models_that_cannot_switch(old_style_model):
+    model = old_style_model
     batch = {
         "input_ids": torch.randint(0, 50, (1, 8)),
         "attention_mask": torch.ones(1, 8, dtype=torch.long),

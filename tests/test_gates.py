@@ -220,21 +220,8 @@ def test_bad_input_gives_clear_errors():
     assert _registry._PLUGINS.get() == ()
 
 
-def test_model_without_the_registry_path_is_refused():
-    from transformers import GPTNeoConfig, GPTNeoForCausalLM
-
-    config = GPTNeoConfig(
-        vocab_size=50,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=4,
-        max_position_embeddings=32,
-    )
-    model = GPTNeoForCausalLM(config).eval()
-    if type(model)._can_set_attn_implementation():
-        pytest.skip("GPT-Neo learned to switch implementations; pick another old-style model")
+def test_model_without_the_registry_path_is_refused(old_style_model):
+    model = old_style_model
     ids = torch.randint(0, 50, (1, 8))
     for call in (
         lambda: G.gates(model, {0: [1]}).__enter__(),
