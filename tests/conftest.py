@@ -40,6 +40,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def need(*names: str) -> None:
+    """Skip the calling test unless every named offline asset is fetched (real tests)."""
+    from attncoda.hooks import assets
+
+    for name in names:
+        if not assets.is_fetched(name):
+            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)

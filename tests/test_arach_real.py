@@ -7,17 +7,12 @@ import math
 
 import numpy as np
 import pytest
+from conftest import need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import arach, assets  # noqa: E402
 
 pytestmark = pytest.mark.real
-
-
-def need(*names: str) -> None:
-    for name in names:
-        if not assets.is_fetched(name):
-            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need
 
 import attncoda as ac
 
@@ -11,11 +12,6 @@ torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture  # noqa: E402
 
 pytestmark = pytest.mark.real
-
-
-def need(name: str) -> None:
-    if not assets.is_fetched(name):
-        pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
 @pytest.fixture(scope="module")

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
-from attncoda.hooks import assets
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def test_quick_case_study_writes_tables_figures_and_report(tmp_path):
-    for name in ("smollm2-135m", "gemma3-270m", "minilm-l6", "austen"):
-        if not assets.is_fetched(name):
-            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
+    need("smollm2-135m", "gemma3-270m", "minilm-l6", "austen")
     from case_studies.conventions.study import main
 
     assert main(["--quick", "--out", str(tmp_path)]) == 0

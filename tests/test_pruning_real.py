@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from conftest import need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets  # noqa: E402
@@ -15,12 +16,6 @@ from attncoda.hooks import gates as G  # noqa: E402
 from attncoda.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.real
-
-
-def need(*names: str) -> None:
-    for name in names:
-        if not assets.is_fetched(name):
-            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
 def test_quick_prune_on_smollm2(tmp_path, capsys):

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, rpa  # noqa: E402
 from attncoda.hooks._registry import attention_modules  # noqa: E402
 
 pytestmark = pytest.mark.real
-
-
-def need(*names: str) -> None:
-    for name in names:
-        if not assets.is_fetched(name):
-            pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
 @pytest.fixture(autouse=True, scope="module")
