@@ -24,17 +24,9 @@ import statistics
 import time
 from typing import Any
 
+from bench_capture import _tokens  # the same Austen tokens as the capture benchmark
+
 MODEL = "smollm2-135m"
-
-
-def _tokens(tokenizer: Any, length: int) -> Any:
-    from attncoda.hooks import assets
-
-    text = assets.load_text("austen", "prideprejudice")
-    ids = tokenizer(text[: length * 8], return_tensors="pt").input_ids[:, :length]
-    if ids.shape[1] < length:
-        raise SystemExit(f"not enough text for {length} tokens")
-    return ids
 
 
 def measure(
