@@ -1179,6 +1179,15 @@ def cluster_heads(
             return 1.0 if np.allclose(x, y) else math.nan
         return float(np.corrcoef(x, y)[0, 1])
 
+    def pair_ari(by_view: dict[str, np.ndarray]) -> np.ndarray:
+        """ARI between the labels of every pair of conventions, per k: ``(pair, k)``."""
+        return np.array(
+            [
+                [adjusted_rand_score(x, y) for x, y in zip(by_view[a], by_view[b], strict=True)]
+                for a, b in pairs
+            ]
+        ).reshape(len(pairs), len(ks))
+
     unit = cmp["unit_a"].values
     ds = xr.Dataset(
         {
@@ -1199,30 +1208,8 @@ def cluster_heads(
                 ("convention", "k"),
                 [[adjusted_rand_score(heavy, lab) for lab in labels[v]] for v in views],
             ),
-            "ari": (
-                ("pair", "k"),
-                np.array(
-                    [
-                        [
-                            adjusted_rand_score(x, y)
-                            for x, y in zip(labels[a], labels[b], strict=True)
-                        ]
-                        for a, b in pairs
-                    ]
-                ).reshape(len(pairs), len(ks)),
-            ),
-            "ari_kmeans": (
-                ("pair", "k"),
-                np.array(
-                    [
-                        [
-                            adjusted_rand_score(x, y)
-                            for x, y in zip(kmlabels[a], kmlabels[b], strict=True)
-                        ]
-                        for a, b in pairs
-                    ]
-                ).reshape(len(pairs), len(ks)),
-            ),
+            "ari": (("pair", "k"), pair_ari(labels)),
+            "ari_kmeans": (("pair", "k"), pair_ari(kmlabels)),
             "cophenetic_corr": (("pair",), [corr(cophs[a], cophs[b]) for a, b in pairs]),
             "distance_corr": (("pair",), [corr(dist[a], dist[b]) for a, b in pairs]),
         },
