@@ -49,6 +49,22 @@ def need(*names: str) -> None:
             pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
+def per_layer_masks(model, masks):
+    """Pre-hooks on the attention modules that replace each layer's mask (an explicit reference
+    for plug-ins that change masks); the caller removes the returned handles."""
+    from attncoda.hooks._registry import attention_modules
+
+    handles = []
+    for layer, module in enumerate(attention_modules(model)):
+
+        def hook(_m, args, kwargs, layer=layer):
+            kwargs["attention_mask"] = masks[layer]
+            return args, kwargs
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    return handles
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261129)

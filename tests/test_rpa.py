@@ -8,12 +8,13 @@ import math
 
 import numpy as np
 import pytest
+from conftest import per_layer_masks
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from attncoda.hooks import rpa, zoo  # noqa: E402
-from attncoda.hooks._registry import ATTENTION_NAME, attention_modules  # noqa: E402
+from attncoda.hooks._registry import ATTENTION_NAME  # noqa: E402
 
 FAMILIES = ["gpt2", "llama"]
 
@@ -193,19 +194,6 @@ def test_cached_prior_equals_a_custom_4d_mask(family):
     with torch.no_grad():
         plain = model(input_ids=ids).logits
     assert float((plain - got).abs().max()) > 1e-2  # the prior does something
-
-
-def per_layer_masks(model, masks):
-    """Pre-hooks on the attention modules that replace the layer's mask (an explicit reference)."""
-    handles = []
-    for layer, module in enumerate(attention_modules(model)):
-
-        def hook(_m, args, kwargs, layer=layer):
-            kwargs["attention_mask"] = masks[layer]
-            return args, kwargs
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-    return handles
 
 
 @pytest.mark.parametrize("family", FAMILIES)

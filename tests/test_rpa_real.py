@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import need
+from conftest import need, per_layer_masks
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, rpa  # noqa: E402
-from attncoda.hooks._registry import attention_modules  # noqa: E402
 
 pytestmark = pytest.mark.real
 
@@ -49,14 +48,7 @@ def test_prior_on_smollm2_equals_explicit_bias_and_leaves_model_unchanged(smollm
         torch.where(vis, prior.inference_bias(i, t), torch.finfo(torch.float32).min)[None, None]
         for i in range(prior.n_layers)
     ]
-    handles = []
-    for layer, module in enumerate(attention_modules(model)):
-
-        def hook(_m, args, kwargs, layer=layer):
-            kwargs["attention_mask"] = masks[layer]
-            return args, kwargs
-
-        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    handles = per_layer_masks(model, masks)
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
