@@ -916,30 +916,38 @@ def gram_distances(
     else:
         d2 = a @ xp.matrix_transpose(b)
     if can_overwrite(d2):
-        d2 *= -2
-        d2 += na
-        d2 += nb
-        if isinstance(d2, np.ndarray):
-            np.maximum(d2, 0.0, out=d2)
-        else:
-            d2.clamp_(min=0.0)
-        if same:  # self-distances are exactly zero, not sqrt(rounding)
-            if isinstance(d2, np.ndarray):
-                idx = np.arange(d2.shape[-1])
-                d2[..., idx, idx] = 0.0
-            else:
-                d2.diagonal(dim1=-2, dim2=-1).zero_()
-        if squared:
-            return d2
-        if isinstance(d2, np.ndarray):
-            return np.sqrt(d2, out=d2)
-        return d2.sqrt_()
+        return _distances_from_gram(d2, na, nb, same=same, squared=squared)
     d2 = na + nb - 2 * d2
     d2 = xp.clip(d2, 0.0, None)
     if same:
         n = int(d2.shape[-1])
         d2 = xp.where(xp.eye(n, dtype=xp.bool, device=device_of(d2)), xp.zeros_like(d2), d2)
     return d2 if squared else xp.sqrt(d2)
+
+
+def _distances_from_gram(d2: Array, na: Array, nb: Array, *, same: bool, squared: bool) -> Array:
+    """Turn the Gram matrix ``d2 = a.b`` into (squared) distances in place: ``na + nb - 2 a.b``.
+
+    Tiny negative rounding is clipped to 0; with ``same`` the diagonal is exactly 0.
+    """
+    d2 *= -2
+    d2 += na
+    d2 += nb
+    if isinstance(d2, np.ndarray):
+        np.maximum(d2, 0.0, out=d2)
+    else:
+        d2.clamp_(min=0.0)
+    if same:  # self-distances are exactly zero, not sqrt(rounding)
+        if isinstance(d2, np.ndarray):
+            idx = np.arange(d2.shape[-1])
+            d2[..., idx, idx] = 0.0
+        else:
+            d2.diagonal(dim1=-2, dim2=-1).zero_()
+    if squared:
+        return d2
+    if isinstance(d2, np.ndarray):
+        return np.sqrt(d2, out=d2)
+    return d2.sqrt_()
 
 
 def pairwise_aitchison(
@@ -1113,11 +1121,9 @@ def _pairwise_summed_blocks(
             norms_a += na
             norms_b += nb
     assert gram is not None and norms_a is not None and norms_b is not None
-    d2 = norms_a[:, None] + norms_b[None, :] - 2 * gram
-    np.maximum(d2, 0.0, out=d2)
-    if yt is None:
-        np.fill_diagonal(d2, 0.0)
-    return d2 if squared else np.sqrt(d2, out=d2)
+    return _distances_from_gram(
+        gram, norms_a[:, None], norms_b[None, :], same=yt is None, squared=squared
+    )
 
 
 # Blocks of the summed path hold clr rows of a slab of queries. Each block ends in one GEMM that
