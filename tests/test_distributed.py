@@ -10,6 +10,7 @@ distributed = pytest.importorskip("dask.distributed")
 
 from attncoda.hooks import capture, zoo  # noqa: E402
 from attncoda.hooks.distributed import CaptureJob, DieOnce, JobError, _windows, run_jobs  # noqa: E402
+from dask.callbacks import Callback  # noqa: E402
 
 WORDS = "the sink takes mass while content spreads over many keys and heads".split()
 
@@ -101,20 +102,15 @@ def test_bad_job_lists(tmp_path, shards):
 # ------------------------------------------------------------------------- analysis out of core
 
 
-class _LargestTask:
+class _LargestTask(Callback):
     """dask callback: the largest array any task of a local compute returned (bytes)."""
 
     def __init__(self):
-        from dask.callbacks import Callback
-
-        outer = self
+        super().__init__()
         self.largest = 0
 
-        class _CB(Callback):
-            def _posttask(self, key, result, dsk, state, worker_id):
-                outer.largest = max(outer.largest, int(getattr(result, "nbytes", 0)))
-
-        self.callback = _CB()
+    def _posttask(self, key, result, dsk, state, worker_id):
+        self.largest = max(self.largest, int(getattr(result, "nbytes", 0)))
 
 
 def test_analysis_of_a_dask_backed_store_equals_in_memory_and_stays_out_of_core(tmp_path):
@@ -138,7 +134,7 @@ def test_analysis_of_a_dask_backed_store_equals_in_memory_and_stays_out_of_core(
 
     watch = _LargestTask()
     # local scheduler: callbacks see its tasks (a live distributed Client would take them)
-    with dask.config.set(scheduler="synchronous"), watch.callback:
+    with dask.config.set(scheduler="synchronous"), watch:
         got = {
             "comparisons": ac.head_comparisons(lazy, per_sample=True),
             "profiles": ac.head_profiles(lazy).compute(),
