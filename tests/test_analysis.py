@@ -146,6 +146,19 @@ def test_float32_captures_match_to_float32_precision(causal):
         np.testing.assert_allclose(cmp[metric].sel(view=view), want, rtol=2e-4, atol=2e-5)
 
 
+def test_float32_probabilities_that_underflow_to_zero_keep_js_finite(causal):
+    # keys 1e-52 likely (exp(-120)) are exactly 0.0 in float32; JS must treat 0 log 0 as 0
+    z = causal.log_attn.values.copy()
+    z[..., 1] = np.where(np.isfinite(z[..., 1]), -120.0, -np.inf)
+    ds32 = causal.assign(log_attn=(ac.DIMS, log_softmax(z).astype(np.float32)))
+    ref, _ = reference(ds32)
+    cmp = ac.head_comparisons(ds32, ["js", "tv"])
+    assert np.isfinite(cmp.js.values).all()
+    for metric, view in itertools.product(("js", "tv"), ac.VIEWS):
+        want = ref[metric, view]
+        np.testing.assert_allclose(cmp[metric].sel(view=view), want, rtol=2e-4, atol=2e-5)
+
+
 def test_aitchison_split_is_exact_and_equals_the_core(causal):
     cmp = ac.head_comparisons(causal, "aitchison", backend="numpy")
     a = cmp.aitchison
