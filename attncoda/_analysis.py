@@ -43,7 +43,10 @@ block for ``aitchison`` (all three conventions from the Gram matrix of content c
 the balances), ``cosine`` and ``kl``, L1 distances over per-row entropies for ``entropy``, and a
 pass over the cells per pair of heads for ``js`` and ``tv`` (they have no matrix-product form;
 the pairs are spread over a few threads). Matrix products run through torch when it is
-installed (MKL), everything else in numpy; results are float64. The per-row sink/content
+installed (MKL), everything else in numpy; results are float64. With ``device="cuda"`` the
+products and the ``js``/``tv`` passes run on the GPU. Cost: the matrix-product metrics for all
+270 heads of SmolLM2-135M cost less than the forward that captured the rows; ``js`` and ``tv``
+on a CPU cost a few times more (see ``benchmarks/results.md``). The per-row sink/content
 channels are computed in this fused, packed form for speed; the tests check them against
 :func:`attncoda.decompose` and :func:`attncoda.pairwise_aitchison_split`.
 """
@@ -178,32 +181,67 @@ def _view_label(name: str) -> str:
 
 # --------------------------------------------------------------------------------------------
 # backend: matrix products through torch when installed (MKL is several times faster than the
-# BLAS numpy wheels ship), elementwise work in numpy (its SIMD log/exp are the fastest here)
+# BLAS numpy wheels ship), elementwise work in numpy (its SIMD log/exp are the fastest here);
+# with a torch device (a GPU) both the products and the per-pair js/tv passes run there
 
 
 class _Backend:
-    """Matrix products of float arrays, with torch or numpy."""
+    """Matrix products and per-pair passes over float arrays, with numpy or torch (on a device)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, device: Any = None) -> None:
         if name not in ("torch", "numpy"):
             raise AnalysisError(f"backend must be 'auto', 'torch' or 'numpy', got {name!r}")
         self.name = name
+        self.device = None if device is None else _torch_device(device, name)
 
     @staticmethod
-    def resolve(backend: str) -> _Backend:
+    def resolve(backend: str, device: Any = None) -> _Backend:
         if backend == "auto":
-            backend = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
-        return _Backend(backend)
+            torch_found = importlib.util.find_spec("torch") is not None
+            backend = "torch" if torch_found or device is not None else "numpy"
+        return _Backend(backend, device)
+
+    def _tensor(self, a: np.ndarray) -> Any:
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        return t if self.device is None else t.to(self.device)
 
     def gram(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """``a @ b.T`` (``b = a`` by default) as float64."""
         if self.name == "torch":
-            import torch
-
-            ta = torch.from_numpy(np.ascontiguousarray(a))
-            tb = ta if b is None else torch.from_numpy(np.ascontiguousarray(b))
-            return (ta @ tb.T).numpy().astype(np.float64)
+            ta = self._tensor(a)
+            tb = ta if b is None else self._tensor(b)
+            return (ta @ tb.T).cpu().numpy().astype(np.float64)
         return np.asarray(a @ (a if b is None else b).T, dtype=np.float64)
+
+    def pairwise_rows(self, a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:
+        """:func:`_pairwise_rows` on the device when one is set, else in numpy."""
+        if self.device is None:
+            return _pairwise_rows(a, kind, budget)
+        return _pairwise_rows_torch(self._tensor(a), kind, budget)
+
+
+def _torch_device(device: Any, backend: str) -> Any:
+    """``device`` as a usable torch device, or a clear error."""
+    if backend != "torch":
+        raise AnalysisError(f"device={device!r} needs backend='torch' (or 'auto'), not {backend!r}")
+    try:
+        import torch
+    except ImportError:
+        raise AnalysisError(
+            f"device={device!r} needs torch; install it, or leave device=None for numpy"
+        ) from None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise AnalysisError(f"device={device!r} is not a torch device ({err})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise AnalysisError(
+            f"device={device!r} but torch sees no CUDA device; leave device=None to compute "
+            "on the CPU"
+        )
+    return dev
 
 
 def _workers() -> int:
@@ -254,6 +292,33 @@ def _pairwise_rows(a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.
     iu = np.triu_indices(n, 1)
     out[iu[1], iu[0]] = out[iu]
     return out
+
+
+_DEVICE_MIN_BUDGET = 1 << 24  # elements per step on a device: fewer, larger kernel launches
+
+
+def _pairwise_rows_torch(t: Any, kind: Literal["js", "l1"], budget: int) -> np.ndarray:
+    """:func:`_pairwise_rows` for a torch tensor on its device: a few anchors against all
+    later rows per step (``anchors x rows x columns <= max(budget, _DEVICE_MIN_BUDGET)``)."""
+    import torch
+
+    n, f = t.shape
+    out = torch.zeros((n, n), dtype=torch.float64, device=t.device)
+    if n == 0 or f == 0:
+        return out.cpu().numpy()
+    if kind == "js":  # as in the numpy kernel: halve, lift zeros to the smallest normal float
+        t = torch.clamp(t * 0.5, min=torch.finfo(t.dtype).tiny)
+    step = max(1, max(budget, _DEVICE_MIN_BUDGET) // (n * f))
+    for i0 in range(0, n, step):
+        i1 = min(n, i0 + step)
+        if kind == "js":
+            m = t[i0:i1, None, :] + t[None, i0:, :]
+            cells = m.mul_(torch.log(m))
+        else:
+            cells = (t[i0:i1, None, :] - t[None, i0:, :]).abs_()
+        out[i0:i1, i0:] = cells.sum(-1).double()
+    upper = torch.triu(out, 1)  # steps also filled some j < i: keep j >= i and mirror it
+    return (torch.diag(torch.diagonal(out)) + upper + upper.T).cpu().numpy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,11 +597,11 @@ def _block_sums(
                 ("sink", "v", "hb"),
             ):
                 h = g(ent).sum(axis=1, dtype=np.float64)
-                t = _pairwise_rows(g(cells), "js", budget)
+                t = bk.pairwise_rows(g(cells), "js", budget)
                 out[m, view] = -t - (h[:, None] + h[None, :]) / 2
         elif m == "tv":
-            out[m, "kept"] = _pairwise_rows(g("p"), "l1", budget) / 2
-            out[m, "dropped"] = _pairwise_rows(g("c"), "l1", budget) / 2
+            out[m, "kept"] = bk.pairwise_rows(g("p"), "l1", budget) / 2
+            out[m, "dropped"] = bk.pairwise_rows(g("c"), "l1", budget) / 2
             out[m, "sink"] = _l1(g("s"))
         elif m == "entropy":
             out[m, "kept"] = _l1(g("h"))
@@ -558,6 +623,7 @@ def head_comparisons(
     mismatched: Literal["raise", "drop"] = "raise",
     block_elements: int = 1 << 22,
     backend: str = "auto",
+    device: Any = None,
 ) -> xr.Dataset:
     """Compare every head with every head under every convention, in one pass over the rows.
 
@@ -579,6 +645,13 @@ def head_comparisons(
     block_elements : int, default 2**22
         Upper bound on ``units x rows x keys`` held per block (memory is a small multiple).
     backend : {"auto", "torch", "numpy"}, default "auto"
+        Matrix products through torch when installed (faster BLAS), elementwise work in numpy.
+    device : str or torch.device, optional
+        Run the matrix products and the per-pair ``js``/``tv`` passes with torch on this device
+        (e.g. ``"cuda"``); per-row channels are still computed on the CPU and streamed over block
+        by block. On a CPU the default (numpy) is several times faster. Use a GPU when ``js`` or ``tv`` is
+        wanted for hundreds of heads: they cost one elementwise pass over every visible cell per
+        pair of heads, which on a CPU costs more than the forward that captured the rows.
 
     Returns
     -------
@@ -601,7 +674,7 @@ def head_comparisons(
     True
     """
     mets = _metrics(metrics)
-    bk = _Backend.resolve(backend)
+    bk = _Backend.resolve(backend, device)
     layers, heads = _grid(ds)
     n_units = len(layers)
     n_samples = ds.sizes["sample"]

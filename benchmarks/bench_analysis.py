@@ -19,6 +19,9 @@ metrics with a matrix-product form) and ``all`` (plus js and tv, which need an e
 per pair of heads); ``project_s`` and ``anchor_s`` are extrapolated to 64 samples, ``measured_s``
 holds what was timed.
 
+A last row repeats the ``all`` set with ``device="cuda"`` (products and the js/tv passes on the
+GPU) when torch sees one, against the same CPU capture.
+
 Run: ``python benchmarks/bench_analysis.py [--quick] [--samples 2]``; ``--quick`` uses one sample
 and skips the ``all`` set (about a minute).
 """
@@ -93,7 +96,34 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
                 f"{int(cmp.n_rows)} compared rows",
             }
         )
+    out.append(_on_gpu(ds, capture_s, scale))
     return out
+
+
+def _on_gpu(ds: Any, capture_s: float, scale: float) -> dict[str, Any]:
+    """All six metrics with ``device="cuda"`` (products and js/tv passes on the GPU)."""
+    import torch
+
+    row: dict[str, Any] = {
+        "benchmark": "pairwise_all_64x512 with device='cuda'",
+        "anchor": "capture(what='rows') forward of SmolLM2-135M on the CPU, as above",
+        "anchor_s": round(capture_s * scale, 2),
+        "target": "(reported: js and tv on a GPU)",
+    }
+    if not torch.cuda.is_available():
+        row["benchmark"] += " (skipped: no CUDA device)"
+        return row
+    ac.head_comparisons(ds.isel(sample=[0], query=slice(0, 64)), device="cuda")  # warm-up
+    start = time.perf_counter()
+    ac.head_comparisons(ds, ac.METRICS, device="cuda")
+    project_s = time.perf_counter() - start
+    row.update(
+        project_s=round(project_s * scale, 2),
+        ratio=round(project_s / capture_s, 3),
+        measured_s={"comparisons": round(project_s, 2), "capture": round(capture_s, 2)},
+        device=torch.cuda.get_device_name(),
+    )
+    return row
 
 
 def main() -> None:

@@ -146,6 +146,51 @@ def test_float32_captures_match_to_float32_precision(causal):
         np.testing.assert_allclose(cmp[metric].sel(view=view), want, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.skipif(not has_torch, reason="torch")
+def test_the_device_path_matches_a_direct_computation(causal):
+    # device= runs products and the js/tv passes in torch; on "cpu" it must give the same values
+    ref, _ = reference(causal)
+    cmp = ac.head_comparisons(causal, device="cpu", block_elements=64)
+    for (metric, view), want in ref.items():
+        got = cmp[metric].sel(view=view).values
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11, err_msg=f"{metric}/{view}")
+
+
+@pytest.mark.skipif(not has_torch, reason="torch")
+def test_the_device_path_steps_over_anchors_like_the_numpy_kernel(monkeypatch):
+    from attncoda import _analysis
+
+    monkeypatch.setattr(_analysis, "_DEVICE_MIN_BUDGET", 1)  # a few anchors per step
+    ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=5, length=12, seed=3)  # float32
+    on_device = ac.head_comparisons(ds, ["js", "tv"], device="cpu", block_elements=200)
+    in_numpy = ac.head_comparisons(ds, ["js", "tv"], backend="numpy", block_elements=200)
+    for metric in ("js", "tv"):
+        np.testing.assert_allclose(on_device[metric], in_numpy[metric], rtol=1e-5, atol=1e-7)
+
+
+def test_device_errors_say_what_to_do():
+    ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    with pytest.raises(ac.AnalysisError, match="needs backend='torch'"):
+        ac.head_comparisons(ds, "js", backend="numpy", device="cpu")
+    if has_torch:
+        with pytest.raises(ac.AnalysisError, match="not a torch device"):
+            ac.head_comparisons(ds, "js", device="gpu0")
+        import torch
+
+        if not torch.cuda.is_available():
+            with pytest.raises(ac.AnalysisError, match="no CUDA device; leave device=None"):
+                ac.head_comparisons(ds, "js", device="cuda")
+
+
+@pytest.mark.gpu
+def test_comparisons_on_a_gpu_match_numpy():
+    ds = ac.synthetic_rows(n_samples=2, n_layers=3, n_heads=6, length=64, seed=5)  # float32
+    on_gpu = ac.head_comparisons(ds, device="cuda")
+    in_numpy = ac.head_comparisons(ds, backend="numpy")
+    for metric in ac.METRICS:
+        np.testing.assert_allclose(on_gpu[metric], in_numpy[metric], rtol=2e-4, atol=2e-6)
+
+
 def test_float32_probabilities_that_underflow_to_zero_keep_js_finite(causal):
     # keys 1e-52 likely (exp(-120)) are exactly 0.0 in float32; JS must treat 0 log 0 as 0
     z = causal.log_attn.values.copy()
