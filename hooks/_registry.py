@@ -87,20 +87,22 @@ def can_switch(model: Any) -> bool:
     return bool(fn()) if fn is not None else False
 
 
-_REGISTERED = False
+_REGISTERED_NAMES: set[str] = set()
 
 
-def _register() -> None:
-    """Register the attention and mask functions with transformers (idempotent)."""
-    global _REGISTERED
-    if _REGISTERED:
+def register_attention(name: str, fn: Callable[..., Any], mask_fn: Any = None) -> None:
+    """Register ``fn`` (and ``mask_fn``) with transformers under ``name``, once per process.
+
+    Without a mask function transformers builds no mask for models switched to ``name``.
+    """
+    if name in _REGISTERED_NAMES:
         return
     from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
 
-    AttentionInterface.register(ATTENTION_NAME, _attention_fn)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    _REGISTERED = True
+    AttentionInterface.register(name, fn)
+    if mask_fn is not None:
+        AttentionMaskInterface.register(name, mask_fn)
+    _REGISTERED_NAMES.add(name)
 
 
 @contextmanager
@@ -117,7 +119,9 @@ def activated(model: Any) -> Iterator[str]:
                 f"{type(model).__name__} computes attention in its own code, not through "
                 "transformers' attention registry, so attncoda cannot switch it"
             )
-        _register()
+        from transformers.masking_utils import sdpa_mask
+
+        register_attention(ATTENTION_NAME, _attention_fn, sdpa_mask)
         previous = str(model.config._attn_implementation)
         modules = {id(m): i for i, m in enumerate(attention_modules(model))}
         act = _Activation(previous=previous, modules=modules)

@@ -74,7 +74,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from ._registry import ATTENTION_NAME, AttentionPlugin, can_switch, plugged
+from ._registry import ATTENTION_NAME, AttentionPlugin, can_switch, plugged, register_attention
 
 __all__ = [
     "FAST_ATTENTION_NAME",
@@ -453,24 +453,11 @@ def _attend_reference(
     return torch.cat(outs, dim=-2).to(q.dtype), torch.cat(lses, dim=-1)
 
 
-_FAST_REGISTERED = False
-
-
-def _register_fast() -> None:
-    global _FAST_REGISTERED
-    if _FAST_REGISTERED:
-        return
-    from transformers import AttentionInterface
-
-    # no mask function is registered under this name: transformers then builds no mask at all
-    AttentionInterface.register(FAST_ATTENTION_NAME, _fast_attention)
-    _FAST_REGISTERED = True
-
-
 @contextmanager
 def _fast_switched(model: Any) -> Iterator[None]:
     """Switch the model to the fast attention function for one forward."""
-    _register_fast()
+    # no mask function under this name: transformers then builds no mask at all
+    register_attention(FAST_ATTENTION_NAME, _fast_attention)
     previous = str(model.config._attn_implementation)
     if previous == ATTENTION_NAME:
         raise ArachError(
