@@ -161,14 +161,20 @@ def _peak_child(path: str, length: int) -> None:
         out = fn()
         elapsed = time.perf_counter() - start
     del out
-    print(json.dumps({"path": path, "length": length, "rss_growth_gb": mem.growth_gb,
-                      "seconds": elapsed}))
+    print(
+        json.dumps(
+            {"path": path, "length": length, "rss_growth_gb": mem.growth_gb, "seconds": elapsed}
+        )
+    )
 
 
 def peak_memory(path: str, length: int) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", path, "--length", str(length)],
-        capture_output=True, text=True, check=False, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ),
     )
     if out.returncode != 0:
         return {"path": path, "length": length, "error": out.stderr.strip().splitlines()[-1:]}
@@ -203,23 +209,27 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     if not quick:
         for path in ("sdpa", "summaries", "eager_output_attentions"):
             mem = peak_memory(path, length)
-            rows.append({
-                "benchmark": f"peak extra RSS during the forward, {path}, T={length}",
-                "project_s": mem.get("seconds"),
-                "anchor": "GB",
-                "anchor_s": mem.get("rss_growth_gb"),
-                "ratio": None,
-                "target": "summaries ~ sdpa",
-                "holds": None,
-            })
+            rows.append(
+                {
+                    "benchmark": f"peak extra RSS during the forward, {path}, T={length}",
+                    "project_s": mem.get("seconds"),
+                    "anchor": "GB",
+                    "anchor_s": mem.get("rss_growth_gb"),
+                    "ratio": None,
+                    "target": "summaries ~ sdpa",
+                    "holds": None,
+                }
+            )
     return rows
 
 
 def _memory_row(m: dict[str, Any]) -> str:
     gb, sec = m.get("rss_growth_gb"), m.get("seconds")
-    return (f"| {m['path']} | {m['length']} | "
-            f"{m.get('error') if gb is None else f'{gb:.2f}'} | "
-            f"{'' if sec is None else f'{sec:.2f}'} |")
+    return (
+        f"| {m['path']} | {m['length']} | "
+        f"{m.get('error') if gb is None else f'{gb:.2f}'} | "
+        f"{'' if sec is None else f'{sec:.2f}'} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

@@ -82,5 +82,7 @@ def test_minilm_bidirectional_rows(emma):
     weights = eager_weights(model, batch)
     valid = batch["attention_mask"].numpy().astype(bool)[:, None, None, :, None]
     np.testing.assert_allclose(
-        np.where(valid, np.exp(cap.dataset.log_attn.values), 0), np.where(valid, weights, 0), atol=1e-5
+        np.where(valid, np.exp(cap.dataset.log_attn.values), 0),
+        np.where(valid, weights, 0),
+        atol=1e-5,
     )
