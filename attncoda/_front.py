@@ -504,6 +504,11 @@ def register_analyze(subparsers: Any) -> None:
         metavar="T",
         help="sink-rate threshold on a head's mean sink share (default: %(default)s)",
     )
+    p.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="torch device for the head comparisons, e.g. cuda (default: numpy on the CPU)",
+    )
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--report", action="store_true", help="also write report.html")
     _add_quiet(p)
@@ -540,6 +545,7 @@ def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
             figures=not args.no_figures,
             progress=not args.quiet,
             meta={"command": _command_line(args), "dataset": str(args.dataset)},
+            device=getattr(args, "device", None),
         )
     except (ReportError, ac.AnalysisError, ac.SchemaError) as exc:
         raise _usage(str(exc)) from exc

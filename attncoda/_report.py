@@ -267,6 +267,7 @@ def analyze(
     figures: bool = True,
     progress: bool = True,
     seed: int = 0,
+    device: Any = None,
 ) -> Analysis:
     """Analyse a capture and write tables, figures and ``analysis.json`` into ``out``.
 
@@ -295,6 +296,8 @@ def analyze(
     progress : bool, default True
         A progress bar over the steps, on stderr.
     seed : int, default 0
+    device : str or torch.device, optional
+        Where the head comparisons run (see :func:`attncoda.head_comparisons`), e.g. ``"cuda"``.
 
     Returns
     -------
@@ -317,6 +320,7 @@ def analyze(
         )
     if rows is None and "log_attn" in summaries.data_vars:
         rows = summaries
+    an._Backend.resolve("auto", device)  # a bad device fails here, before any file is written
     n_units_rows = 0 if rows is None else rows.sizes["layer"] * rows.sizes["head"]
     use_rows = rows is not None and n_units_rows >= 3 and rows.sizes["sample"] >= 1
     folder = Path(out)
@@ -358,10 +362,19 @@ def analyze(
         if use_rows:
             assert rows is not None
             bar("flips")
-            _flips_section(res, rows, folder, metrics, n_boot, seed, figures)
+            # one pass over the rows serves the flips and the (js) clustering
+            wanted = an._metrics(metrics)
+            cmp = an.head_comparisons(
+                rows,
+                wanted if "js" in wanted else (*wanted, "js"),
+                per_sample=True,
+                mismatched="drop",
+                device=device,
+            )
+            _flips_section(res, cmp, rows, folder, wanted, n_boot, seed, figures)
             bar.done()
             bar("clustering")
-            _clustering_section(res, rows, folder, seed, figures)
+            _clustering_section(res, cmp, rows, folder, seed, figures)
             bar.done()
             bar("rows")
             if figures:
@@ -610,6 +623,7 @@ def _attribution_section(res: Analysis, ds: xr.Dataset, folder: Path, figures: b
 
 def _flips_section(
     res: Analysis,
+    cmp: xr.Dataset,
     rows: xr.Dataset,
     folder: Path,
     metrics: Sequence[str],
@@ -618,12 +632,11 @@ def _flips_section(
     figures: bool,
 ) -> None:
     fr = an.flip_rates(
-        rows,
+        cmp,
         list(metrics),
         between=(("kept", "dropped"), ("kept", "sink")),
         n_boot=n_boot if rows.sizes["sample"] >= 2 else 0,
         seed=seed,
-        mismatched="drop",
     )
     table = []
     for m in fr["metric"].values:
@@ -688,11 +701,11 @@ def _flips_section(
 
 
 def _clustering_section(
-    res: Analysis, rows: xr.Dataset, folder: Path, seed: int, figures: bool
+    res: Analysis, cmp: xr.Dataset, rows: xr.Dataset, folder: Path, seed: int, figures: bool
 ) -> None:
     n_units = rows.sizes["layer"] * rows.sizes["head"]
     ks = tuple(k for k in (2, 3, 4) if k < n_units) or (2,)
-    cl = an.cluster_heads(rows, "js", ("kept", "dropped"), ks=ks, seed=seed, mismatched="drop")
+    cl = an.cluster_heads(cmp, "js", ("kept", "dropped"), ks=ks, seed=seed)
     table = []
     pair = str(cl["pair"].values[0])
     for k in cl["k"].values:

@@ -139,6 +139,26 @@ def test_user_errors_are_one_line_with_exit_2(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_analyze_on_a_torch_device_and_a_bad_device(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = tmp_path / "rows.nc"
+    ac.save(ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=10), cap)
+    bad = tmp_path / "bad"
+    assert main(["analyze", str(cap), "--device", "gpu0", "--out", str(bad), "-q"]) == 2
+    assert "not a torch device" in capsys.readouterr().err
+    assert not bad.exists()  # refused before any file is written
+    numbers = {}
+    for name, extra in (("numpy", []), ("device", ["--device", "cpu"])):
+        argv = ["analyze", str(cap), "--out", str(tmp_path / name), "--n-boot", "5"]
+        assert main([*argv, "--no-figures", "-q", *extra]) == 0
+        numbers[name] = load_analysis(tmp_path / name).numbers
+    assert "flip_rate_kept_dropped_js" in numbers["numpy"]
+    assert "clustering_ari_k2" in numbers["numpy"]
+    for key, want in numbers["numpy"].items():
+        assert numbers["device"][key] == pytest.approx(want, rel=1e-6, abs=1e-9), key
+
+
 def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capture", "twin:llama", "x.txt", "--layers", "a-b"]) == 2
     assert "argument --layers" in capsys.readouterr().err
