@@ -137,6 +137,33 @@ def test_every_study_size_builds_and_runs_with_the_prior():
             assert 70e6 < sum(p.numel() for p in model.parameters()) < 80e6
 
 
+def test_case_study_commands_end_to_end_at_the_tiny_size(tmp_path, capsys):
+    """`ablation` (three stages, then the report) and `audit`, as a user runs them."""
+    need("austen")
+    import json
+
+    from case_studies.rpa.run import main
+
+    out = tmp_path / "rpa"
+    common = ["--size", "tiny", "--steps", "3", "--eval-chunks", "2", "--checkpoints", "1"]
+    assert main(["ablation", "--seeds", "0", *common, "--out", str(out), "-q"]) == 0
+    runs = json.loads((out / "results.json").read_text())
+    assert sorted(r["stage"] for r in runs) == ["baseline", "guardian", "rpa"]
+    assert all(np.isfinite(r["val_ce"]["raw"]) and not r["tf32"] for r in runs)
+    table = (out / "ablation.md").read_text()
+    assert "+RPA" in table and "+Guardian/schedules" in table
+    assert (out / "figures" / "training_curves.png").is_file()
+    assert main(["audit", "--size", "tiny", "--seed", "0", "--out", str(out), "-q"]) == 0
+    assert "perturbation identity max error" in capsys.readouterr().out
+    assert (out / "audit" / "audit_seed0.md").is_file()
+    # TF32 is a CUDA switch: asking for it on the CPU is refused before anything is written
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--stage", "rpa", "--tf32", "--device", "cpu", "--out", str(tmp_path / "x")])
+    assert exit_info.value.code == 2
+    assert "--tf32 applies to CUDA devices only" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_paper_size_training_steps_on_a_gpu(tmp_path):
@@ -148,6 +175,8 @@ def test_paper_size_training_steps_on_a_gpu(tmp_path):
 
     out = tmp_path / "paper"
     args = ["train", "--stage", "guardian", "--size", "paper", "--steps", "3", "--device", "cuda"]
-    assert main([*args, "--eval-chunks", "4", "--checkpoints", "1", "--out", str(out), "-q"]) == 0
+    args += ["--tf32", "--eval-chunks", "4", "--checkpoints", "1"]
+    assert main([*args, "--out", str(out), "-q"]) == 0
     summary = json.loads((out / "runs" / "guardian_seed0" / "summary.json").read_text())
     assert summary["size"] == "paper" and np.isfinite(summary["val_ce"]["raw"])
+    assert summary["tf32"] is True
