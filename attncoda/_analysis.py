@@ -230,7 +230,7 @@ def _torch_device(device: Any, backend: str) -> Any:
         import torch
     except ImportError:
         raise AnalysisError(
-            f"device={device!r} needs torch; install it, or leave device=None for numpy"
+            f"device={device!r} needs torch; install it, or leave device unset (numpy on the CPU)"
         ) from None
     try:
         dev = torch.device(device)
@@ -238,7 +238,7 @@ def _torch_device(device: Any, backend: str) -> Any:
         raise AnalysisError(f"device={device!r} is not a torch device ({err})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise AnalysisError(
-            f"device={device!r} but torch sees no CUDA device; leave device=None to compute "
+            f"device={device!r} but torch sees no CUDA device; leave device unset to compute "
             "on the CPU"
         )
     return dev

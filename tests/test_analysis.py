@@ -178,7 +178,7 @@ def test_device_errors_say_what_to_do():
         import torch
 
         if not torch.cuda.is_available():
-            with pytest.raises(ac.AnalysisError, match="no CUDA device; leave device=None"):
+            with pytest.raises(ac.AnalysisError, match="no CUDA device; leave device unset"):
                 ac.head_comparisons(ds, "js", device="cuda")
 
 
