@@ -241,6 +241,16 @@ def _torch_device(device: Any, backend: str) -> Any:
             f"device={device!r} but torch sees no CUDA device; leave device unset to compute "
             "on the CPU"
         )
+    if dev.type == "meta":
+        raise AnalysisError("device='meta' holds no data; pick a CPU or GPU device")
+    try:  # a probe, so that "cuda:7" on one GPU or "mps" off a Mac fail here, not mid-analysis
+        torch.zeros(1, device=dev)
+    except (RuntimeError, AssertionError, NotImplementedError) as err:
+        reason = str(err).split(". ")[0][:160]
+        raise AnalysisError(
+            f"device={device!r} cannot be used here ({reason}); pick an available device or "
+            "leave device unset to compute on the CPU"
+        ) from None
     return dev
 
 

@@ -175,7 +175,13 @@ def test_device_errors_say_what_to_do():
     if has_torch:
         with pytest.raises(ac.AnalysisError, match="not a torch device"):
             ac.head_comparisons(ds, "js", device="gpu0")
+        with pytest.raises(ac.AnalysisError, match="holds no data"):
+            ac.head_comparisons(ds, "js", device="meta")
         import torch
+
+        if not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+            with pytest.raises(ac.AnalysisError, match="cannot be used here"):
+                ac.head_comparisons(ds, "js", device="xpu")
 
         if not torch.cuda.is_available():
             with pytest.raises(ac.AnalysisError, match="no CUDA device; leave device unset"):
