@@ -408,6 +408,14 @@ def _exp(xp: Any, a: Array, out: np.ndarray | None) -> Array:
     return xp.exp(a) if out is None else np.exp(a, out=out)
 
 
+def _content_exp(xp: Any, w: Array, out: np.ndarray | None) -> tuple[Array, Array]:
+    """``exp(w)`` with the sink part (first) zeroed, and its row sums."""
+    with np.errstate(over="ignore"):  # the sink part may overflow: it is zeroed
+        e = _exp(xp, w, out)
+    e[..., 0] = 0.0
+    return e, xp.sum(e, axis=-1)
+
+
 def _decompose_first_sink(
     lc: LogComposition,
     sink: SinkSpec,
@@ -488,10 +496,7 @@ def _decompose_first_sink(
             w -= m_c
         else:
             w = log - m_c
-        with np.errstate(over="ignore"):  # a sink part may overflow: it is zeroed below
-            e = _exp(xp, w, content_out)
-        e[..., 0] = 0.0
-        s_c = xp.sum(e, axis=-1)
+        e, s_c = _content_exp(xp, w, content_out)
         if not all_finite(xp, s_c):
             # a content spread beyond the floating range (~700 nats in float64, ~85 in
             # float32): shift by the content maximum instead
@@ -502,10 +507,7 @@ def _decompose_first_sink(
             else:
                 m_c = _row_max(xp, log[..., 1:])
                 w = log - m_c
-            with np.errstate(over="ignore"):
-                e = _exp(xp, w, content_out)
-            e[..., 0] = 0.0
-            s_c = xp.sum(e, axis=-1)
+            e, s_c = _content_exp(xp, w, content_out)
         # ``w`` stays finite at the sink unless the logits span more than the floating range
         # (then it is cleared like an invisible key)
         clamp = not all_finite(xp, w[..., 0])
