@@ -851,6 +851,21 @@ def _row_norms2(xp: Any, a: Array) -> Array:
     return xp.sum(a * a, axis=-1)
 
 
+def _torch_views(a: np.ndarray, b: np.ndarray) -> tuple[Any, Any] | None:
+    """``a`` and ``b`` as torch tensors sharing their memory, or None where torch is missing or
+    cannot take them as they are (mixed dtypes, which numpy promotes; negative strides)."""
+    try:
+        import torch
+    except ImportError:  # the core works without torch
+        return None
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
+        return None
+    try:
+        return torch.from_numpy(a), torch.from_numpy(b)
+    except ValueError:  # negative strides
+        return None
+
+
 def _stacked_gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """``a @ b^T`` for stacks of matrices.
 
@@ -861,16 +876,12 @@ def _stacked_gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.nd
     into ``out``; operands it cannot take as they are (mixed dtypes, which numpy promotes, or
     negative strides) stay with numpy.
     """
-    try:
-        import torch
-    except ImportError:  # the core works without torch
+    views = _torch_views(a, b)
+    if views is None:
         return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
-        return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
-    try:
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    except ValueError:  # negative strides
-        return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    import torch
+
+    ta, tb = views
     if out is not None and out.flags.c_contiguous and out.flags.writeable:
         torch.matmul(ta, tb.transpose(-1, -2), out=torch.from_numpy(out))
         return out
