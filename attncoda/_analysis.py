@@ -659,9 +659,9 @@ def head_comparisons(
     device : str or torch.device, optional
         Run the matrix products and the per-pair ``js``/``tv`` passes with torch on this device
         (e.g. ``"cuda"``); per-row channels are still computed on the CPU and streamed over block
-        by block. On a CPU the default (numpy) is several times faster. Use a GPU when ``js`` or ``tv`` is
-        wanted for hundreds of heads: they cost one elementwise pass over every visible cell per
-        pair of heads, which on a CPU costs more than the forward that captured the rows.
+        by block. On a CPU the default (numpy) is several times faster. Use a GPU when ``js`` or
+        ``tv`` is wanted for hundreds of heads: they cost one elementwise pass over every visible
+        cell per pair of heads, which on a CPU costs more than the forward that captured the rows.
 
     Returns
     -------
