@@ -383,10 +383,10 @@ def _fast_summaries(
     With values ``V = [K (sink row zeroed), onehot(sink), 1 - onehot(sink)]`` SDPA returns, per
     row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms, so no
     cancellation). Fused kernels want the same head size for queries, keys and values, so q and k
-    get two zero columns (the logits do not change). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
-    ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is ill-conditioned (sink not
-    visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are returned in ``redo`` for the
-    explicit path.
+    get two zero columns (the logits do not change). Then ``lse_c = z_s - log(s / (1 - s))`` and
+    the content entropy is ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is
+    ill-conditioned (sink not visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are
+    returned in ``redo`` for the explicit path.
     """
     q, k = ctx.q, ctx.k
     b, h, kv, d = k.shape
@@ -394,7 +394,8 @@ def _fast_summaries(
     nq = len(pos)
     bidx = torch.arange(b, device=q.device)
     k_sink = k[bidx, :, ctx.sink_index]  # (b, h, d)
-    values = torch.nn.functional.pad(k, (0, 2))
+    pad = torch.nn.functional.pad
+    values = pad(k, (0, 2))
     values[..., d + 1] = 1.0
     values[bidx, :, ctx.sink_index] = 0.0
     values[bidx, :, ctx.sink_index, d] = 1.0
@@ -408,7 +409,6 @@ def _fast_summaries(
     else:
         vis_rows, _ = ctx.visible(pos, kv)
         kwargs = {"attn_mask": vis_rows}
-    pad = torch.nn.functional.pad
     fused = f(pad(qsel, (0, 2)), pad(k, (0, 2)), values, scale=ctx.scale, **kwargs)
     del values
     out_a, s, c = fused[..., :d], fused[..., d], fused[..., d + 1]
