@@ -20,7 +20,13 @@ from scipy.stats import entropy as scipy_entropy
 import attncoda as ac
 from attncoda._analysis import _row_summaries
 
-BACKENDS = ["numpy", pytest.param("torch", marks=pytest.mark.skipif(not has_torch, reason="torch"))]
+_needs_torch = pytest.mark.skipif(not has_torch, reason="torch")
+# numpy; torch matrix products; and device= (products and the js/tv passes in torch)
+BACKENDS = [
+    pytest.param({"backend": "numpy"}, id="numpy"),
+    pytest.param({"backend": "torch"}, id="torch", marks=_needs_torch),
+    pytest.param({"device": "cpu"}, id="device", marks=_needs_torch),
+]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -118,10 +124,10 @@ def causal():
 # ------------------------------------------------------------------------------------ metrics
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_every_metric_and_view_matches_a_direct_computation(causal, backend):
+@pytest.mark.parametrize("options", BACKENDS)
+def test_every_metric_and_view_matches_a_direct_computation(causal, options):
     ref, n_rows = reference(causal)
-    cmp = ac.head_comparisons(causal, backend=backend, block_elements=64)
+    cmp = ac.head_comparisons(causal, block_elements=64, **options)
     assert int(cmp.n_rows) == n_rows
     for (metric, view), want in ref.items():
         got = cmp[metric].sel(view=view).values
@@ -146,17 +152,7 @@ def test_float32_captures_match_to_float32_precision(causal):
         np.testing.assert_allclose(cmp[metric].sel(view=view), want, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.skipif(not has_torch, reason="torch")
-def test_the_device_path_matches_a_direct_computation(causal):
-    # device= runs products and the js/tv passes in torch; on "cpu" it must give the same values
-    ref, _ = reference(causal)
-    cmp = ac.head_comparisons(causal, device="cpu", block_elements=64)
-    for (metric, view), want in ref.items():
-        got = cmp[metric].sel(view=view).values
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11, err_msg=f"{metric}/{view}")
-
-
-@pytest.mark.skipif(not has_torch, reason="torch")
+@_needs_torch
 def test_the_device_path_steps_over_anchors_like_the_numpy_kernel(monkeypatch):
     from attncoda import _analysis
 
