@@ -58,14 +58,14 @@ import math
 import os
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import xarray as xr
 
 from ._data import DIMS, SUMMARY_VARIABLES, SchemaError, make_dataset
 from ._decompose import attribute_entropy_change, binary_entropy, decompose
-from ._errors import ShapeMismatchError
+from ._errors import EXIT_USAGE, AttncodaError, ShapeMismatchError
 
 __all__ = [
     "CONVENTIONS",
@@ -120,8 +120,10 @@ _KIND = "attncoda.head_comparisons"
 # errors
 
 
-class AnalysisError(ValueError):
+class AnalysisError(AttncodaError, ValueError):
     """Base class of the input errors raised by attncoda's analysis functions."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 class UnknownMetricError(AnalysisError):

@@ -24,10 +24,12 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
+
+from ._errors import EXIT_USAGE, AttncodaError
 
 __all__ = [
     "DIMS",
@@ -50,8 +52,10 @@ _SUMMARY_ATTRS = {
 }
 
 
-class SchemaError(ValueError):
+class SchemaError(AttncodaError, ValueError):
     """A dataset does not follow attncoda's schema."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 def make_dataset(

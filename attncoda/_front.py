@@ -41,13 +41,7 @@ _EXIT_USAGE = 2
 def _fail(message: str, code: int = 1) -> Exception:
     from attncoda.cli import CommandError
 
-    cls: Any = CommandError
-    # under `python -m attncoda.cli` the running module is __main__, a second copy of cli whose
-    # CommandError is another class: raise the one its main() catches
-    running = sys.modules.get("__main__")
-    if getattr(running, "PROG", None) == "attncoda" and hasattr(running, "CommandError"):
-        cls = running.CommandError  # type: ignore[union-attr]
-    return cls(message, code)
+    return CommandError(message, code)
 
 
 def _usage(message: str) -> Exception:

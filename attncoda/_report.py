@@ -41,13 +41,14 @@ import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
 
 from . import _analysis as an
 from ._data import SUMMARY_VARIABLES
+from ._errors import EXIT_USAGE, AttncodaError
 
 __all__ = [
     "MANIFEST",
@@ -75,8 +76,10 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _FLIP_METRICS = ("cosine", "js", "tv", "aitchison")
 
 
-class ReportError(ValueError):
+class ReportError(AttncodaError, ValueError):
     """A folder is not an analysis folder, or a dataset cannot be analysed."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,8 +5,11 @@ object and sets ``func`` to one ``_cmd_<name>`` function. Heavy imports (``attnc
 torch, transformers) happen inside the command functions, never at module import, so
 ``attncoda --help`` stays fast.
 
-Errors a user can fix print one line, ``attncoda: error: ...``, on stderr, with exit code 2 for
-usage errors and 1 for runtime errors (network, checksum, build); no traceback.
+Errors a user can fix print one line, ``attncoda: error: ...``, on stderr, and no traceback. Every
+such error is an :class:`attncoda.AttncodaError`, and its class says the exit code
+(``exit_code``): 2 for bad usage (an option, argument or input the user can correct), 1 for a run
+that could not complete (a corrupted file, a failed download, a full disk). Anything else is a bug:
+its traceback is printed and the exit code is 70. An interrupt (Ctrl-C) exits with 130.
 
 Examples
 --------
@@ -22,7 +25,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attncoda import __version__
+from attncoda import (
+    EXIT_FAILURE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    AttncodaError,
+    __version__,
+)
 from attncoda._front import (
     register_analyze,
     register_audit_rpa,
@@ -33,18 +44,26 @@ from attncoda._front import (
 
 PROG = "attncoda"
 
-#: Exit codes.
-EXIT_OK = 0
-EXIT_RUNTIME = 1
-EXIT_USAGE = 2
+#: Exit codes (documented in ``attncoda --help``).
+EXIT_CODES = (
+    (EXIT_OK, "success"),
+    (EXIT_FAILURE, "the run failed (a corrupted file, a failed download, a full disk, ...)"),
+    (EXIT_USAGE, "bad usage: an option, argument or input file to correct"),
+    (EXIT_INTERNAL, "internal error: a bug in attncoda (traceback printed; please report it)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)
 
 
-class CommandError(Exception):
-    """An error to report as one line; ``code`` is the exit status."""
+class CommandError(AttncodaError):
+    """An error of the command line, reported as one line; ``code`` is the exit status."""
 
-    def __init__(self, message: str, code: int = EXIT_RUNTIME) -> None:
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.code = code
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code
 
 
 def _error(message: str) -> None:
@@ -465,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Attention rows as compositional data: capture, decompose, compare.",
+        epilog="exit codes:\n" + "\n".join(f"  {code:<4}{meaning}" for code, meaning in EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -475,16 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _error_code(exc: BaseException) -> int | None:
     """Exit code for an expected, user-fixable error; None for a bug (traceback wanted)."""
-    if isinstance(exc, CommandError):
-        return exc.code
-    try:
-        from attncoda.hooks.assets import AssetError, UnknownAssetError
-    except ImportError:  # hooks extra not installed
-        return None
-    if isinstance(exc, UnknownAssetError):
-        return EXIT_USAGE
-    if isinstance(exc, AssetError):
-        return EXIT_RUNTIME
+    if isinstance(exc, AttncodaError):
+        return int(exc.exit_code)
+    if isinstance(exc, OSError) and not isinstance(exc, (ModuleNotFoundError,)):
+        return EXIT_FAILURE  # disk full, permissions: the message names the file
     return None
 
 
@@ -499,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success, 1 on a runtime error, 2 on a usage error.
+        0 on success, 1 when the run failed, 2 on a usage error, 70 on an internal error
+        (a bug), 130 when interrupted (:data:`EXIT_CODES`).
 
     Examples
     --------
@@ -520,22 +536,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
-        _error("interrupted (nothing half-written was left in the cache)")
-        return 130
+        _error("interrupted; outputs being written were left as they were before")
+        return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in {"torch", "transformers", "rdata", "gguf"}:
             _error(f"{exc.name} is not installed; install the extra: pip install 'attncoda[hooks]'")
-            return EXIT_RUNTIME
-        raise
+            return EXIT_FAILURE
+        return _internal(exc)
     except Exception as exc:
         code = _error_code(exc)
         if code is None:
-            if isinstance(exc, OSError):  # disk full, permissions: a one-line message suffices
-                _error(str(exc))
-                return EXIT_RUNTIME
-            raise
-        _error(str(exc))
+            return _internal(exc)
+        _error(_one_line(str(exc) or type(exc).__name__))
         return code
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def _internal(exc: BaseException) -> int:
+    """A bug: print the traceback and a last line that says so; exit 70."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    _error(
+        f"internal error ({type(exc).__name__}); this is a bug in attncoda {__version__}, "
+        "please report it with the traceback above"
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

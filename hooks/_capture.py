@@ -31,13 +31,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import xarray as xr
 
 import attncoda
+from attncoda import EXIT_USAGE, AttncodaError
 from attncoda._array import namespace
 from attncoda._data import SUMMARY_VARIABLES, load, make_dataset, save
 from attncoda._decompose import _binary_from_logs
@@ -57,8 +58,10 @@ What = Literal["summaries", "rows", "both"]
 SinkChoice = Literal["first", "learned"] | int | Sequence[int]
 
 
-class CaptureError(RuntimeError):
+class CaptureError(AttncodaError, RuntimeError):
     """A capture cannot be set up, or would return nothing."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,15 +14,19 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
+
+from attncoda import EXIT_USAGE, AttncodaError
 
 __all__ = ["Perplexity", "PerplexityError", "perplexity", "text_windows", "tokens_sha256"]
 
 
-class PerplexityError(ValueError):
+class PerplexityError(AttncodaError, ValueError):
     """Bad input to the perplexity evaluation (shape, length, too little text)."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 @dataclass(frozen=True)

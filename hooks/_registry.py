@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from attncoda import AttncodaError
+
 __all__ = [
     "ATTENTION_NAME",
     "AttentionPlugin",
@@ -39,7 +41,7 @@ __all__ = [
 ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
 
 
-class RegistryError(RuntimeError):
+class RegistryError(AttncodaError, RuntimeError):
     """The model cannot be switched to attncoda's attention function."""
 
 

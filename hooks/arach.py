@@ -74,6 +74,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from attncoda import AttncodaError
+
 from ._registry import ATTENTION_NAME, AttentionPlugin, can_switch, plugged, register_attention
 
 __all__ = [
@@ -109,7 +111,7 @@ HubPositions = Literal["same", "none"]
 Mode = Literal["fast", "dense"]
 
 
-class ArachError(RuntimeError):
+class ArachError(AttncodaError, RuntimeError):
     """ARACH cannot run on this model or in this situation (the message says why and what to do)."""
 
 

@@ -49,7 +49,9 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+
+from attncoda import EXIT_USAGE, AttncodaError
 
 if TYPE_CHECKING:
     import torch
@@ -96,12 +98,14 @@ _FORMAT_VERSION = 1
 # --------------------------------------------------------------------------------------------
 
 
-class AssetError(Exception):
+class AssetError(AttncodaError):
     """Base class of the errors raised by :mod:`attncoda.hooks.assets`."""
 
 
 class UnknownAssetError(AssetError, ValueError):
     """The name is not in the registry of pinned assets (see :func:`list_assets`)."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 class AssetNotFoundError(AssetError, FileNotFoundError):

@@ -41,18 +41,22 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import xarray as xr
+
+from attncoda import EXIT_USAGE, AttncodaError
 
 __all__ = ["CaptureJob", "DieOnce", "JobError", "load_store", "plan", "run_jobs", "worker_device"]
 
 MARKERS = "_attncoda_jobs"
 
 
-class JobError(RuntimeError):
+class JobError(AttncodaError, RuntimeError):
     """A job list or store cannot be used as asked."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import xarray as xr
+
+from attncoda import EXIT_USAGE, AttncodaError
 
 from ._perplexity import (
     Perplexity,
@@ -89,8 +91,10 @@ Unit = Literal["head", "kv_group"]
 HeadSpec = Mapping[int, int | Iterable[int]] | Iterable[tuple[int, int]]
 
 
-class GateError(ValueError):
+class GateError(AttncodaError, ValueError):
     """A head gate cannot be set up: unknown layer or head, a whole layer gated, bad options."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 # --------------------------------------------------------------------------------------------

@@ -108,6 +108,7 @@ import torch
 from torch import nn
 
 import attncoda as ac
+from attncoda import AttncodaError
 
 from ._guardian import (
     Chaos,
@@ -170,7 +171,7 @@ __all__ = [
 Mode = Literal["auto", "batch", "cached"]
 
 
-class RPAError(ValueError):
+class RPAError(AttncodaError, ValueError):
     """The RPA prior cannot be built, attached or evaluated as asked."""
 
 

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from attncoda import AttncodaError
+
 if TYPE_CHECKING:
     import torch
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -916,7 +918,7 @@ def tiny_batch(
 # --------------------------------------------------------------------------------------------
 
 
-class ModelUnavailableError(OSError):
+class ModelUnavailableError(AttncodaError, OSError):
     """A model could be found neither in the offline assets nor on a reachable hub."""
 
 
