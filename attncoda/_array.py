@@ -4,12 +4,42 @@ Every public function moves the parts axis to the end, works on a *log-compositi
 ``-inf`` at invisible keys) plus a boolean visibility array, and moves the axis back. Keeping that
 in one place is what lets every transform accept the same ``axis=``, ``mask=`` and
 ``from_logits=`` arguments.
+
+The input rules below hold for every public maths function (:mod:`attncoda._coda` and
+:mod:`attncoda._decompose`); a call that breaks one is refused with a one-line
+:class:`~attncoda.CompositionError` (or a subclass) that says what to do, never an internal
+``AttributeError`` or a silently wrong number.
+
+Array kinds
+    Each array argument (the data, ``y``, ``mask``, ``basis``, ``sink``, ``groups``, an exponent,
+    summaries) may be a numpy array, a torch tensor, or anything :func:`numpy.asarray` takes
+    (nested lists, tuples, scalars). **If any of them is a torch tensor, the call computes in
+    torch on that tensor's device**: the numpy and list arguments are copied there and the
+    results are tensors. Otherwise it computes in numpy and returns numpy arrays. A tensor is
+    never converted to numpy (nothing leaves its device, no autograd history is dropped);
+    tensors on different devices raise :class:`~attncoda.DeviceMismatchError`, and numpy data
+    that torch cannot hold (``float128``) is refused.
+Dtypes
+    Data must be real numbers. Floats keep their dtype (float16 and bfloat16 are computed in
+    float32); **integer arrays are accepted as counts** (converted to float64, as in
+    scikit-bio, so ``closure([3, 1, 4])`` closes counts); booleans, complex numbers, strings,
+    dates and objects are refused (a boolean array is far more often a mask passed by mistake
+    than data). Masks must be **boolean** (True = visible part): 0/1 integers and floats are
+    refused rather than guessed at, since additive float masks (0 / -inf) mean the opposite.
+Axes, indices and counts
+    ``axis``, ``ref``, sink and group indices and ``n_parts`` must be Python or numpy integers,
+    not booleans or floats; negative indices count from the end, as in numpy, and anything out
+    of range is refused.
+Shapes
+    Masks and per-row arguments must broadcast to the data (parts on ``axis``); ragged nested
+    lists are refused.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +47,7 @@ import array_api_compat
 import numpy as np
 
 from ._errors import (
+    CompositionError,
     DeviceMismatchError,
     NegativePartError,
     NonFiniteError,
@@ -28,11 +59,25 @@ from ._errors import (
 
 Array = Any  # a numpy.ndarray or a torch.Tensor; kept loose so both type-check
 
-__all__ = ["Array", "LogComposition", "as_float", "device_of", "log_composition", "namespace"]
+__all__ = [
+    "Array",
+    "LogComposition",
+    "as_float",
+    "device_of",
+    "first_tensor",
+    "is_tensor",
+    "log_composition",
+    "namespace",
+]
 
 
 def _is_torch(x: object) -> bool:
     return array_api_compat.is_torch_array(x)
+
+
+def is_tensor(x: object) -> bool:
+    """Whether ``x`` is a torch tensor."""
+    return _is_torch(x)
 
 
 @functools.cache
@@ -41,10 +86,11 @@ def _numpy_namespace() -> Any:
 
 
 def namespace(*arrays: object) -> Any:
-    """Return the array namespace shared by ``arrays`` (numpy or torch), checking devices.
+    """Return the array namespace of a call over ``arrays``: torch if any is a tensor, else numpy.
 
-    numpy inputs mixed with torch tensors are allowed (they are converted to the tensor's device
-    by :func:`as_like`); torch tensors on different devices raise :class:`DeviceMismatchError`.
+    numpy inputs (and lists) mixed with torch tensors are allowed: :func:`as_float` and
+    :func:`to_kind` copy them to the tensor's device (the rule in this module's docstring).
+    Tensors on different devices raise :class:`DeviceMismatchError`.
     """
     tensors = [a for a in arrays if _is_torch(a)]
     if not tensors:
@@ -58,54 +104,98 @@ def namespace(*arrays: object) -> Any:
     return array_api_compat.array_namespace(tensors[0])
 
 
-def as_float(x: Array, xp: Any, like: Array | None = None) -> Array:
-    """Convert ``x`` to a floating array of ``xp`` without modifying it.
+def first_tensor(*arrays: object) -> Any:
+    """The first torch tensor among ``arrays`` (whose device a mixed call computes on), or None."""
+    return next((a for a in arrays if _is_torch(a)), None)
 
-    Integers and booleans become float64 (counts are valid compositions, as in scikit-bio);
-    float16 and bfloat16 become float32 so that logs and sums are not computed in half precision.
-    With ``like``, numpy input is moved to that tensor's device.
-    """
-    if like is not None and _is_torch(like) and not _is_torch(x):
-        import torch
 
-        x = torch.as_tensor(np.asarray(x), device=like.device)
-    elif not _is_torch(x):
-        x = np.asarray(x)
-    dtype = x.dtype
-    if xp.isdtype(dtype, "real floating"):
-        if _is_torch(x) and dtype in _torch_half_dtypes():
-            return x.float()
-        if not _is_torch(x) and dtype == np.float16:
-            return x.astype(np.float32)
-        return x
-    if xp.isdtype(dtype, ("integral", "bool")):
-        return xp.astype(x, xp.float64)
-    raise TypeError(
-        f"expected a real numeric array, got dtype {dtype}; complex or object arrays are not "
-        "compositions"
+def _as_numpy(x: Any, what: str) -> np.ndarray:
+    """``numpy.asarray(x)`` with a readable refusal for ragged nested lists."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError):
+        raise ShapeMismatchError(
+            f"{what} is not a rectangular array (nested rows of different lengths?); give rows "
+            "of equal length and mark missing parts with mask="
+        ) from None
+
+
+def _check_numeric_dtype(dtype: Any, what: str, allow_bool: bool) -> str:
+    """Classify ``dtype`` as ``"float"``, ``"int"`` or ``"bool"``, or refuse it."""
+    name = str(dtype).replace("torch.", "")
+    if name.startswith(("float", "bfloat")):
+        return "float"
+    if name.startswith(("int", "uint")):
+        return "int"
+    if name == "bool":
+        if allow_bool:
+            return "bool"
+        raise CompositionError(
+            f"{what} is boolean; it must hold numbers (a boolean array is a mask: pass it as "
+            "mask=, or convert it with `.astype(float)` / `.float()` if you mean 0/1 values)"
+        )
+    raise CompositionError(
+        f"{what} has dtype {name}, but must hold real numbers; convert it to a float array "
+        "first (strings, complex numbers, dates and objects are not numbers to attncoda)"
     )
 
 
-def _torch_half_dtypes() -> tuple[Any, ...]:
+def to_kind(x: Any, xp: Any, like: Any, what: str = "x") -> Array:
+    """``x`` as an array of ``xp`` (a tensor on ``like``'s device when ``xp`` is torch).
+
+    The dtype is kept; numpy input that torch cannot hold is refused. Tensors are returned as
+    they are (a tensor is never converted to numpy).
+    """
+    if _is_torch(x):
+        return x
+    arr = _as_numpy(x, what)
+    if like is None or not _is_torch(like):
+        return arr
     import torch
 
-    return (torch.float16, torch.bfloat16)
+    if arr.dtype.kind in "OUSMmVc":
+        _check_numeric_dtype(arr.dtype, what, allow_bool=True)  # raises
+    try:
+        return torch.as_tensor(arr, device=like.device)
+    except (TypeError, RuntimeError) as exc:
+        raise CompositionError(
+            f"{what} has dtype {arr.dtype}, which torch cannot hold ({exc}); convert it to "
+            "float64 first"
+        ) from None
 
 
-def as_bool(mask: Array, xp: Any, like: Array) -> Array:
-    """Convert a visibility mask to a boolean array of ``xp`` on ``like``'s device."""
-    if _is_torch(like) and not _is_torch(mask):
-        import torch
+def as_float(x: Array, xp: Any, like: Array | None = None, *, what: str = "x") -> Array:
+    """Convert ``x`` to a floating array of ``xp`` without modifying it.
 
-        mask = torch.as_tensor(np.asarray(mask), device=like.device)
-    elif not _is_torch(like):
-        if _is_torch(mask):
-            mask = mask.detach().cpu().numpy()
-        mask = np.asarray(mask)
+    Integers become float64 (counts are valid compositions, as in scikit-bio); float16 and
+    bfloat16 become float32 so that logs and sums are not computed in half precision. Booleans
+    and non-numeric dtypes are refused with :class:`CompositionError`. When the call computes in
+    torch, ``like`` is the tensor (from :func:`first_tensor`) whose device numpy input is copied
+    to.
+    """
+    x = to_kind(x, xp, like, what)
+    kind = _check_numeric_dtype(x.dtype, what, allow_bool=False)
+    if kind == "float":
+        if _is_torch(x) and x.element_size() < 4:  # float16, bfloat16, float8
+            return x.float()
+        if not _is_torch(x) and x.dtype == np.float16:
+            return x.astype(np.float32)
+        return x
+    return xp.astype(x, xp.float64)
+
+
+def as_bool(mask: Array, xp: Any, like: Array, what: str = "mask") -> Array:
+    """Convert a visibility mask to a boolean array of ``xp`` on ``like``'s device.
+
+    Only boolean masks are accepted (True = visible part); 0/1 integers and floats are refused
+    with a hint, since a float mask is often additive (0 = visible, -inf = hidden).
+    """
+    mask = to_kind(mask, xp, like, what)
     if not xp.isdtype(mask.dtype, "bool"):
-        raise TypeError(
-            f"mask must be boolean (True = visible part), got dtype {mask.dtype}; "
-            "use `mask.astype(bool)` / `mask.bool()`"
+        raise CompositionError(
+            f"{what} must be boolean (True = visible part), got dtype {mask.dtype}; convert it "
+            "with `mask.astype(bool)` / `mask.bool()` if 1 marks a visible part (an additive "
+            "0/-inf mask is `mask == 0`)"
         )
     return mask
 
@@ -115,26 +205,77 @@ def tolerance(dtype: Any) -> float:
     return 1e-6 if "64" in str(dtype) else 1e-4
 
 
-def normalize_axis(axis: int, ndim: int) -> int:
+def is_integer(value: object) -> bool:
+    """Whether ``value`` is an integer index or count: a Python or numpy integer, or a 0-d
+    integer array or tensor; never a bool, a float or a string."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, numbers.Integral):
+        return True
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or getattr(value, "ndim", 1) != 0:
+        return False
+    name = str(dtype).replace("torch.", "")
+    return name.startswith(("int", "uint"))
+
+
+def check_index(value: object, n: int, what: str) -> int:
+    """``value`` as an index into ``n`` parts (negative counts from the end), or a refusal."""
+    if not is_integer(value):
+        raise ShapeMismatchError(f"{what} must be an integer index, got {value!r}")
+    i = int(value)  # type: ignore[call-overload]
+    if not -n <= i < n:
+        raise ShapeMismatchError(f"{what}={i} is out of range for rows of {n} parts")
+    return i % n
+
+
+def check_count(value: object, what: str, minimum: int) -> int:
+    """``value`` as an integer count of at least ``minimum``, or a refusal."""
+    if not is_integer(value):
+        raise ShapeMismatchError(f"{what} must be an integer, got {value!r}")
+    n = int(value)  # type: ignore[call-overload]
+    if n < minimum:
+        raise TooFewPartsError(f"{what} must be at least {minimum}, got {n}")
+    return n
+
+
+def normalize_axis(axis: object, ndim: int) -> int:
     """Return ``axis`` as a non-negative index, or raise :class:`ShapeMismatchError`."""
-    if not isinstance(axis, (int, np.integer)):
+    if not is_integer(axis):
         raise ShapeMismatchError(f"axis must be an integer, got {axis!r}")
     if ndim == 0:
         raise ShapeMismatchError("expected an array with a parts axis, got a scalar")
-    if not -ndim <= axis < ndim:
-        raise ShapeMismatchError(f"axis {axis} is out of range for an array with {ndim} dims")
-    return int(axis) % ndim
+    ax = int(axis)  # type: ignore[call-overload]
+    if not -ndim <= ax < ndim:
+        raise ShapeMismatchError(f"axis {ax} is out of range for an array with {ndim} dims")
+    return ax % ndim
 
 
-def broadcast_mask(mask: Array, shape: tuple[int, ...], axis: int, xp: Any) -> Array:
+def broadcast_mask(
+    mask: Array, shape: tuple[int, ...], axis: int, xp: Any, what: str = "mask"
+) -> Array:
     """Broadcast ``mask`` to ``shape`` (parts axis already moved last) with a readable error."""
     try:
         return xp.broadcast_to(mask, shape)
     except (ValueError, RuntimeError) as exc:
         raise ShapeMismatchError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the data's shape {shape} "
-            f"(after moving axis {axis} last); give a mask with the same shape as the data"
+            f"{what} of shape {tuple(mask.shape)} does not broadcast to the data's shape {shape} "
+            f"(after moving axis {axis} last); give {what} the data's shape"
         ) from exc
+
+
+def broadcast_pair(a: Array, b: Array, xp: Any, what: str = "x and y") -> tuple[Array, Array]:
+    """``a`` and ``b`` broadcast to one shape, or :class:`ShapeMismatchError`."""
+    if tuple(a.shape) == tuple(b.shape):
+        return a, b
+    try:
+        shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))
+    except ValueError:
+        raise ShapeMismatchError(
+            f"{what} have shapes {tuple(a.shape)} and {tuple(b.shape)}, which do not broadcast; "
+            "give arrays of the same shape (parts on the same axis)"
+        ) from None
+    return xp.broadcast_to(a, shape), xp.broadcast_to(b, shape)
 
 
 def logsumexp(xp: Any, a: Array, keepdims: bool = False) -> Array:
@@ -297,13 +438,17 @@ class LogComposition:
         if self.visible is None:
             if self.n_parts < minimum:
                 raise TooFewPartsError(
-                    f"rows have {self.n_parts} part(s); at least {minimum} are needed for a "
-                    "log-ratio"
+                    f"rows have {self.n_parts} part(s); at least {minimum} are needed here"
                 )
             return
         low = self.count() < minimum
         if bool(self.xp.any(low)):
             n_low = int(self.xp.sum(self.xp.astype(low, self.xp.int64)))
+            if minimum <= 1:
+                raise TooFewPartsError(
+                    f"{n_low} row(s) have no visible part (mask= or -inf hides every part); "
+                    "drop those rows"
+                )
             raise TooFewPartsError(
                 f"{n_low} row(s) have fewer than {minimum} visible parts (e.g. the first query of "
                 "a causal model sees only itself); drop those rows or select queries >= "
@@ -317,14 +462,22 @@ def device_of(x: Array) -> Any:
 
 
 def parts_last(
-    x: Array, axis: int = -1, mask: Array | None = None
+    x: Array,
+    axis: int = -1,
+    mask: Array | None = None,
+    *,
+    others: tuple[Any, ...] = (),
+    what: str = "x",
 ) -> tuple[Any, Array, Array | None, int]:
     """Return ``(xp, x, visible, axis)`` with ``x`` float, parts moved last, mask broadcast.
 
-    ``visible`` is ``None`` when no mask was given.
+    ``visible`` is ``None`` when no mask was given. ``others`` are the call's other array
+    arguments: they take part in choosing the namespace and device (a tensor among them makes
+    the call compute in torch), but are not converted here.
     """
-    xp = namespace(x, mask)
-    x = as_float(x, xp)
+    xp = namespace(x, mask, *others)
+    like = first_tensor(x, mask, *others)
+    x = as_float(x, xp, like, what=what)
     ax = normalize_axis(axis, x.ndim)
     if ax != x.ndim - 1:
         x = xp.moveaxis(x, ax, -1)
@@ -351,6 +504,8 @@ def log_composition(
     validate: bool = True,
     allow_zeros: bool = False,
     require_closed: bool = False,
+    others: tuple[Any, ...] = (),
+    what: str = "x",
 ) -> LogComposition:
     """Validate ``x`` and return it as a :class:`LogComposition` with parts on the last axis.
 
@@ -365,8 +520,11 @@ def log_composition(
         Whether visible zero parts are acceptable (entropy, closure) or an error (log-ratios).
     require_closed
         Whether rows must already sum to one over their visible parts.
+    others
+        The call's other array arguments, which choose the namespace with ``x`` (see
+        :func:`parts_last`).
     """
-    xp, x, visible, ax = parts_last(x, axis, mask)
+    xp, x, visible, ax = parts_last(x, axis, mask, others=others, what=what)
 
     if from_logits:
         if visible is None:
@@ -488,8 +646,8 @@ def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: boo
             )
             if bool(xp.any(total <= 0)):
                 raise ZeroPartError(
-                    "some rows have no positive visible part (all zeros); a composition needs "
-                    "mass somewhere"
+                    "some rows have no positive visible part (all zeros, no parts, or every "
+                    "part hidden by mask=); a composition needs mass somewhere: drop those rows"
                 )
         return
     if bool(xp.any(xp.isnan(data))) or bool(xp.any(xp.isinf(data))):

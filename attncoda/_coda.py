@@ -19,6 +19,15 @@ three additions:
 
 Precision: float64 inputs are exact to rounding (identities hold to 1e-10); float32 inputs are
 computed in float32 and hold to about 1e-5 relative; float16/bfloat16 are computed in float32.
+
+Input rules (the same for every function here and in the decomposition): any argument may be a
+numpy array, a torch tensor or a nested list; if any is a tensor the call computes in torch on
+its device and returns tensors, otherwise in numpy. Data must be real numbers (integer counts
+are accepted and become float64; booleans, complex numbers, strings and objects are refused);
+masks must be boolean; ``axis``, ``ref`` and other indices must be integers (not bools). Every
+refusal is a one-line :class:`~attncoda.CompositionError` (a ``ValueError``) saying what to do.
+``validate=False`` skips the checks that read the data (and an explicit basis), never the cheap
+checks of arguments.
 """
 
 from __future__ import annotations
@@ -36,17 +45,31 @@ from ._array import (
     LogComposition,
     all_finite,
     as_float,
+    broadcast_pair,
     by_row_blocks,
     can_overwrite,
+    check_count,
+    check_index,
     device_of,
+    first_tensor,
+    is_integer,
+    is_tensor,
     log_composition,
     logsumexp,
     namespace,
     normalize_axis,
     parts_last,
+    to_kind,
+    tolerance,
     validate_parts,
 )
-from ._errors import CompositionError, ShapeMismatchError, TooFewPartsError
+from ._errors import (
+    CompositionError,
+    NonFiniteError,
+    NotClosedError,
+    ShapeMismatchError,
+    TooFewPartsError,
+)
 
 __all__ = [
     "add_learned_sink",
@@ -93,6 +116,18 @@ def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
     -------
     Array of the input's shape and kind (float).
 
+    Raises
+    ------
+    NonFiniteError, NegativePartError, ZeroPartError
+        With ``validate``: NaN or infinite parts, negative parts, or a row without mass (all
+        zeros, or every part hidden by ``mask``).
+    CompositionError
+        ``x`` is not numeric (booleans, strings, objects, complex numbers) or ``mask`` is not
+        boolean.
+    ShapeMismatchError
+        ``axis`` is not an integer or out of range, ``x`` is a scalar, or ``mask`` does not
+        broadcast to ``x``.
+
     Examples
     --------
     >>> import attncoda as ac
@@ -130,7 +165,8 @@ def multi_replace(
     x : array_like or torch.Tensor
         Non-negative parts.
     delta : float, optional
-        Replacement value; default ``1 / D**2`` with ``D`` the number of visible parts.
+        Replacement value, a real number in ``(0, 1)``; default ``1 / D**2`` with ``D`` the
+        number of visible parts.
     axis : int, default -1
     validate : bool, default True
     mask : array_like of bool, optional
@@ -139,27 +175,57 @@ def multi_replace(
     -------
     Array of closed rows without visible zeros.
 
+    Raises
+    ------
+    NonFiniteError
+        ``delta`` is NaN or infinite (or ``x`` holds NaN/inf, as in :func:`closure`).
+    CompositionError
+        ``delta`` is not a real number in ``(0, 1)``, or a row has ``k`` zeros with
+        ``k * delta >= 1`` (no room left for its non-zero parts).
+
     Examples
     --------
     >>> import attncoda as ac
     >>> ac.multi_replace([0.5, 0.5, 0.0]).round(4)
     array([0.4444, 0.4444, 0.1111])
     """
+    delta_f = None if delta is None else _real_scalar(delta, "delta")
+    if delta_f is not None and not 0 < delta_f < 1:
+        raise CompositionError(
+            f"delta={delta!r} must lie in (0, 1): it is the value given to each zero of a "
+            "closed row; leave it unset for the default 1/D**2"
+        )
     closed = closure(x, axis, validate, mask=mask)
     lc = log_composition(closed, axis, mask=mask, validate=False, allow_zeros=True)
     xp = lc.xp
     data = xp.exp(lc.log)
     n_visible = lc.count()
-    d = 1.0 / n_visible**2 if delta is None else xp.full_like(n_visible, float(delta))
+    d = 1.0 / n_visible**2 if delta_f is None else xp.full_like(n_visible, delta_f)
     zero = (data == 0) & lc.visible_full()
     k = xp.sum(xp.astype(zero, data.dtype), axis=-1, keepdims=True)
     if bool(xp.any(k * d >= 1)):
-        raise ValueError(
+        raise CompositionError(
             f"delta={delta} is too large: a row has k zeros with k * delta >= 1; pick a smaller "
             "delta (the default is 1/D**2)"
         )
     out = xp.where(zero, d * xp.ones_like(data), data * (1 - k * d))
     return lc.restore(lc.zero_invisible(out))
+
+
+def _real_scalar(value: object, what: str) -> float:
+    """``value`` as a finite Python float, or a refusal (bools and strings are not numbers)."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if not ok and getattr(value, "ndim", None) == 0:  # a 0-d array or tensor
+        name = str(getattr(value, "dtype", ""))
+        ok = "float" in name or ("int" in name and "bool" not in name)
+    if not ok:
+        raise CompositionError(f"{what} must be a real number, got {value!r}")
+    out = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(out):
+        raise NonFiniteError(f"{what} is {out}; give a finite number")
+    return out
 
 
 def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
@@ -170,21 +236,31 @@ def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
     the rows again would silently delete it. The result has one more part, at index 0, so the
     default sink (the first visible part) is the learned sink.
 
+    Raises
+    ------
+    NotClosedError
+        With ``validate``: a row sums above one (beyond the closure tolerance of its dtype,
+        1e-6 in float64 and 1e-4 in float32), so it has no missing mass to hold.
+    NonFiniteError, NegativePartError, ZeroPartError
+        With ``validate``: as in :func:`closure`.
+
     Examples
     --------
     >>> import attncoda as ac
     >>> ac.add_learned_sink([0.3, 0.2, 0.1])
     array([0.4, 0.3, 0.2, 0.1])
     """
-    xp = namespace(x)
-    x = as_float(x, xp)
-    ax = normalize_axis(axis, x.ndim)
-    x = xp.moveaxis(x, ax, -1)
+    xp, x, _, ax = parts_last(x, axis)
     if validate:
         validate_parts(xp, x, None, allow_zeros=True)
     total = xp.sum(x, axis=-1, keepdims=True)
-    if validate and bool(xp.any(total > 1 + 1e-6)):
-        raise ValueError("rows sum above 1; a learned sink can only hold missing mass")
+    tol = tolerance(x.dtype)
+    if validate and bool(xp.any(total > 1 + tol)):
+        worst = float(xp.max(total))
+        raise NotClosedError(
+            f"rows sum above 1 (up to {worst:.6g}); a learned sink can only hold missing mass: "
+            "pass the rows as the model returned them (summing to at most 1)"
+        )
     sink = xp.clip(1 - total, 0.0, 1.0)
     return xp.moveaxis(xp.concat([sink, x], axis=-1), -1, ax)
 
@@ -218,6 +294,16 @@ def clr(
     Returns
     -------
     Array of the input's shape; each row sums to 0.
+
+    Raises
+    ------
+    ZeroPartError, NegativePartError, NonFiniteError
+        With ``validate``: a visible part is zero, negative, NaN or infinite (with
+        ``from_logits``: NaN or ``+inf``).
+    TooFewPartsError
+        With ``validate``: a row has fewer than two visible parts.
+    CompositionError, ShapeMismatchError
+        Bad dtypes, ``axis`` or ``mask`` (see :func:`closure`).
 
     Examples
     --------
@@ -281,8 +367,18 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
     return out.reshape(x.shape)
 
 
-def clr_inv(z: Array, axis: int = -1, *, mask: Array | None = None) -> Array:
+def clr_inv(z: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
     """Inverse of :func:`clr`: the closed composition ``softmax(z)`` over visible parts.
+
+    ``-inf`` marks an invisible part (as with ``from_logits``); a row with one visible part is
+    the one-part composition ``[1]``.
+
+    Raises
+    ------
+    NonFiniteError
+        With ``validate``: ``z`` holds NaN or ``+inf``.
+    TooFewPartsError
+        With ``validate``: a row has no visible part at all.
 
     Examples
     --------
@@ -291,7 +387,9 @@ def clr_inv(z: Array, axis: int = -1, *, mask: Array | None = None) -> Array:
     >>> bool(abs(ac.clr_inv(ac.clr(x)) - x).max() < 1e-12)
     True
     """
-    lc = log_composition(z, axis, mask=mask, from_logits=True)
+    lc = log_composition(z, axis, mask=mask, from_logits=True, validate=validate, what="z")
+    if validate:
+        lc.require_parts(1)
     return lc.restore(lc.xp.exp(lc.log_closed()))
 
 
@@ -335,6 +433,14 @@ def alr(
         scikit-bio). With ``mask`` rows may have different reference positions, so the parts axis
         keeps its length ``D``; the reference coordinate and invisible parts are 0.
 
+    Raises
+    ------
+    ShapeMismatchError
+        ``ref`` is not an integer (bools are refused) or out of range, or (with ``validate``)
+        the reference part is invisible in some rows.
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
+
     Examples
     --------
     >>> import attncoda as ac
@@ -349,9 +455,7 @@ def alr(
     xp = lc.xp
     n = lc.n_parts
     if ref is not None:
-        if not -n <= ref < n:
-            raise ShapeMismatchError(f"ref={ref} is out of range for rows of {n} parts")
-        ref = ref % n
+        ref = check_index(ref, n, "ref")
         ref_log = lc.log[..., ref : ref + 1]
         if validate and lc.visible is not None and not bool(xp.all(lc.visible[..., ref])):
             raise ShapeMismatchError(f"the reference part {ref} is invisible in some rows")
@@ -366,13 +470,29 @@ def alr(
 
 
 def alr_inv(
-    y: Array, ref: int | None = None, axis: int = -1, *, mask: Array | None = None
+    y: Array,
+    ref: int | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
 ) -> Array:
     """Inverse of :func:`alr`.
 
     Without ``mask``, ``y`` has ``D - 1`` coordinates and a zero is inserted at ``ref``
     (default 0). With ``mask``, ``y`` keeps all ``D`` positions (as :func:`alr` returns them) and
-    the reference (default: first visible part) is taken to be 0.
+    the reference (default: first visible part) is taken to be 0 whatever ``y`` holds there.
+    A ``-inf`` coordinate is a zero part.
+
+    Raises
+    ------
+    NonFiniteError
+        With ``validate``: a visible coordinate is NaN or ``+inf``.
+    ShapeMismatchError
+        ``ref`` is not an integer or out of range (``0 <= ref < D``, negative counting from the
+        end), or (with ``mask`` and ``validate``) the reference part is invisible in some rows.
+    TooFewPartsError
+        With ``mask`` and ``validate``: a row has no visible part.
 
     Examples
     --------
@@ -381,26 +501,49 @@ def alr_inv(
     >>> bool(abs(ac.alr_inv(ac.alr(x)) - x).max() < 1e-12)
     True
     """
-    xp = namespace(y, mask)
-    y = as_float(y, xp)
-    ax = normalize_axis(axis, y.ndim)
+    xp, y_last, visible, ax = parts_last(y, axis, mask, what="y")
     if mask is None:
-        y_last = xp.moveaxis(y, ax, -1)
         n = int(y_last.shape[-1]) + 1
-        r = 0 if ref is None else ref % n
+        r = 0 if ref is None else check_index(ref, n, "ref")
         zero = xp.zeros((*y_last.shape[:-1], 1), dtype=y_last.dtype, device=device_of(y_last))
-        full = xp.concat([y_last[..., :r], zero, y_last[..., r:]], axis=-1)
-        return xp.moveaxis(xp.exp(full - logsumexp(xp, full, keepdims=True)), -1, ax)
-    lc = log_composition(y, ax, mask=mask, from_logits=True, validate=True)
-    idx = _sink_index(lc) if ref is None else None
-    log = lc.log
-    if idx is not None:
-        positions = xp.arange(lc.n_parts, device=device_of(log))
-        log = xp.where(positions == idx, xp.zeros_like(log), log)
+        log = xp.concat([y_last[..., :r], zero, y_last[..., r:]], axis=-1)
     else:
-        log = xp.concat([log[..., :ref], xp.zeros_like(log[..., :1]), log[..., ref + 1 :]], axis=-1)  # type: ignore[operator]
-    lc2 = LogComposition(xp, log, lc.visible, lc.axis)
-    return lc2.restore(xp.exp(lc2.log_closed()))
+        assert visible is not None
+        n = int(y_last.shape[-1])
+        positions = xp.arange(n, device=device_of(y_last))
+        if validate and not bool(xp.all(xp.any(visible, axis=-1))):
+            raise TooFewPartsError(
+                "some rows have no visible part (mask= hides them all); drop those rows"
+            )
+        if ref is None:
+            is_ref = positions == xp.argmax(xp.astype(visible, xp.int8), axis=-1, keepdims=True)
+        else:
+            r = check_index(ref, n, "ref")
+            if validate and not bool(xp.all(visible[..., r])):
+                raise ShapeMismatchError(
+                    f"the reference part {r} is invisible in some rows; use ref=None for the "
+                    "first visible part of each row"
+                )
+            is_ref = xp.broadcast_to(positions == r, tuple(y_last.shape))
+        neg_inf = xp.full((), -math.inf, dtype=y_last.dtype, device=device_of(y_last))
+        log = xp.where(is_ref, xp.zeros_like(y_last), xp.where(visible, y_last, neg_inf))
+    return xp.moveaxis(_softmax_checked(xp, log, validate, "alr coordinates"), -1, ax)
+
+
+def _softmax_checked(xp: Any, log: Array, validate: bool, what: str) -> Array:
+    """``softmax`` over the last axis; with ``validate``, NaN or ``+inf`` inputs are refused.
+
+    The check is free: a row's log-sum-exp is finite exactly when the row has no NaN, no
+    ``+inf`` and at least one finite value.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        lse = logsumexp(xp, log, keepdims=True)
+        if validate and not all_finite(xp, lse):
+            raise NonFiniteError(
+                f"{what} contain NaN or infinite values (or a row has no finite value); "
+                "attncoda never propagates them silently. Fix those rows first"
+            )
+        return xp.exp(log - lse)
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,6 +557,13 @@ def pivot_basis(n_parts: int) -> np.ndarray:
     *first part (the sink) vs the rest (content)*:
     ``z_1 = sqrt((D-1)/D) * log(x_1 / g(x_2..x_D))``.
 
+    Raises
+    ------
+    ShapeMismatchError
+        ``n_parts`` is not an integer (bools and floats are refused).
+    TooFewPartsError
+        ``n_parts < 2``.
+
     Examples
     --------
     >>> import attncoda as ac
@@ -421,9 +571,8 @@ def pivot_basis(n_parts: int) -> np.ndarray:
     >>> bool(abs(V @ V.T - np.eye(2)).max() < 1e-12)
     True
     """
-    if n_parts < 2:
-        raise TooFewPartsError(f"an ilr basis needs at least 2 parts, got {n_parts}")
-    return group_basis([[0], list(range(1, n_parts))], n_parts)
+    n = check_count(n_parts, "n_parts (an ilr basis's number of parts)", 2)
+    return group_basis([[0], list(range(1, n))], n)
 
 
 def sbp_basis(sbp: Array) -> np.ndarray:
@@ -440,6 +589,14 @@ def sbp_basis(sbp: Array) -> np.ndarray:
     numpy.ndarray, shape (D-1, D)
         Rows are orthonormal clr vectors.
 
+    Raises
+    ------
+    ShapeMismatchError
+        ``sbp`` is not of shape ``(D-1, D)`` with ``D >= 2``, holds entries other than
+        ``+1``, ``-1`` and ``0`` (NaN, booleans, strings, fractions), has a row without a ``+1``
+        or a ``-1`` part, or its rows are not a *sequential* partition (the balances would not
+        be orthogonal).
+
     Examples
     --------
     >>> import attncoda as ac
@@ -447,11 +604,19 @@ def sbp_basis(sbp: Array) -> np.ndarray:
     array([[ 0.8165, -0.4082, -0.4082],
            [ 0.    ,  0.7071, -0.7071]])
     """
-    s = np.asarray(sbp)
-    if s.ndim != 2 or s.shape[0] != s.shape[1] - 1:
-        raise ShapeMismatchError(f"an SBP must have shape (D-1, D), got {s.shape}")
-    if not np.isin(s, (-1, 0, 1)).all():
-        raise ShapeMismatchError("SBP entries must be +1, -1 or 0")
+    if is_tensor(sbp):
+        sbp = sbp.detach().cpu().numpy()  # a small sign table: the basis is a numpy array
+    s = _array._as_numpy(sbp, "sbp")
+    if s.ndim != 2 or s.shape[0] != s.shape[1] - 1 or s.shape[1] < 2:
+        raise ShapeMismatchError(
+            f"an SBP must have shape (D-1, D) with D >= 2, got {s.shape}; row i marks balance "
+            "i's numerator parts +1 and denominator parts -1"
+        )
+    if s.dtype.kind not in "iuf" or not np.isin(s, (-1, 0, 1)).all():
+        raise ShapeMismatchError(
+            f"SBP entries must be +1, -1 or 0 (numbers, not {s.dtype}), e.g. "
+            "[[1, -1, -1], [0, 1, -1]]"
+        )
     r = (s == 1).sum(axis=1, keepdims=True).astype(float)
     q = (s == -1).sum(axis=1, keepdims=True).astype(float)
     if (r == 0).any() or (q == 0).any():
@@ -461,7 +626,8 @@ def sbp_basis(sbp: Array) -> np.ndarray:
     basis = np.where(s == 1, pos, np.where(s == -1, neg, 0.0))
     if not np.allclose(basis @ basis.T, np.eye(s.shape[0]), atol=1e-10):
         raise ShapeMismatchError(
-            "the SBP rows are not a sequential binary partition (balances are not orthogonal)"
+            "the SBP rows are not a sequential binary partition (balances are not orthogonal): "
+            "each row must split one group of an earlier row (the first row splits all parts)"
         )
     return basis
 
@@ -473,6 +639,15 @@ def group_basis(groups: Sequence[Sequence[int]], n_parts: int | None = None) -> 
     (in order) part 1 vs the rest of the group, part 2 vs the rest, ... Every group must be
     non-empty and together the groups must cover ``0..D-1`` exactly once.
 
+    Raises
+    ------
+    TooFewPartsError
+        A group is empty, or there are fewer than 2 parts.
+    ShapeMismatchError
+        A part index is not an integer (bools and floats are refused), the groups do not cover
+        ``0..D-1`` exactly once (an overlap, a gap, an index out of range), or ``n_parts`` is
+        not an integer that matches the groups.
+
     Examples
     --------
     >>> import attncoda as ac
@@ -480,14 +655,14 @@ def group_basis(groups: Sequence[Sequence[int]], n_parts: int | None = None) -> 
     >>> B.shape
     (4, 5)
     """
-    groups = [list(map(int, g)) for g in groups]
+    groups = _index_groups(groups, "groups")
     if any(len(g) == 0 for g in groups):
         raise TooFewPartsError("every group needs at least one part")
     flat = [i for g in groups for i in g]
-    n = len(flat) if n_parts is None else int(n_parts)
+    n = len(flat) if n_parts is None else check_count(n_parts, "n_parts", 2)
     if sorted(flat) != list(range(n)):
         raise ShapeMismatchError(
-            f"groups must cover each of the {n} parts exactly once, got {groups}"
+            f"groups must cover each of the {n} parts 0..{n - 1} exactly once, got {groups}"
         )
     if n < 2:
         raise TooFewPartsError("an ilr basis needs at least 2 parts")
@@ -504,6 +679,25 @@ def group_basis(groups: Sequence[Sequence[int]], n_parts: int | None = None) -> 
             row[g[j + 1 :]] = -1
             rows.append(row)
     return sbp_basis(np.array(rows))
+
+
+def _index_groups(groups: Any, what: str) -> list[list[int]]:
+    """``groups`` as lists of Python ints, refusing bools, floats and non-sequences."""
+    if isinstance(groups, (str, bytes)) or not hasattr(groups, "__iter__"):
+        raise ShapeMismatchError(f"{what} must be a list of index lists, got {groups!r}")
+    out = []
+    for g in groups:
+        if isinstance(g, (str, bytes)) or not hasattr(g, "__iter__"):
+            raise ShapeMismatchError(
+                f"{what} must be a list of index lists such as [[0], [1, 2]], got {groups!r}"
+            )
+        items = g.tolist() if hasattr(g, "tolist") else list(g)
+        if any(not is_integer(i) for i in items):
+            raise ShapeMismatchError(
+                f"{what} must hold integer part indices (not bools or floats), got {list(items)}"
+            )
+        out.append([int(i) for i in items])
+    return out
 
 
 def _compact(lc: LogComposition) -> tuple[Array, Array | None, Array]:
@@ -536,6 +730,8 @@ def _pivot_coordinates(log: Array, counts: Array, xp: Any) -> Array:
 def _pivot_inverse(z: Array, counts: Array, xp: Any) -> Array:
     """clr of compacted rows from pivot coordinates (0 beyond each row's count)."""
     n = int(z.shape[-1]) + 1
+    if n == 1:  # no coordinates: the one-part composition, whose clr is 0
+        return xp.zeros((*z.shape[:-1], 1), dtype=z.dtype, device=device_of(z))
     idx = xp.astype(xp.arange(n - 1, device=device_of(z)), z.dtype)
     r = counts - 1 - idx
     rs = xp.where(r > 0, r, xp.ones_like(r))
@@ -567,10 +763,14 @@ def ilr(
     ----------
     x : array_like or torch.Tensor
     basis : array_like, shape (D-1, D), optional
-        Orthonormal clr basis (e.g. from :func:`sbp_basis` or :func:`group_basis`). Not allowed
-        together with a mask that hides parts.
+        Orthonormal clr basis (e.g. from :func:`sbp_basis`, :func:`group_basis` or
+        :func:`pivot_basis`): finite, with orthonormal rows (``B B^T = I``) that are orthogonal
+        to the ones vector (``B 1 = 0``, so each row is a clr vector). Not allowed together with
+        a mask that hides parts.
     axis : int, default -1
     validate : bool, default True
+        Check the data as :func:`clr` does, and an explicit basis as described under Raises
+        (the basis check costs one ``(D-1) x D`` Gram product, whatever the number of rows).
     mask : array_like of bool, optional
         With the default basis, a row with ``n`` visible parts fills its first ``n - 1``
         coordinates (in the order of the visible parts) and holds 0 in the rest, so norms and
@@ -580,6 +780,27 @@ def ilr(
     Returns
     -------
     Array with ``D - 1`` coordinates along ``axis``.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``basis`` is not of shape ``(D-1, D)``, or it is given with a mask that hides parts.
+    NonFiniteError
+        With ``validate``: ``basis`` holds NaN or infinite values (or the data does, as in
+        :func:`clr`).
+    CompositionError
+        With ``validate``: ``basis`` is not orthonormal or its rows do not sum to zero, beyond
+        the tolerance of its dtype (the square root of its machine epsilon: 1.5e-8 in float64,
+        3.5e-4 in float32, measured as the largest entry of ``|B B^T - I|`` and of
+        ``|B 1| / sqrt(D)``); or ``basis`` is not numeric.
+    ZeroPartError, NegativePartError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
+
+    Notes
+    -----
+    These are scikit-bio's basis checks (``skbio.stats.composition.ilr`` refuses a basis that is
+    not orthonormal), plus ``B 1 = 0``, without which ``B`` is not an isometry of the clr
+    space; a basis given in float32 limits the result to float32 precision.
 
     Examples
     --------
@@ -591,17 +812,19 @@ def ilr(
     """
     # (no blocks of rows here: each block would be a matmul, and every BLAS call synchronises
     # its threads, which costs more than the blocks save as soon as other jobs share the cores)
-    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    lc = log_composition(
+        x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(basis,)
+    )
     if validate:
         lc.require_parts(2)
     xp = lc.xp
     if basis is not None:
+        b = _basis_like(basis, xp, lc.log, lc.n_parts, validate)
         if lc.visible is not None and not bool(xp.all(lc.visible)):
             raise ShapeMismatchError(
                 "an explicit ilr basis needs every part visible; rows with hidden parts use the "
                 "default pivot basis (basis=None)"
             )
-        b = _basis_like(basis, lc)
         return lc.restore(lc.clr(consume=True) @ b.T)
     if lc.visible is None and lc.n_parts >= 2:
         # every part visible: the pivot coordinates are one matmul of the centred logs
@@ -630,28 +853,116 @@ def _pivot_basis_t(lc: LogComposition) -> Array:
     )
 
 
-def _basis_like(basis: Array, lc: LogComposition) -> Array:
-    xp = lc.xp
-    b = as_float(basis, xp, like=lc.log)
-    if not hasattr(b, "device") or isinstance(b, np.ndarray):
-        b = np.asarray(b, dtype=lc.log.dtype)
-    else:
-        b = b.to(dtype=lc.log.dtype)
-    if b.ndim != 2 or tuple(b.shape) != (lc.n_parts - 1, lc.n_parts):
-        raise ShapeMismatchError(
-            f"basis must have shape (D-1, D) = ({lc.n_parts - 1}, {lc.n_parts}), got "
-            f"{tuple(b.shape)}"
+def basis_tolerance(dtype: Any) -> float:
+    """How far an explicit basis of ``dtype`` may be from orthonormal: ``sqrt(eps)``.
+
+    1.5e-8 in float64 (well-built bases are orthonormal to ~1e-14) and 3.5e-4 in float32 (a
+    pivot basis of 4,096 parts built in float32 is off by ~1e-5).
+    """
+    name = str(dtype).replace("torch.", "")
+    eps = float(np.finfo(np.dtype(name)).eps) if name != "bfloat16" else 2.0**-7
+    return math.sqrt(eps)
+
+
+# Bases large enough that their Gram product costs more than hashing them (D >= ~512) are
+# remembered once validated, by a digest of their bytes, so that calls reusing one basis check
+# it in one pass instead of O(D^3).
+_CACHED_BASIS_SIZE = 1 << 18
+_VALID_BASES: dict[bytes, None] = {}
+
+
+def _basis_digest(b: Array) -> bytes | None:
+    if not isinstance(b, np.ndarray) or b.size < _CACHED_BASIS_SIZE:
+        return None
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{b.shape}{b.dtype}".encode())
+    h.update(np.ascontiguousarray(b).data)
+    return h.digest()
+
+
+def check_basis(b: Array, xp: Any, what: str = "basis") -> None:
+    """Refuse an ilr basis ``(D-1, D)`` that is not finite, orthonormal and orthogonal to ``1``.
+
+    Checked in the basis's own dtype, to :func:`basis_tolerance`. Costs one Gram product of the
+    basis (never a pass over the data); large bases that passed are remembered by digest.
+    """
+    digest = _basis_digest(b)
+    if digest is not None and digest in _VALID_BASES:
+        return
+    fix = (
+        "build it with ac.sbp_basis, ac.group_basis or ac.pivot_basis (or pass validate=False "
+        "if you know it is right)"
+    )
+    if not bool(xp.all(xp.isfinite(b))):
+        raise NonFiniteError(f"{what} contains NaN or infinite values; {fix}")
+    n_rows, n = (int(v) for v in b.shape)
+    tol = basis_tolerance(b.dtype)
+    dev = device_of(b)
+    ones_err = float(xp.max(xp.abs(xp.sum(b, axis=-1)))) / math.sqrt(n) if n_rows else 0.0
+    if ones_err > tol:
+        raise CompositionError(
+            f"{what} rows are not clr vectors: they must sum to 0 (B 1 = 0), but "
+            f"max |B 1|/sqrt(D) = {ones_err:.3g} > {tol:.2g} ({b.dtype}); {fix}"
         )
+    gram = b @ xp.matrix_transpose(b)
+    eye = xp.eye(n_rows, dtype=b.dtype, device=dev)
+    gram_err = float(xp.max(xp.abs(gram - eye))) if n_rows else 0.0
+    if not gram_err <= tol:
+        raise CompositionError(
+            f"{what} is not orthonormal: max |B B^T - I| = {gram_err:.3g} > {tol:.2g} "
+            f"({b.dtype}); {fix}"
+        )
+    if digest is not None:
+        if len(_VALID_BASES) >= 8:
+            _VALID_BASES.pop(next(iter(_VALID_BASES)))
+        _VALID_BASES[digest] = None
+
+
+def _basis_like(basis: Array, xp: Any, like: Array, n_parts: int, validate: bool) -> Array:
+    """``basis`` checked (shape always; values with ``validate``) and cast to ``like``'s dtype
+    and device."""
+    b = as_float(basis, xp, first_tensor(like, basis), what="basis")
+    if b.ndim != 2 or tuple(b.shape) != (n_parts - 1, n_parts):
+        raise ShapeMismatchError(
+            f"basis must have shape (D-1, D) = ({n_parts - 1}, {n_parts}), got "
+            f"{tuple(b.shape)}; build one with ac.sbp_basis, ac.group_basis or ac.pivot_basis"
+        )
+    if validate:
+        check_basis(b, xp)
+    if b.dtype != like.dtype:
+        b = xp.astype(b, like.dtype)
     return b
 
 
 def ilr_inv(
-    z: Array, basis: Array | None = None, axis: int = -1, *, mask: Array | None = None
+    z: Array,
+    basis: Array | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
 ) -> Array:
     """Inverse of :func:`ilr`; returns closed compositions with ``D = z.shape[axis] + 1`` parts.
 
     With ``mask`` (shape of the *composition*, ``D`` parts) the default pivot coordinates are
-    mapped back onto the visible parts; invisible parts come out as 0.
+    mapped back onto the visible parts; invisible parts come out as 0. A row with ``n`` visible
+    parts uses its first ``n - 1`` coordinates; the rest must be 0, as :func:`ilr` writes them.
+
+    Raises
+    ------
+    NonFiniteError
+        With ``validate``: ``z`` holds NaN or infinite values, or ``basis`` does.
+    ShapeMismatchError
+        ``basis`` has the wrong shape or is combined with ``mask``; with ``validate``, ``z``
+        has a non-zero coordinate beyond a row's ``n - 1`` visible parts (the mask does not
+        match the one ``ilr`` used).
+    TooFewPartsError
+        With ``validate``: ``mask`` hides every part of a row.
+    CompositionError
+        With ``validate``: ``basis`` is not orthonormal with rows summing to zero (see
+        :func:`ilr`).
 
     Examples
     --------
@@ -660,39 +971,46 @@ def ilr_inv(
     >>> bool(abs(ac.ilr_inv(ac.ilr(x)) - x).max() < 1e-12)
     True
     """
-    xp = namespace(z, mask, basis)
-    z = as_float(z, xp)
-    ax = normalize_axis(axis, z.ndim)
-    zl = xp.moveaxis(z, ax, -1)
+    if basis is not None and mask is not None:
+        raise ShapeMismatchError("an explicit ilr basis cannot be combined with mask=")
+    xp, zl, _, ax = parts_last(z, axis, None, others=(mask, basis), what="z")
     n = int(zl.shape[-1]) + 1
     if basis is not None:
-        if mask is not None:
-            raise ShapeMismatchError("an explicit ilr basis cannot be combined with mask=")
-        dummy = LogComposition(
-            xp, xp.zeros((*zl.shape[:-1], n), dtype=zl.dtype, device=device_of(zl)), None, ax
-        )
-        b = _basis_like(basis, dummy)
+        b = _basis_like(basis, xp, zl, n, validate)
         clr_vals = zl @ b
-        return xp.moveaxis(xp.exp(clr_vals - logsumexp(xp, clr_vals, keepdims=True)), -1, ax)
+        return xp.moveaxis(_softmax_checked(xp, clr_vals, validate, "ilr coordinates"), -1, ax)
     if mask is None:
         counts = xp.full((*zl.shape[:-1], 1), float(n), dtype=zl.dtype, device=device_of(zl))
-        clr_vals = _pivot_inverse(zl, counts, xp)
-        return xp.moveaxis(xp.exp(clr_vals - logsumexp(xp, clr_vals, keepdims=True)), -1, ax)
-    caller_shape = list(z.shape)
-    caller_shape[ax] = n
+        with np.errstate(invalid="ignore"):
+            clr_vals = _pivot_inverse(zl, counts, xp)
+        return xp.moveaxis(_softmax_checked(xp, clr_vals, validate, "ilr coordinates"), -1, ax)
+    lead = [int(v) for v in zl.shape[:-1]]
+    caller_shape = [*lead[:ax], n, *lead[ax:]]  # the composition's shape, parts on ``axis``
     _, template, visible, _ = parts_last(
         xp.zeros(tuple(caller_shape), dtype=zl.dtype, device=device_of(zl)), ax, mask
     )
     lc = LogComposition(xp, template, visible, ax)
     _, order, counts = _compact(lc)
-    compact = _pivot_inverse(zl, counts, xp)
+    if validate:
+        if bool(xp.any(counts < 1)):
+            raise TooFewPartsError(
+                "some rows have no visible part (mask= hides them all); drop those rows"
+            )
+        idx_z = xp.astype(xp.arange(n - 1, device=device_of(zl)), zl.dtype)
+        unused = idx_z >= counts - 1
+        if bool(xp.any(unused & (zl != 0))):
+            raise ShapeMismatchError(
+                "z has non-zero coordinates beyond some rows' visible parts (a row with n "
+                "visible parts has n - 1 coordinates, then zeros); pass the mask that ilr used"
+            )
+    with np.errstate(invalid="ignore"):
+        compact = _pivot_inverse(zl, counts, xp)
     idx = xp.astype(xp.arange(n, device=device_of(zl)), zl.dtype)
     compact = xp.where(idx < counts, compact, xp.full_like(compact, -math.inf))
-    if order is None:
-        return xp.moveaxis(xp.exp(compact - logsumexp(xp, compact, keepdims=True)), -1, ax)
-    inverse = xp.argsort(order, axis=-1, stable=True)
-    log = xp.take_along_axis(compact, inverse, axis=-1)
-    return xp.moveaxis(xp.exp(log - logsumexp(xp, log, keepdims=True)), -1, ax)
+    if order is not None:
+        inverse = xp.argsort(order, axis=-1, stable=True)
+        compact = xp.take_along_axis(compact, inverse, axis=-1)
+    return xp.moveaxis(_softmax_checked(xp, compact, validate, "ilr coordinates"), -1, ax)
 
 
 def _ndim(a: Array) -> int:
@@ -703,10 +1021,30 @@ def _ndim(a: Array) -> int:
 # Aitchison geometry
 
 
+def _pair(x: Array, y: Array, mask: Array | None) -> tuple[Any, Array, Array]:
+    """``x`` and ``y`` as arrays of one kind (torch on the first tensor's device if any of
+    ``x``, ``y``, ``mask`` is a tensor), without changing their dtypes."""
+    xp = namespace(x, y, mask)
+    like = first_tensor(x, y, mask)
+    x, y = to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y")
+    x, y = broadcast_pair(x, y, xp)  # views; rows of a broadcast operand are recomputed
+    return xp, x, y
+
+
 def perturb(
     x: Array, y: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None
 ) -> Array:
     """Perturbation ``C(x * y)``, the compositional "addition".
+
+    ``x`` and ``y`` broadcast against each other (e.g. one perturbation for every row).
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` do not broadcast.
+    NonFiniteError, NegativePartError, ZeroPartError
+        With ``validate``: ``x`` or ``y`` has a NaN, infinite or negative part or a row without
+        mass, or their product has a row without mass.
 
     Examples
     --------
@@ -714,9 +1052,17 @@ def perturb(
     >>> ac.perturb([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])
     array([0.4, 0.4, 0.2])
     """
-    xp = namespace(x, y, mask)
-    xf, yf = as_float(x, xp), as_float(y, xp, like=x if hasattr(x, "device") else None)
-    return closure(xf * yf, axis, validate, mask=mask)
+    xp, x, y = _pair(x, y, mask)
+    like = first_tensor(x, y)
+    xf, yf = as_float(x, xp, like), as_float(y, xp, like, what="y")
+    xf, yf = broadcast_pair(xf, yf, xp)
+    if validate:  # each factor on its own: two negative parts would multiply to a positive one
+        for arr, name in ((xf, "x"), (yf, "y")):
+            _, a, vis, _ = parts_last(arr, axis, mask, what=name)
+            validate_parts(xp, a, vis, allow_zeros=True)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by closure
+        product = xf * yf
+    return closure(product, axis, validate, mask=mask)
 
 
 def perturb_inv(
@@ -724,14 +1070,26 @@ def perturb_inv(
 ) -> Array:
     """Inverse perturbation ``C(x / y)``, the compositional "difference".
 
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` do not broadcast.
+    ZeroPartError, NegativePartError, NonFiniteError
+        With ``validate``: ``y`` has a zero, negative or non-finite visible part (it is
+        inverted), or ``x`` is not a composition (as in :func:`perturb`).
+
     Examples
     --------
     >>> import attncoda as ac
     >>> ac.perturb_inv([0.4, 0.4, 0.2], [0.25, 0.5, 0.25])
     array([0.5 , 0.25, 0.25])
     """
-    lc_y = log_composition(y, axis, mask=mask, validate=validate)
-    inv = lc_y.restore(lc_y.zero_invisible(lc_y.xp.exp(-lc_y.log)))
+    xp, x, y = _pair(x, y, mask)
+    like = first_tensor(x, y)
+    x, y = broadcast_pair(as_float(x, xp, like), as_float(y, xp, like, what="y"), xp)
+    lc_y = log_composition(y, axis, mask=mask, validate=validate, what="y")
+    with np.errstate(over="ignore"):
+        inv = lc_y.restore(lc_y.zero_invisible(lc_y.xp.exp(-lc_y.log)))
     return perturb(x, inv, axis, validate, mask=mask)
 
 
@@ -742,21 +1100,49 @@ def power(
 
     ``a`` may be an array broadcastable to ``x`` without its parts axis (one power per row).
 
+    Raises
+    ------
+    NonFiniteError
+        ``a`` holds NaN or an infinity, or ``x ** a`` leaves the floating range (``|a|`` far
+        too large for these rows).
+    CompositionError
+        ``a`` is not a real number (booleans, strings, complex numbers).
+    ShapeMismatchError
+        ``a`` does not broadcast to ``x`` without its parts axis.
+    ZeroPartError, NegativePartError
+        With ``validate``: as in :func:`clr`.
+
     Examples
     --------
     >>> import attncoda as ac
     >>> ac.power([0.5, 0.25, 0.25], 2)
     array([0.66666667, 0.16666667, 0.16666667])
     """
-    lc = log_composition(x, axis, mask=mask, validate=validate)
+    lc = log_composition(x, axis, mask=mask, validate=validate, others=(a,))
     xp = lc.xp
-    a_arr = as_float(a, xp, like=lc.log)
+    a_arr = as_float(a, xp, first_tensor(lc.log, a), what="the exponent a")
+    if not bool(xp.all(xp.isfinite(a_arr))):  # one value per row at most: cheap
+        raise NonFiniteError("the exponent a is NaN or infinite; give finite powers")
     if a_arr.ndim > 0:
         a_arr = a_arr[..., None]
-    scaled = lc.log * a_arr
-    if lc.visible is not None:
-        scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
-    return lc.restore(xp.exp(scaled - logsumexp(xp, scaled, keepdims=True)))
+        try:
+            np.broadcast_shapes(tuple(a_arr.shape), tuple(lc.log.shape))
+        except ValueError:
+            raise ShapeMismatchError(
+                f"the exponent a of shape {tuple(a_arr.shape[:-1])} does not broadcast to the "
+                f"rows of x {tuple(lc.log.shape[:-1])} (one power per row, parts axis left out)"
+            ) from None
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = lc.zero_invisible(lc.log) * a_arr
+        if lc.visible is not None:
+            scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
+        lse = logsumexp(xp, scaled, keepdims=True)
+        if not all_finite(xp, lse):
+            raise NonFiniteError(
+                "x ** a leaves the floating range (|a| is far too large for these rows); use a "
+                "smaller power"
+            )
+        return lc.restore(xp.exp(scaled - lse))
 
 
 def inner(
@@ -770,16 +1156,24 @@ def inner(
 ) -> Array:
     """Aitchison inner product ``<clr(x), clr(y)>`` of matching rows (any leading shape).
 
+    ``x`` and ``y`` broadcast against each other; rows are compared over the same parts.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` do not broadcast (e.g. different numbers of parts).
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
+
     Examples
     --------
     >>> import attncoda as ac
     >>> float(ac.inner([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])).__round__(6)
     0.320302
     """
-    namespace(x, y, mask)  # fail early on mixed devices
+    xp, x, y = _pair(x, y, mask)
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
-    xp = namespace(cx, cy)
     return xp.sum(cx * cy, axis=normalize_axis(axis, cx.ndim))
 
 
@@ -792,6 +1186,11 @@ def aitchison_norm(
     from_logits: bool = False,
 ) -> Array:
     """Aitchison norm ``||clr(x)||``: the distance of each row from the uniform composition.
+
+    Raises
+    ------
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
 
     Examples
     --------
@@ -815,7 +1214,15 @@ def aitchison_distance(
 ) -> Array:
     """Aitchison distance ``||clr(x) - clr(y)||`` between matching rows.
 
-    Rows are compared over the same visible parts (one ``mask`` for both).
+    Rows are compared over the same visible parts (one ``mask`` for both); ``x`` and ``y``
+    broadcast against each other.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` do not broadcast (e.g. different numbers of parts).
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
 
     Examples
     --------
@@ -823,25 +1230,11 @@ def aitchison_distance(
     >>> round(float(ac.aitchison_distance([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])), 6)
     0.980258
     """
-    namespace(x, y, mask)  # fail early on mixed devices
+    xp, x, y = _pair(x, y, mask)
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
-    if tuple(cx.shape) != tuple(cy.shape):
-        cx, cy = _broadcast_pair(cx, cy)
-    xp = namespace(cx, cy)
     d = cx - cy
     return xp.sqrt(xp.sum(d * d, axis=normalize_axis(axis, d.ndim)))
-
-
-def _broadcast_pair(a: Array, b: Array) -> tuple[Array, Array]:
-    xp = namespace(a, b)
-    try:
-        shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))
-    except ValueError as exc:
-        raise ShapeMismatchError(
-            f"shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast"
-        ) from exc
-    return xp.broadcast_to(a, shape), xp.broadcast_to(b, shape)
 
 
 def _row_norms2(xp: Any, a: Array) -> Array:
@@ -995,6 +1388,15 @@ def pairwise_aitchison(
     -------
     Array of shape (..., N, M), without the ``sum_over`` axes.
 
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` has no items axis, ``y``'s parts (or, with ``sum_over``, its other axes) differ
+        from ``x``'s, the mask differs between items, or ``sum_over`` does not name leading
+        axes (integers, not the part or item axis).
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
+
     Examples
     --------
     >>> import numpy as np, attncoda as ac
@@ -1011,7 +1413,12 @@ def pairwise_aitchison(
     >>> bool(np.allclose(H, np.sqrt(ac.pairwise_aitchison(att, squared=True).sum(0))))
     True
     """
-    namespace(x, y, mask)  # fail early on mixed devices
+    xp = namespace(x, y, mask)
+    like = first_tensor(x, y, mask)
+    x = to_kind(x, xp, like, "x")
+    y = None if y is None else to_kind(y, xp, like, "y")
+    if y is not None:
+        _check_pair_shapes(tuple(x.shape), tuple(y.shape), axis, exact=sum_over is not None)
     if mask is not None:
         _check_shared_mask(mask, x, axis)
     if sum_over is not None:
@@ -1032,6 +1439,29 @@ def pairwise_aitchison(
     return gram_distances(a, b, xp, squared=squared, overwrite=True)
 
 
+def _check_pair_shapes(xs: tuple[int, ...], ys: tuple[int, ...], axis: int, exact: bool) -> None:
+    """``x`` and ``y`` of :func:`pairwise_aitchison` must have the same parts and leading axes
+    that broadcast (``exact``: equal), only their item counts may differ."""
+    nd = len(xs)
+    ax = normalize_axis(axis, nd)
+    item = max((i for i in range(nd) if i != ax), default=None)
+    ok = len(ys) == nd and item is not None and xs[ax] == ys[ax]
+    if ok:
+        lead_x = tuple(v for i, v in enumerate(xs) if i not in (ax, item))
+        lead_y = tuple(v for i, v in enumerate(ys) if i not in (ax, item))
+        if lead_x != lead_y:
+            ok = not exact
+            try:
+                np.broadcast_shapes(lead_x, lead_y)
+            except ValueError:
+                ok = False
+    if not ok:
+        raise ShapeMismatchError(
+            f"x {xs} and y {ys} must have the same parts and the same leading axes (only the "
+            "item axis, the last one before the parts, may differ)"
+        )
+
+
 def _pairwise_summed(
     x: Array,
     y: Array | None,
@@ -1049,10 +1479,14 @@ def _pairwise_summed(
     """
     ndim = len(x.shape)
     ax = normalize_axis(axis, ndim)
-    summed = (sum_over,) if isinstance(sum_over, int) else tuple(sum_over)
+    summed = (sum_over,) if not isinstance(sum_over, (tuple, list)) else tuple(sum_over)
+    if not all(is_integer(s) for s in summed):
+        raise ShapeMismatchError(
+            f"sum_over={sum_over!r} must be an integer axis or a tuple of them"
+        )
     try:
         summed = tuple(sorted({normalize_axis(int(s), ndim) for s in summed}))
-    except (ValueError, IndexError) as err:
+    except ShapeMismatchError as err:
         raise ShapeMismatchError(
             f"sum_over={sum_over!r} is not an axis of x {tuple(x.shape)}"
         ) from err
@@ -1182,7 +1616,7 @@ def _pairwise_blocks(
 
 def _check_shared_mask(mask: Array, x: Array, axis: int) -> None:
     """Pairwise comparisons are only defined over the same visible keys for every item."""
-    m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask)
+    m = _array._as_numpy(mask.detach().cpu() if is_tensor(mask) else mask, "mask")
     nd = _ndim(x)
     ax = normalize_axis(axis, nd)
     if m.ndim == nd:

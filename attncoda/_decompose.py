@@ -27,22 +27,34 @@ import numpy as np
 from ._array import (
     Array,
     LogComposition,
+    _as_numpy,
     all_finite,
     as_bool,
     as_float,
     broadcast_mask,
+    broadcast_pair,
     by_row_blocks,
     can_overwrite,
     check_finite_values,
     device_of,
+    first_tensor,
+    is_tensor,
     log_composition,
     logsumexp,
     namespace,
     parts_last,
     sum_where,
+    to_kind,
+    tolerance,
 )
-from ._coda import gram_distances
-from ._errors import ShapeMismatchError, TooFewPartsError
+from ._coda import _index_groups, gram_distances
+from ._errors import (
+    CompositionError,
+    NegativePartError,
+    NotClosedError,
+    ShapeMismatchError,
+    TooFewPartsError,
+)
 
 __all__ = [
     "AitchisonSplit",
@@ -101,6 +113,16 @@ def entropy(
     -------
     Array with the parts axis removed.
 
+    Raises
+    ------
+    NotClosedError
+        With ``validate``: probability rows do not sum to one over their visible parts (close
+        them with :func:`closure`, or add a learned sink back with :func:`add_learned_sink`).
+    NonFiniteError, NegativePartError, ZeroPartError, TooFewPartsError
+        With ``validate``: NaN/infinite or negative parts, or a row without any visible part.
+    CompositionError, ShapeMismatchError
+        Bad dtypes, ``axis`` or ``mask`` (see :func:`closure`).
+
     Examples
     --------
     >>> import numpy as np, attncoda as ac
@@ -118,11 +140,20 @@ def entropy(
         allow_zeros=True,
         require_closed=not from_logits,
     )
+    if validate:
+        lc.require_parts(1)
     return lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
 
 
 def binary_entropy(s: Array) -> Array:
     """Binary entropy ``H_b(s) = -s log s - (1 - s) log(1 - s)`` in nats, with ``H_b(0) = H_b(1) = 0``.
+
+    Raises
+    ------
+    NonFiniteError
+        ``s`` holds NaN or an infinity.
+    CompositionError
+        ``s`` lies outside ``[0, 1]``, or is not numeric (booleans are refused).
 
     Examples
     --------
@@ -131,12 +162,20 @@ def binary_entropy(s: Array) -> Array:
     True
     """
     xp = namespace(s)
-    s = as_float(s, xp)
-    check_finite_values(xp, s, "sink share")
-    if bool(xp.any((s < 0) | (s > 1))):
-        raise ValueError("a share must lie in [0, 1]")
+    s = as_float(s, xp, first_tensor(s), what="the share s")
+    _check_shares(xp, s, "the share s")
     with np.errstate(divide="ignore"):
         return _binary_from_logs(xp, xp.log(s), xp.log1p(-s))
+
+
+def _check_shares(xp: Any, s: Array, what: str) -> None:
+    """Refuse shares that are not finite or lie outside ``[0, 1]``."""
+    check_finite_values(xp, s, what)
+    if bool(xp.any((s < 0) | (s > 1))):
+        raise CompositionError(
+            f"{what} must lie in [0, 1] (a share of the attention mass), got values from "
+            f"{float(xp.min(s)):.6g} to {float(xp.max(s)):.6g}"
+        )
 
 
 def _binary_from_logs(xp: Any, log_s: Array, log_1ms: Array) -> Array:
@@ -200,15 +239,27 @@ def _sink_mask(
     if sink is None:
         first = xp.argmax(xp.astype(vis, xp.int8), axis=-1, keepdims=True)
         return (positions == first) & vis
-    if "bool" in str(getattr(sink, "dtype", "")) and getattr(sink, "ndim", 0) > 0:
-        s = as_bool(sink, xp, lc.log)
+    spec: Any = sink if is_tensor(sink) else _as_numpy(sink, "sink")
+    kind = str(spec.dtype).replace("torch.", "")
+    if spec.ndim == 0 and kind == "bool":
+        raise ShapeMismatchError(
+            f"sink={sink!r} is not a key index; give an integer index, a list of them, or a "
+            "boolean array marking the sink keys"
+        )
+    if kind == "bool":
+        s = as_bool(spec, xp, lc.log, what="sink")
         if s.ndim == lc.log.ndim:
             s = xp.moveaxis(s, lc.axis, -1)
-        s = broadcast_mask(s, tuple(lc.log.shape), lc.axis, xp)
+        s = broadcast_mask(s, tuple(lc.log.shape), lc.axis, xp, what="sink")
     else:
-        idx = [int(i) for i in np.atleast_1d(np.asarray(sink))]
-        if not idx:
+        if int(np.prod(spec.shape)) == 0:
             raise TooFewPartsError("sink= names no key; give at least one index")
+        if not kind.startswith(("int", "uint")) or spec.ndim > 1:
+            raise ShapeMismatchError(
+                f"sink must be an integer key index, a 1-d list of them, or a boolean array "
+                f"marking the sink keys (per row), got {sink!r}"
+            )
+        idx = [int(i) for i in spec.reshape(-1).tolist()]
         bad = [i for i in idx if not -n <= i < n]
         if bad:
             raise ShapeMismatchError(f"sink index {bad} out of range for rows of {n} parts")
@@ -275,11 +326,27 @@ def decompose(
         Rows whose only visible keys are sinks (the first query of a causal model) have no
         content: raise :class:`TooFewPartsError`, or return NaN for the content quantities
         (and ``+inf`` log-odds, share 1). With ``"nan"``, rows whose sink key is invisible (a
-        sliding window past it) have sink share 0, log-odds ``-inf`` and a NaN balance.
+        sliding window past it) have sink share 0, log-odds ``-inf`` and a NaN balance, and
+        rows with no visible key at all are NaN throughout.
 
     Returns
     -------
     SinkContent
+
+    Raises
+    ------
+    TooFewPartsError
+        With ``degenerate="raise"``: a row has no visible content key (or no visible key), or
+        no visible sink key; ``sink`` is an empty list.
+    ShapeMismatchError
+        ``sink`` is not an integer index, a 1-d list of them or a boolean array (bools, floats
+        and strings are refused), an index is out of range (negative indices count from the
+        end), a boolean ``sink`` does not broadcast to ``x``, or (with ``validate``) a sink key
+        is invisible.
+    CompositionError
+        ``degenerate`` is neither ``"raise"`` nor ``"nan"``.
+    ZeroPartError, NegativePartError, NonFiniteError
+        With ``validate``: as in :func:`attncoda.clr`.
 
     Examples
     --------
@@ -291,6 +358,7 @@ def decompose(
     >>> bool(np.isclose(h, d.entropy))
     True
     """
+    _check_degenerate(degenerate)
     if mask is None and (sink is None or isinstance(sink, (int, np.integer, list, tuple))):
         blocks = by_row_blocks(
             _decompose,
@@ -324,11 +392,13 @@ def _decompose(
     probs = None
     if mask is None and not from_logits:
         # keep the (float, parts-last) probabilities: the fused path can use them directly
-        _, probs, _, ax = parts_last(x, axis, None)
+        _, probs, _, ax = parts_last(x, axis, None, others=(sink,))
         lc = log_composition(probs, -1, validate=validate)
         lc.axis = ax
     else:
-        lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+        lc = log_composition(
+            x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(sink,)
+        )
     if _is_first_part(sink) and (validate or from_logits):
         # the common case (one sink, the first visible key) has a fused path
         fast = _decompose_first_sink(lc, sink, degenerate, probs, content_out)
@@ -343,21 +413,26 @@ def _decompose(
     n_c = xp.sum(xp.astype(c_mask, dtype), axis=-1)
     no_sink = n_s == 0
     empty = n_c == 0
+    no_key = empty & no_sink
     if bool(xp.any(empty)) and degenerate == "raise":
+        if bool(xp.any(no_key)):
+            raise TooFewPartsError(
+                f"{int(xp.sum(xp.astype(no_key, xp.int64)))} row(s) have no visible key at all "
+                "(mask= or -inf hides every part); drop those rows or pass degenerate='nan'"
+            )
         raise TooFewPartsError(
             f"{int(xp.sum(xp.astype(empty, xp.int64)))} row(s) have no visible content key (only "
             "the sink is visible, as for the first query of a causal model); drop those queries or "
             "pass degenerate='nan'"
         )
-    if degenerate not in ("raise", "nan"):
-        raise ValueError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
 
-    lse_all = logsumexp(xp, lc.log, keepdims=True)
-    lse_s, h_sink = _sub_entropy(xp, lc.log, s_mask)
-    lse_c, h_content = _sub_entropy(xp, lc.log, c_mask)
-    log_s = lse_s - lse_all[..., 0]
-    log_1ms = lse_c - lse_all[..., 0]
-    h_total = xp.sum(_neg_plogp(xp, lc.log - lse_all), axis=-1)
+    with np.errstate(invalid="ignore"):  # rows without any visible key: NaN, set below
+        lse_all = logsumexp(xp, lc.log, keepdims=True)
+        lse_s, h_sink = _sub_entropy(xp, lc.log, s_mask)
+        lse_c, h_content = _sub_entropy(xp, lc.log, c_mask)
+        log_s = lse_s - lse_all[..., 0]
+        log_1ms = lse_c - lse_all[..., 0]
+        h_total = xp.sum(_neg_plogp(xp, lc.log - lse_all), axis=-1)
 
     mean_s = _masked_mean(xp, lc.log, s_mask, n_s)
     mean_c = _masked_mean(xp, lc.log, c_mask, n_c)
@@ -368,17 +443,27 @@ def _decompose(
     safe_lse_c = xp.where(empty, xp.zeros_like(lse_c), lse_c)
     content = xp.exp(_masked(xp, lc.log, c_mask) - safe_lse_c[..., None])
     nan = xp.full_like(balance, math.nan)
-    return SinkContent(
-        sink_share=xp.exp(log_s),
-        sink_logodds=log_s - log_1ms,
-        balance=xp.where(empty, nan, balance),
-        content=lc.restore(content),
-        entropy=h_total,
-        content_entropy=xp.where(n_c == 0, nan, h_content),
-        sink_entropy=h_sink,
-        binary_entropy=_binary_from_logs(xp, log_s, log_1ms),
-        n_content=n_c,
-    )
+
+    def defined(values: Array) -> Array:  # NaN for rows without any visible key
+        return xp.where(no_key, nan, values)
+
+    with np.errstate(invalid="ignore"):
+        return SinkContent(
+            sink_share=xp.exp(log_s),
+            sink_logodds=log_s - log_1ms,
+            balance=xp.where(empty, nan, balance),
+            content=lc.restore(content),
+            entropy=defined(h_total),
+            content_entropy=xp.where(n_c == 0, nan, h_content),
+            sink_entropy=defined(h_sink),
+            binary_entropy=defined(_binary_from_logs(xp, log_s, log_1ms)),
+            n_content=n_c,
+        )
+
+
+def _check_degenerate(degenerate: object) -> None:
+    if degenerate not in ("raise", "nan"):
+        raise CompositionError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
 
 
 def _is_first_part(sink: SinkSpec) -> bool:
@@ -472,8 +557,7 @@ def _decompose_first_sink(
             log_sc = xp.log(s_c)
         tiny = float(np.finfo(np.float32 if "float32" in str(s_c.dtype) else np.float64).tiny)
         direct = all_finite(xp, log_sc) and bool(xp.all(s_c >= tiny))
-    if degenerate not in ("raise", "nan"):
-        raise ValueError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
+    _check_degenerate(degenerate)
 
     # from here on, temporaries are updated in place (no fallback past this point)
     if direct:
@@ -592,39 +676,53 @@ class GroupDecomposition:
     entropy: Array
 
 
-def _labels(groups: Any, lc: LogComposition) -> tuple[Array, int]:
-    """Integer group label per part (last axis), -1 for parts in no group."""
+def _labels(groups: Any, lc: LogComposition) -> tuple[Array, int, np.ndarray | None]:
+    """Integer group label per part (last axis), -1 for parts in no group.
+
+    Returns the labels broadcast to the data, the number of groups, and for the list form the
+    ``(D,)`` labels (``None`` for the label-array form).
+    """
     xp = lc.xp
     n = lc.n_parts
     if isinstance(groups, (list, tuple)) and all(
         isinstance(g, (list, tuple, range)) or (hasattr(g, "ndim") and g.ndim == 1) for g in groups
     ):
         lab = np.full(n, -1, dtype=np.int64)
-        for gi, g in enumerate(groups):
+        for gi, g in enumerate(_index_groups(groups, "groups")):
             for i in g:
-                if not -n <= int(i) < n:
+                if not -n <= i < n:
                     raise ShapeMismatchError(f"group index {i} out of range for {n} parts")
-                if lab[int(i)] != -1:
-                    raise ShapeMismatchError(f"part {i} is in more than one group")
-                lab[int(i)] = gi
+                if lab[i] != -1:
+                    raise ShapeMismatchError(
+                        f"part {i} is listed more than once in groups; each part belongs to one "
+                        "group"
+                    )
+                lab[i] = gi
+        listed: np.ndarray | None = lab
         labels = xp.asarray(lab, device=device_of(lc.log))
         m = len(groups)
     else:
-        labels = groups if hasattr(groups, "dtype") else np.asarray(groups)
-        if not isinstance(lc.log, np.ndarray):
-            import torch
-
-            labels = torch.as_tensor(
-                np.asarray(labels) if isinstance(labels, np.ndarray) else labels,
-                device=lc.log.device,
+        listed = None
+        labels = to_kind(groups, xp, first_tensor(lc.log, groups), "groups")
+        kind = str(labels.dtype).replace("torch.", "")
+        if not kind.startswith(("int", "uint")) or labels.ndim == 0:
+            raise ShapeMismatchError(
+                "groups must be index lists such as [[0], [1], [2, 3]] or an integer label per "
+                f"part (0..m-1, -1 for no group), got {kind} of shape {tuple(labels.shape)}"
             )
         if labels.ndim == lc.log.ndim:
             labels = xp.moveaxis(labels, lc.axis, -1)
+        if int(np.prod(labels.shape)) == 0:
+            raise TooFewPartsError("groups= defines no group")
+        if bool(xp.any(labels < -1)):
+            raise ShapeMismatchError(
+                "group labels must be 0..m-1, or -1 for a part in no group; got a label below -1"
+            )
         m = int(xp.max(labels)) + 1
-    labels = broadcast_mask(labels, tuple(lc.log.shape), lc.axis, xp)
+    labels = broadcast_mask(labels, tuple(lc.log.shape), lc.axis, xp, what="groups")
     if m < 1:
         raise TooFewPartsError("groups= defines no group")
-    return labels, m
+    return labels, m, listed
 
 
 def group_decompose(
@@ -646,11 +744,24 @@ def group_decompose(
         part broadcastable to ``x`` (``g`` in ``0..m-1``; ``-1`` for a part in no group, which
         is then treated as invisible).
     axis, validate, mask, from_logits
-        As in :func:`decompose`.
+        As in :func:`decompose`. Probability rows may have any scale (each row is closed over
+        its grouped visible parts, as in :func:`decompose`); zeros are allowed.
 
     Returns
     -------
     GroupDecomposition
+
+    Raises
+    ------
+    ShapeMismatchError
+        With index lists: an index that is not an integer (bools and floats are refused), out of
+        range or listed twice, or a part with mass (visible, non-zero) in no group (list it,
+        hide it with ``mask=``, or pass integer labels with -1 for parts to leave out). With labels: a non-integer
+        dtype, a label below -1, or labels that do not broadcast to ``x``.
+    TooFewPartsError
+        ``groups`` defines no group, or (with ``validate``) a row has no visible grouped part.
+    ZeroPartError, NegativePartError, NonFiniteError
+        With ``validate``: as in :func:`decompose` (zeros are allowed).
 
     Examples
     --------
@@ -662,30 +773,60 @@ def group_decompose(
     True
     """
     lc = log_composition(
-        x, axis, mask=mask, from_logits=from_logits, validate=validate, allow_zeros=not from_logits
+        x,
+        axis,
+        mask=mask,
+        from_logits=from_logits,
+        validate=validate,
+        allow_zeros=not from_logits,
+        others=(groups,),
     )
     xp = lc.xp
-    labels, m = _labels(groups, lc)
+    labels, m, listed = _labels(groups, lc)
+    if listed is not None and bool((listed < 0).any()):
+        left_out = np.flatnonzero(listed < 0)
+        # a part with mass in no group would silently drop out of the shares (parts that are
+        # hidden, or zero, change nothing)
+        cols = lc.log[..., xp.asarray(left_out, device=device_of(lc.log))]
+        if bool(xp.any(cols > -math.inf)):
+            raise ShapeMismatchError(
+                f"parts {left_out.tolist()} carry mass but are in no group; list them in a "
+                "group, hide them with mask=, or pass an integer label per part with -1 for "
+                "parts to leave out"
+            )
     vis = lc.visible_full() & (labels >= 0)
+    if validate and not bool(xp.all(xp.any(vis, axis=-1))):
+        raise TooFewPartsError(
+            "some rows have no visible part in any group (mask=, -inf or -1 labels hide them "
+            "all); drop those rows"
+        )
     log = _masked(xp, lc.log, vis)
-    lse_all = logsumexp(xp, log, keepdims=True)
-    logp = log - lse_all
-    shares_log, within = [], []
-    for g in range(m):
-        lse_g, h_g = _sub_entropy(xp, logp, vis & (labels == g))
-        shares_log.append(lse_g)
-        within.append(h_g)
-    log_shares = xp.stack(shares_log, axis=-1)
-    return GroupDecomposition(
-        shares=xp.exp(log_shares),
-        within_entropy=xp.stack(within, axis=-1),
-        between_entropy=xp.sum(_neg_plogp(xp, log_shares), axis=-1),
-        entropy=xp.sum(_neg_plogp(xp, logp), axis=-1),
-    )
+    with np.errstate(invalid="ignore"):  # rows without a grouped part (validate=False): NaN
+        lse_all = logsumexp(xp, log, keepdims=True)
+        logp = log - lse_all
+        shares_log, within = [], []
+        for g in range(m):
+            lse_g, h_g = _sub_entropy(xp, logp, vis & (labels == g))
+            shares_log.append(lse_g)
+            within.append(h_g)
+        log_shares = xp.stack(shares_log, axis=-1)
+        return GroupDecomposition(
+            shares=xp.exp(log_shares),
+            within_entropy=xp.stack(within, axis=-1),
+            between_entropy=xp.sum(_neg_plogp(xp, log_shares), axis=-1),
+            entropy=xp.sum(_neg_plogp(xp, logp), axis=-1),
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # Aitchison distance split
+
+
+def _pair(x: Array, y: Array, *others: Any) -> tuple[Array, Array]:
+    """``x`` and ``y`` as arrays of the call's kind (see :mod:`attncoda._array`), broadcast."""
+    xp = namespace(x, y, *others)
+    like = first_tensor(x, y, *others)
+    return broadcast_pair(to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y"), xp)
 
 
 @dataclass(frozen=True)
@@ -708,7 +849,9 @@ def _channels(
     x: Array, sink: SinkSpec, axis: int, validate: bool, mask: Array | None, from_logits: bool
 ) -> tuple[Any, Array, Array, Array, Array]:
     """(xp, balance, clr within sinks, clr within content, visible) with parts last."""
-    lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
+    lc = log_composition(
+        x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(sink,)
+    )
     xp = lc.xp
     vis = lc.visible_full()
     s_mask = _sink_mask(lc, sink, validate)
@@ -719,9 +862,10 @@ def _channels(
     if validate and bool(xp.any(n_c == 0)):
         raise TooFewPartsError("some rows have no visible content key; drop those queries")
     zero = xp.zeros_like(lc.log)
-    mean_s = xp.sum(xp.where(s_mask, lc.log, zero), axis=-1, keepdims=True) / n_s
-    mean_c = xp.sum(xp.where(c_mask, lc.log, zero), axis=-1, keepdims=True) / n_c
-    balance = (xp.sqrt(n_s * n_c / (n_s + n_c)) * (mean_s - mean_c))[..., 0]
+    with np.errstate(invalid="ignore", divide="ignore"):  # no content (validate=False): NaN
+        mean_s = xp.sum(xp.where(s_mask, lc.log, zero), axis=-1, keepdims=True) / n_s
+        mean_c = xp.sum(xp.where(c_mask, lc.log, zero), axis=-1, keepdims=True) / n_c
+        balance = (xp.sqrt(n_s * n_c / (n_s + n_c)) * (mean_s - mean_c))[..., 0]
     clr_s = xp.where(s_mask, lc.log - mean_s, zero)
     clr_c = xp.where(c_mask, lc.log - mean_c, zero)
     return xp, balance, clr_s, clr_c, vis
@@ -739,7 +883,18 @@ def aitchison_split(
 ) -> AitchisonSplit:
     """Split ``d_A^2(x, y)`` exactly into a sink term and a content term.
 
-    Rows must be over the same visible keys (one ``mask``, or matching ``-inf`` logits).
+    Rows must be over the same visible keys (one ``mask``, or matching ``-inf`` logits);
+    ``x`` and ``y`` broadcast against each other.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` do not broadcast, or differ in visibility; a bad ``sink`` (as in
+        :func:`decompose`).
+    TooFewPartsError
+        A row has no visible sink key, or (with ``validate``) no visible content key.
+    ZeroPartError, NegativePartError, NonFiniteError
+        With ``validate``: as in :func:`attncoda.clr`.
 
     Examples
     --------
@@ -749,10 +904,10 @@ def aitchison_split(
     >>> bool(np.isclose(sp.total, ac.aitchison_distance(x, y) ** 2))
     True
     """
-    namespace(x, y, mask)  # fail early on mixed devices
+    x, y = _pair(x, y, mask, sink)
     xp, bx, sx, cx, vx = _channels(x, sink, axis, validate, mask, from_logits)
     _, by, sy, cy, vy = _channels(y, sink, axis, validate, mask, from_logits)
-    if tuple(vx.shape) != tuple(vy.shape) or not bool(xp.all(vx == vy)):
+    if not bool(xp.all(vx == vy)):
         raise ShapeMismatchError(
             "rows are only compared over the same visible keys; x and y differ in visibility "
             "(compare rows of the same sample and query)"
@@ -781,6 +936,13 @@ def pairwise_aitchison_split(
     Returns
     -------
     AitchisonSplit with ``(..., N, N)`` arrays of squared distances.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` has no items axis, or visibility differs between items; a bad ``sink``.
+    TooFewPartsError, ZeroPartError, NegativePartError, NonFiniteError
+        As in :func:`aitchison_split`.
 
     Examples
     --------
@@ -838,6 +1000,16 @@ def attribute_entropy_change(
     summaries (e.g. the ``sink_share`` and ``content_entropy`` variables of a capture), any
     matching shape; averages over heads or samples of the parts equal the parts of the averages.
 
+    Raises
+    ------
+    NonFiniteError
+        A summary holds NaN or an infinity (drop undefined rows first).
+    CompositionError
+        A sink share lies outside ``[0, 1]``, a content entropy is negative, or a summary is not
+        numeric.
+    ShapeMismatchError
+        The four summaries do not broadcast together.
+
     Examples
     --------
     >>> import attncoda as ac
@@ -845,30 +1017,45 @@ def attribute_entropy_change(
     >>> round(float(ch.sink + ch.content - ch.total), 12)
     0.0
     """
-    xp = namespace(sink_share_a, content_entropy_a, sink_share_b, content_entropy_b)
-    like = next(
-        (
-            v
-            for v in (sink_share_a, sink_share_b)
-            if hasattr(v, "device") and not isinstance(v, np.ndarray)
-        ),
-        None,
+    names = ("sink_share_a", "content_entropy_a", "sink_share_b", "content_entropy_b")
+    sa, ha, sb, hb = _summaries(
+        (sink_share_a, content_entropy_a, sink_share_b, content_entropy_b), names
     )
-    sa, ha, sb, hb = (
-        as_float(v, xp, like=like)
-        for v in (sink_share_a, content_entropy_a, sink_share_b, content_entropy_b)
-    )
-    for v, name in (
-        (sa, "sink_share_a"),
-        (sb, "sink_share_b"),
-        (ha, "content_entropy_a"),
-        (hb, "content_entropy_b"),
-    ):
-        check_finite_values(xp, v, name)
+    xp = namespace(sa)
+    for v, name in ((sa, names[0]), (sb, names[2])):
+        _check_shares(xp, v, name)
+    for v, name in ((ha, names[1]), (hb, names[3])):
+        _check_entropies(xp, v, name)
     total = (binary_entropy(sb) + (1 - sb) * hb) - (binary_entropy(sa) + (1 - sa) * ha)
     sink = binary_entropy(sb) - binary_entropy(sa) - (sb - sa) * (ha + hb) / 2
     content = (1 - (sa + sb) / 2) * (hb - ha)
     return EntropyChange(sink=sink, content=content, total=total)
+
+
+def _summaries(values: Sequence[Any], names: Sequence[str]) -> list[Array]:
+    """Summaries as finite float arrays of one kind whose shapes broadcast together."""
+    xp = namespace(*values)
+    like = first_tensor(*values)
+    out = [as_float(v, xp, like, what=name) for v, name in zip(values, names, strict=True)]
+    for v, name in zip(out, names, strict=True):
+        check_finite_values(xp, v, name)
+    try:
+        np.broadcast_shapes(*(tuple(v.shape) for v in out))
+    except ValueError:
+        shapes = ", ".join(f"{n} {tuple(v.shape)}" for n, v in zip(names, out, strict=True))
+        raise ShapeMismatchError(
+            f"the summaries do not broadcast together ({shapes}); give them matching shapes"
+        ) from None
+    return out
+
+
+def _check_entropies(xp: Any, h: Array, what: str) -> None:
+    """Refuse negative entropies (beyond the rounding tolerance of their dtype)."""
+    if bool(xp.any(h < -tolerance(h.dtype))):
+        raise CompositionError(
+            f"{what} has negative values (down to {float(xp.min(h)):.6g}); an entropy is >= 0: "
+            "pass the content entropies of decompose (or group entropies), not changes"
+        )
 
 
 def entropy_change(
@@ -883,6 +1070,16 @@ def entropy_change(
 ) -> EntropyChange:
     """Split the entropy change from rows ``x_a`` to rows ``x_b`` into sink and content parts.
 
+    The two states need not have the same keys (entropies compare across key sets); their
+    rows' leading shapes must broadcast.
+
+    Raises
+    ------
+    ShapeMismatchError
+        The leading shapes of ``x_a`` and ``x_b`` do not broadcast; a bad ``sink``.
+    TooFewPartsError, ZeroPartError, NegativePartError, NonFiniteError
+        As in :func:`decompose`.
+
     Examples
     --------
     >>> import numpy as np, attncoda as ac
@@ -891,6 +1088,9 @@ def entropy_change(
     >>> bool(np.isclose(ch.total, ac.entropy(b) - ac.entropy(a))), round(float(ch.content), 12)
     (True, 0.0)
     """
+    xp = namespace(x_a, x_b, mask, sink)
+    like = first_tensor(x_a, x_b, mask, sink)
+    x_a, x_b = to_kind(x_a, xp, like, "x_a"), to_kind(x_b, xp, like, "x_b")
     da = decompose(x_a, sink, axis, validate, mask=mask, from_logits=from_logits)
     db = decompose(x_b, sink, axis, validate, mask=mask, from_logits=from_logits)
     return attribute_entropy_change(
@@ -917,6 +1117,17 @@ def attribute_grouped_entropy_change(
     :math:`\Delta_{within,g} = \bar p_g \Delta H_g`, which sum exactly to the total. Inputs have
     the groups on the last axis (as :class:`GroupDecomposition` gives them).
 
+    Raises
+    ------
+    NonFiniteError
+        An input holds NaN or an infinity.
+    NegativePartError, NotClosedError
+        Shares are negative, or do not sum to one over the groups.
+    CompositionError
+        A within entropy is negative, or an input is not numeric.
+    ShapeMismatchError
+        An input is a scalar, the numbers of groups differ, or the shapes do not broadcast.
+
     Examples
     --------
     >>> import numpy as np, attncoda as ac
@@ -927,12 +1138,30 @@ def attribute_grouped_entropy_change(
     >>> bool(np.isclose(ch.between + ch.within.sum(), b.entropy - a.entropy))
     True
     """
-    xp = namespace(shares_a, within_a, shares_b, within_b)
-    pa, ha, pb, hb = (as_float(v, xp) for v in (shares_a, within_a, shares_b, within_b))
-    for v in (pa, ha, pb, hb):
-        check_finite_values(xp, v, "group shares and entropies")
+    names = ("shares_a", "within_a", "shares_b", "within_b")
+    pa, ha, pb, hb = _summaries((shares_a, within_a, shares_b, within_b), names)
+    xp = namespace(pa)
+    for v, name in zip((pa, ha, pb, hb), names, strict=True):
         if v.ndim == 0:
-            raise ShapeMismatchError("groups must be on the last axis")
+            raise ShapeMismatchError(f"{name} is a scalar; the groups must be on the last axis")
+    m = {int(v.shape[-1]) for v in (pa, ha, pb, hb)}
+    if len(m) > 1:
+        raise ShapeMismatchError(
+            f"the four inputs have different numbers of groups on their last axis {sorted(m)}; "
+            "pass the shares and within entropies of group decompositions over the same groups"
+        )
+    for v, name in ((pa, "shares_a"), (pb, "shares_b")):
+        if bool(xp.any(v < 0)):
+            raise NegativePartError(f"{name} has negative group shares; shares are masses >= 0")
+        err = xp.abs(xp.sum(v, axis=-1) - 1)
+        tol = tolerance(v.dtype)
+        if bool(xp.any(err > tol)):
+            raise NotClosedError(
+                f"{name} must sum to 1 over the groups (worst deviation {float(xp.max(err)):.3g}"
+                f" > {tol:g}); pass GroupDecomposition.shares, or close them with ac.closure"
+            )
+    for v, name in ((ha, "within_a"), (hb, "within_b")):
+        _check_entropies(xp, v, name)
     with np.errstate(divide="ignore"):
         h_pa = xp.sum(_neg_plogp(xp, xp.log(pa)), axis=-1)
         h_pb = xp.sum(_neg_plogp(xp, xp.log(pb)), axis=-1)
