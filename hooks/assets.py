@@ -9,8 +9,21 @@ turned once into a cache of plain files:
 - corpora become clean UTF-8 text files, one per document, plus a ``manifest.json``.
 
 The cache lives in ``$ATTNCODA_CACHE`` if that is set, else in ``~/.cache/attncoda``. Every asset
-is built in a temporary folder inside the cache and moved into place with one ``os.replace``, so an
-interrupted fetch never leaves a half-written asset that later looks valid.
+is built in a temporary folder inside the cache (``.tmp/NAME``) and moved into place with one
+``os.replace``, so an interrupted fetch never leaves a half-written asset that later looks valid;
+the next fetch of any asset removes what a dead fetch left there (never what a running one uses).
+
+Integrity is checked, not assumed: every asset folder carries a ``manifest.json`` with the size and
+sha256 of each of its files, and every file it lists is sha256-verified before the asset is used
+(:func:`asset_path`, :func:`is_fetched`, the loaders, :func:`fetch`). A full hash is remembered in
+a *verified stamp*, ``.verified/NAME.json`` in the cache (outside the asset folder, so the folder
+holds exactly what its manifest lists), keyed by the manifest's sha256 and each file's size,
+``mtime_ns`` and ``ctime_ns``; a file whose stamp entry still matches is not hashed again. Any
+write to a file, and ``os.utime`` itself, changes its ``ctime``, so the fast path catches edits
+that restore the size and mtime; what it cannot see is a change below the file system (bit rot,
+writes to the raw device) that leaves all three as they were: ``attncoda fetch --verify`` (or
+:func:`asset_status` with ``full=True``) hashes every file regardless of the stamp. A read-only
+cache is verified the same way, by a full hash on every check, since no stamp can be written.
 
 Examples
 --------
@@ -62,20 +75,26 @@ __all__ = [
     "CACHE_ENV",
     "Asset",
     "AssetBuildError",
+    "AssetDamagedError",
     "AssetDownloadError",
     "AssetError",
     "AssetNotFoundError",
+    "AssetStatus",
     "ChecksumError",
+    "FileProblem",
     "Package",
     "UnknownAssetError",
     "asset_path",
+    "asset_status",
     "clean_wikitext",
     "default_cache_dir",
     "fetch",
     "fetch_all",
+    "fetch_with_status",
     "get_asset",
     "is_fetched",
     "list_assets",
+    "list_leftovers",
     "load_corpus",
     "load_model",
     "load_text",
@@ -91,6 +110,15 @@ MANIFEST = "manifest.json"
 
 #: Bumped when the layout of cached assets changes for every asset.
 _FORMAT_VERSION = 1
+
+#: Folder of the cache that holds the verified stamps, one ``NAME.json`` per asset.
+STAMPS = ".verified"
+
+#: Version of the stamp format; a stamp of another version is ignored (every file is hashed).
+_STAMP_VERSION = 1
+
+#: The states of a cached asset (see :class:`AssetStatus`).
+AssetState = Literal["fetched", "missing", "damaged", "stale"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,6 +149,16 @@ class AssetDownloadError(AssetError):
 
 class ChecksumError(AssetError):
     """A downloaded or assembled file does not have the pinned sha256."""
+
+
+class AssetDamagedError(AssetNotFoundError, ChecksumError):
+    """A cached asset's file differs from its manifest (another sha256, or missing), or the folder
+    has no readable manifest.
+
+    It is an :class:`AssetNotFoundError` (the asset is not usable, and code that handles a missing
+    asset keeps working) and a :class:`ChecksumError`. The one-line message names the file, the
+    actual and expected sha256 (12-digit prefixes) and the repair: ``attncoda fetch NAME``.
+    """
 
 
 class AssetBuildError(AssetError):
@@ -541,34 +579,323 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
     return data
 
 
-def _check_cached(asset: Asset, folder: Path) -> str | None:
-    """Why the cached folder is not a valid copy of ``asset``, or None if it is."""
-    if not folder.is_dir():
-        return "is not fetched"
-    try:
-        manifest = _read_manifest(folder)
-    except (OSError, ValueError):
-        return f"is incomplete in {folder} (no readable {MANIFEST})"
-    if manifest.get("fingerprint") != asset.fingerprint():
-        return f"in {folder} was built from other pins or by an older recipe"
-    for entry in manifest.get("files", []):
-        path = folder / entry["path"]
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return f"is incomplete in {folder} ({entry['path']} is missing)"
-        if size != entry["bytes"]:
-            return (
-                f"is damaged in {folder} ({entry['path']} has {size} bytes, not {entry['bytes']})"
+# --------------------------------------------------------------------------------------------
+# Verification: sha256 of every listed file, with a verified stamp as the fast path
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """One file of a cached asset that does not match its manifest.
+
+    Attributes
+    ----------
+    path
+        The file's path inside the asset folder, as the manifest lists it.
+    expected
+        The sha256 the manifest records.
+    actual
+        The file's sha256, or ``"missing"``.
+    """
+
+    path: str
+    expected: str
+    actual: str
+
+    def describe(self) -> str:
+        """One phrase: ``PATH has sha256 ACTUAL, expected EXPECTED`` (12-digit prefixes)."""
+        if self.actual == "missing":
+            return f"{self.path} is missing"
+        return f"{self.path} has sha256 {self.actual[:12]}, expected {self.expected[:12]}"
+
+
+@dataclass(frozen=True)
+class AssetStatus:
+    """The state of an asset's cached copy, as :func:`asset_status` finds it.
+
+    Attributes
+    ----------
+    name
+        The asset name.
+    folder
+        Where the asset lives (or would live) in the cache.
+    state
+        ``"fetched"`` (every listed file has its manifest's sha256), ``"missing"`` (no folder),
+        ``"damaged"`` (a listed file is missing or has another sha256, or the manifest is
+        unreadable) or ``"stale"`` (built from other pins or by an older recipe).
+    reason
+        What is wrong, as the phrase that follows ``asset 'NAME'`` in an error message; empty
+        when fetched.
+    problems
+        The damaged files, in manifest order (empty unless a file is damaged).
+    hashed
+        The files this check hashed in full; the others passed by their verified stamp.
+    manifest_sha256
+        sha256 of the manifest's bytes (None without a readable manifest).
+    """
+
+    name: str
+    folder: Path
+    state: AssetState
+    reason: str = ""
+    problems: tuple[FileProblem, ...] = ()
+    hashed: tuple[str, ...] = ()
+    manifest_sha256: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the copy is fetched and intact."""
+        return self.state == "fetched"
+
+    def error(self, command: str, root: Path) -> AssetNotFoundError:
+        """The one-line error that refuses this copy; ``command`` is the fetch command to name."""
+        if self.state == "damaged":
+            return AssetDamagedError(
+                f"asset {self.name!r} {self.reason}; run `{command}` to repair it (cache: {root})"
             )
-    return None
+        return AssetNotFoundError(
+            f"asset {self.name!r} {self.reason}; run `{command}` to fetch it (cache: {root})"
+        )
+
+
+def _file_key(st: os.stat_result) -> tuple[int, int, int]:
+    """What a verified stamp remembers of a file: size, mtime and ctime in nanoseconds.
+
+    Every write to a file and every ``os.utime`` on it sets its ctime to the current time, so a
+    matching key means the file was not changed through the file system since it was hashed.
+    """
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stamp_path(root: Path, name: str) -> Path:
+    return root / STAMPS / f"{name}.json"
+
+
+def _read_stamp(root: Path, name: str, manifest_sha256: str) -> dict[str, list[Any]]:
+    """The stamp's file entries (path -> [size, mtime_ns, ctime_ns, sha256]); empty if there is
+    no usable stamp for this manifest."""
+    try:
+        with open(_stamp_path(root, name), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    if (
+        not isinstance(stamp, dict)
+        or stamp.get("version") != _STAMP_VERSION
+        or stamp.get("manifest_sha256") != manifest_sha256
+        or not isinstance(stamp.get("files"), dict)
+    ):
+        return {}
+    return {k: v for k, v in stamp["files"].items() if isinstance(v, list) and len(v) == 4}
+
+
+class _StampWriter:
+    """Writes a verified stamp atomically (temp file + ``os.replace``), or nothing if it cannot.
+
+    The temp file is created before the first file is hashed: its mtime is the file system's
+    clock at that moment. A file whose mtime or ctime is not older than that clock could be
+    changed again within the same clock tick without changing its key (file times are coarse),
+    so it is not stamped and the next check hashes it again. On a read-only cache the temp file
+    cannot be created and nothing is stamped.
+    """
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.target = _stamp_path(root, name)
+        self.tmp: Path | None = None
+        self.clock = 0
+        try:
+            self.target.parent.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f"{name}.", suffix=".tmp", dir=self.target.parent)
+        except OSError:
+            return
+        try:
+            self.clock = os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+        self.tmp = Path(tmp)
+
+    def trusts(self, st: os.stat_result) -> bool:
+        """Whether a file with this stat may be stamped (older than the clock)."""
+        return self.tmp is not None and max(st.st_mtime_ns, st.st_ctime_ns) < self.clock
+
+    def commit(self, manifest_sha256: str, files: Mapping[str, list[Any]]) -> None:
+        if self.tmp is None:
+            return
+        stamp = {"version": _STAMP_VERSION, "manifest_sha256": manifest_sha256, "files": files}
+        try:
+            with open(self.tmp, "w", encoding="utf-8") as fh:
+                json.dump(stamp, fh, indent=1, sort_keys=True)
+                fh.write("\n")
+            self.tmp.chmod(0o644)  # mkstemp's file is private; the assets are readable by all
+            os.replace(self.tmp, self.target)
+        except OSError:
+            self.discard()
+        self.tmp = None
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                self.tmp.unlink()
+        self.tmp = None
+
+
+def _manifest_entries(manifest: Mapping[str, Any]) -> list[tuple[str, int, str]] | None:
+    """The manifest's ``(path, bytes, sha256)`` entries, or None if the list is malformed."""
+    files = manifest.get("files")
+    if not isinstance(files, list) or not files:
+        return None
+    out = []
+    for entry in files:
+        if not isinstance(entry, dict):
+            return None
+        path, size, sha = entry.get("path"), entry.get("bytes"), entry.get("sha256")
+        if not (isinstance(path, str) and isinstance(size, int) and isinstance(sha, str)):
+            return None
+        parts = Path(path).parts
+        if not parts or Path(path).is_absolute() or ".." in parts or path == MANIFEST:
+            return None
+        out.append((path, size, sha))
+    return out
+
+
+def _check_cached(asset: Asset, root: Path, *, full: bool = False) -> AssetStatus:
+    """The state of the cached copy of ``asset`` under ``root``.
+
+    Every file the manifest lists is checked: by its stamp entry when that still matches its
+    size, mtime and ctime (unless ``full``), else by a full sha256. Files hashed in full and found
+    intact are stamped (when the cache is writable).
+    """
+    folder = _final_path(asset, root)
+    name = asset.name
+    if not folder.is_dir():
+        return AssetStatus(name, folder, "missing", "is not fetched")
+    try:
+        raw = (folder / MANIFEST).read_bytes()
+        manifest = json.loads(raw)
+        if not isinstance(manifest, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError):
+        return AssetStatus(
+            name, folder, "damaged", f"is incomplete in {folder} (no readable {MANIFEST})"
+        )
+    manifest_sha = hashlib.sha256(raw).hexdigest()
+    if manifest.get("fingerprint") != asset.fingerprint():
+        return AssetStatus(
+            name,
+            folder,
+            "stale",
+            f"in {folder} was built from other pins or by an older recipe",
+            manifest_sha256=manifest_sha,
+        )
+    entries = _manifest_entries(manifest)
+    if entries is None:
+        return AssetStatus(
+            name,
+            folder,
+            "damaged",
+            f"is damaged in {folder} ({MANIFEST} has no valid file list)",
+            manifest_sha256=manifest_sha,
+        )
+    stamp = {} if full else _read_stamp(root, name, manifest_sha)
+    writer: _StampWriter | None = None
+    verified: dict[str, list[Any]] = {}
+    problems: list[FileProblem] = []
+    hashed: list[str] = []
+    for rel, _size, expected in entries:
+        path = folder / rel
+        try:
+            before = path.stat()
+        except OSError:
+            problems.append(FileProblem(rel, expected, "missing"))
+            continue
+        record = [*_file_key(before), expected]
+        if stamp.get(rel) == record:
+            verified[rel] = record
+            continue
+        if writer is None:
+            writer = _StampWriter(root, name)  # before the first hash: see _StampWriter
+        try:
+            actual = _sha256_file(path)
+            after = path.stat()
+        except OSError:
+            problems.append(FileProblem(rel, expected, "missing"))
+            continue
+        hashed.append(rel)
+        if actual != expected:
+            problems.append(FileProblem(rel, expected, actual))
+        elif _file_key(after) == _file_key(before) and writer.trusts(after):
+            verified[rel] = record
+    if writer is not None:
+        writer.commit(manifest_sha, verified)
+    if problems:
+        more = f" and {len(problems) - 1} more file(s)" if len(problems) > 1 else ""
+        return AssetStatus(
+            name,
+            folder,
+            "damaged",
+            f"is damaged in {folder}: {problems[0].describe()}{more} (changed after it was "
+            "fetched)",
+            tuple(problems),
+            tuple(hashed),
+            manifest_sha,
+        )
+    return AssetStatus(name, folder, "fetched", "", (), tuple(hashed), manifest_sha)
+
+
+def _fetch_command(asset: Asset, root: Path, cache_dir: object) -> str:
+    cache_opt = "" if cache_dir is None else f" --cache-dir {root}"
+    return f"{asset.fetch_command}{cache_opt}"
+
+
+def asset_status(
+    name: str, cache_dir: str | os.PathLike[str] | None = None, *, full: bool = False
+) -> AssetStatus:
+    """Check the cached copy of an asset and say what state it is in; never raises for a bad copy.
+
+    Every file the asset's manifest lists (weights, config and tokenizer files, documents,
+    licences) is checked against the manifest's sha256. A file whose verified stamp entry still
+    matches its size, ``mtime_ns`` and ``ctime_ns`` passes without being read; any other file is
+    hashed in full, and the stamp (``.verified/NAME.json`` in the cache) is rewritten for the
+    files found intact, atomically, unless the cache is read-only. Nothing is downloaded.
+
+    Parameters
+    ----------
+    name
+        A registered asset name (see :func:`list_assets`).
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+    full
+        Hash every file in full, ignoring the stamp (what ``attncoda fetch --verify`` does). This
+        also catches a change that left a file's size and times as they were (bit rot, a write
+        to the raw device), which the stamp cannot see.
+
+    Returns
+    -------
+    AssetStatus
+        ``state`` is ``"fetched"``, ``"missing"``, ``"damaged"`` or ``"stale"``.
+
+    Raises
+    ------
+    UnknownAssetError
+        If ``name`` is not registered.
+
+    Examples
+    --------
+    >>> asset_status("austen", cache_dir="/nonexistent").state
+    'missing'
+    >>> asset_status("austen").problems  # doctest: +SKIP
+    ()
+    """
+    asset = get_asset(name)
+    return _check_cached(asset, resolve_cache_dir(cache_dir), full=full)
 
 
 def asset_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Return the folder of a fetched asset.
+    """Return the folder of a fetched asset, after checking every file's sha256.
 
-    The folder is valid only if its manifest is present, matches the current pins, and every
-    file it lists is there with the recorded size. Nothing is downloaded.
+    The folder is valid only if its manifest is present and matches the current pins, and every
+    file it lists has the manifest's sha256 (checked as :func:`asset_status` does: a file
+    unchanged since its last full hash passes by its verified stamp). Nothing is downloaded.
 
     Parameters
     ----------
@@ -585,8 +912,12 @@ def asset_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Pa
     ------
     UnknownAssetError
         If ``name`` is not registered.
+    AssetDamagedError
+        If a listed file is missing or has another sha256, or the manifest is unreadable; the
+        one-line message names the file, both sha256 prefixes and ``attncoda fetch NAME``, which
+        repairs it.
     AssetNotFoundError
-        If the asset is missing, incomplete or stale; the message names ``attncoda fetch NAME``.
+        If the asset is missing or stale; the message names ``attncoda fetch NAME``.
 
     Examples
     --------
@@ -595,19 +926,14 @@ def asset_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Pa
     """
     asset = get_asset(name)
     root = resolve_cache_dir(cache_dir)
-    folder = _final_path(asset, root)
-    problem = _check_cached(asset, folder)
-    if problem is not None:
-        cache_opt = "" if cache_dir is None else f" --cache-dir {root}"
-        raise AssetNotFoundError(
-            f"asset {name!r} {problem}; run `{asset.fetch_command}{cache_opt}` to fetch it "
-            f"(cache: {root})"
-        )
-    return folder
+    status = _check_cached(asset, root)
+    if not status.ok:
+        raise status.error(_fetch_command(asset, root, cache_dir), root)
+    return status.folder
 
 
 def is_fetched(name: str, cache_dir: str | os.PathLike[str] | None = None) -> bool:
-    """Whether :func:`asset_path` would succeed for ``name``.
+    """Whether :func:`asset_path` would succeed for ``name`` (fetched and intact).
 
     Examples
     --------
@@ -653,6 +979,11 @@ def fetch(
     dequantised once to an fp32 safetensors checkpoint and checked against the GGUF-loaded
     model's logits. Never contacts a model hub.
 
+    A cached copy is kept only if every file has its manifest's sha256 (checked as
+    :func:`asset_status` does, through the verified stamp); a damaged or stale copy is rebuilt,
+    and stays in place until the new one is complete. Before that, what dead fetches of any
+    asset left in the cache's ``.tmp`` folder is removed (see :func:`list_leftovers`).
+
     Parameters
     ----------
     name
@@ -681,22 +1012,64 @@ def fetch(
     AssetBuildError
         A package lacks the expected content, or the dequantised model fails its check.
 
+    See Also
+    --------
+    fetch_with_status : the same, also returning the state the cached copy was in.
+
     Examples
     --------
     >>> folder = fetch("mobydick")  # doctest: +SKIP
     >>> sorted(p.name for p in folder.iterdir())  # doctest: +SKIP
     ['COPYRIGHT', 'manifest.json', 'mobydick.txt']
     """
+    return fetch_with_status(name, cache_dir=cache_dir, force=force, progress=progress)[0]
+
+
+def fetch_with_status(
+    name: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> tuple[Path, AssetStatus]:
+    """Like :func:`fetch`, and also say what state the cached copy was in before.
+
+    Parameters
+    ----------
+    name, cache_dir, force, progress
+        As for :func:`fetch`.
+
+    Returns
+    -------
+    folder : pathlib.Path
+        The asset folder.
+    before : AssetStatus
+        The cached copy as found: ``before.ok`` without ``force`` means nothing was rebuilt;
+        ``before.state == "damaged"`` or ``"stale"`` means the copy was repaired (rebuilt).
+
+    Examples
+    --------
+    >>> folder, before = fetch_with_status("austen")  # doctest: +SKIP
+    >>> before.state  # doctest: +SKIP
+    'fetched'
+    """
     asset = get_asset(name)
     root = resolve_cache_dir(cache_dir)
-    if not force and _check_cached(asset, _final_path(asset, root)) is None:
-        return _final_path(asset, root)
+    _clean_leftovers(root)
+    final = _final_path(asset, root)
+    before = _check_cached(asset, root)
+    if not force and before.ok:
+        return final, before
     report = _Reporter(progress, name)
+    if before.state in ("damaged", "stale"):
+        report(f"asset {name!r} {before.reason}; rebuilding it")
     root.mkdir(parents=True, exist_ok=True)
     with _locked(root, name):
-        final = _final_path(asset, root)
-        if not force and _check_cached(asset, final) is None:  # another process fetched it
-            return final
+        if not force and _manifest_sha256(final) != before.manifest_sha256:
+            # another process replaced the copy meanwhile: check it again
+            again = _check_cached(asset, root)
+            if again.ok:
+                return final, before
         scratch = _scratch_dir(root, name)
         start = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix="build-", dir=scratch))
@@ -714,8 +1087,19 @@ def fetch(
             with contextlib.suppress(OSError):
                 scratch.rmdir()  # only if empty
                 scratch.parent.rmdir()
+        # hash the installed copy once more: checks it and writes its verified stamp
+        after = _check_cached(asset, root, full=True)
+        if not after.ok:
+            raise after.error(_fetch_command(asset, root, cache_dir), root)
         report(f"done in {time.perf_counter() - start:.1f} s -> {final}")
-    return final
+    return final, before
+
+
+def _manifest_sha256(folder: Path) -> str | None:
+    try:
+        return hashlib.sha256((folder / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def fetch_all(
@@ -752,21 +1136,123 @@ def fetch_all(
 
 
 @contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    """Hold an exclusive per-asset lock so that concurrent fetches do not collide."""
-    lock_dir = root / ".locks"
-    lock_dir.mkdir(exist_ok=True)
-    with open(lock_dir / name, "a+b") as fh:
+def _locked(root: Path, name: str, *, blocking: bool = True, create: bool = True) -> Iterator[bool]:
+    """Hold the exclusive per-asset lock ``.locks/NAME`` (concurrent fetches must not collide).
+
+    Yields whether the lock is held. With ``blocking`` (the default) it waits for the lock and
+    yields True. Otherwise it yields False at once if another process (or another open of the
+    lock in this one) holds it: a fetch of ``name`` is running. Without ``create`` a missing
+    lock file is not created (nothing can hold it: yields True without locking), so a read-only
+    cache can be inspected. Without ``fcntl`` (Windows) nothing is locked, and a non-blocking
+    attempt yields False (cannot tell, so assume a fetch is running).
+    """
+    lock = root / ".locks" / name
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no locking, rename stays atomic
+        yield blocking
+        return
+    if not create and not lock.exists():
+        yield True
+        return
+    if create:
+        lock.parent.mkdir(exist_ok=True)
+    with open(lock, "a+b" if create else "rb") as fh:
         try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no locking, rename stays atomic
-            yield
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
             return
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def list_leftovers(cache_dir: str | os.PathLike[str] | None = None) -> list[tuple[Path, bool]]:
+    """What fetches left in the cache's ``.tmp`` folder, and whether each fetch is still running.
+
+    A fetch builds in ``.tmp/NAME`` while it holds the lock ``.locks/NAME``; a process killed
+    mid-fetch leaves the folder behind. The next :func:`fetch` of any asset removes the leftovers
+    of dead fetches (those whose lock it can take without waiting), never those of a fetch that
+    is still running in another process. This function only looks (it writes nothing).
+
+    Parameters
+    ----------
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    list of (pathlib.Path, bool)
+        Each ``.tmp/NAME`` folder and whether a fetch of ``NAME`` is running now.
+
+    Examples
+    --------
+    >>> list_leftovers("/nonexistent")
+    []
+    """
+    tmp_root = resolve_cache_dir(cache_dir) / ".tmp"
+    try:
+        folders = sorted(p for p in tmp_root.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    out = []
+    for folder in folders:
+        try:
+            with _locked(tmp_root.parent, folder.name, blocking=False, create=False) as free:
+                running = not free
+        except OSError:
+            running = True  # cannot tell: say so rather than call it dead
+        out.append((folder, running))
+    return out
+
+
+def _clean_leftovers(root: Path) -> None:
+    """Remove what dead fetches left in ``root/.tmp`` (lock free); keep running fetches' files.
+
+    A dead fetch's previous copy moved aside by :func:`_install` (killed between its two
+    renames) is put back first when the asset has no copy in place. Errors (a read-only cache)
+    leave everything as it was. Old temp files of verified stamps are removed as well.
+    """
+    tmp_root = root / ".tmp"
+    if tmp_root.is_dir():
+        for folder in sorted(p for p in tmp_root.iterdir() if p.is_dir()):
+            with contextlib.suppress(OSError), _locked(root, folder.name, blocking=False) as free:
+                if free:
+                    _remove_scratch(root, folder)
+        with contextlib.suppress(OSError):
+            tmp_root.rmdir()  # only if empty
+    stamps = root / STAMPS
+    if stamps.is_dir():
+        day_ago = time.time() - 86_400
+        for tmp in stamps.glob("*.tmp"):  # a verification killed before its os.replace
+            with contextlib.suppress(OSError):
+                if tmp.stat().st_mtime < day_ago:
+                    tmp.unlink()
+
+
+def _remove_scratch(root: Path, scratch: Path) -> None:
+    """Empty a dead fetch's ``.tmp/NAME`` folder (its lock held) and remove it.
+
+    Only what :func:`fetch` creates there (``build-*`` and ``old-*`` folders) is deleted; anything
+    else is left alone. If the asset has no copy in place but an ``old-*/previous`` copy exists
+    (a fetch killed inside :func:`_install`), that copy is moved back first.
+    """
+    asset = ASSETS.get(scratch.name)
+    if asset is not None:
+        final = _final_path(asset, root)
+        if not final.exists():
+            for old in sorted(scratch.glob("old-*/previous")):
+                if (old / MANIFEST).is_file():
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(old, final)
+                    break
+    for child in scratch.iterdir():
+        if child.is_dir() and child.name.startswith(("build-", "old-")):
+            shutil.rmtree(child, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        scratch.rmdir()  # only if empty
 
 
 def _scratch_dir(root: Path, name: str) -> Path:
@@ -776,8 +1262,9 @@ def _scratch_dir(root: Path, name: str) -> Path:
     inside the cache keeps the final ``os.replace`` on one filesystem.
     """
     scratch = root / ".tmp" / name
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    if scratch.is_dir():
+        _remove_scratch(root, scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
     return scratch
 
 
@@ -1539,8 +2026,12 @@ def load_model(
 
     Raises
     ------
+    AssetDamagedError
+        If a file of the model (weights, config, tokenizer) does not have its manifest's sha256;
+        checked before anything is loaded. The message names ``attncoda fetch NAME``, which
+        repairs it.
     AssetNotFoundError
-        If the model is not fetched; the message names ``attncoda fetch NAME``.
+        If the model is not fetched or stale; the message names ``attncoda fetch NAME``.
     ValueError
         If ``name`` is a corpus.
 
@@ -1580,7 +2071,8 @@ def load_corpus(
     cache_dir
         Cache directory; default :func:`default_cache_dir`.
     verify
-        Check every document's sha256 against the manifest (a few milliseconds).
+        Check the sha256 of the bytes read once more (a few milliseconds), against a change
+        after :func:`asset_path` verified every file of the corpus.
 
     Returns
     -------
@@ -1588,9 +2080,11 @@ def load_corpus(
 
     Raises
     ------
+    AssetDamagedError
+        If a file of the corpus is damaged (another sha256, or missing); the message names the
+        file and ``attncoda fetch NAME``, which repairs it.
     AssetNotFoundError
-        If the corpus is not fetched (or a file is damaged); the message names the command
-        ``attncoda fetch NAME``.
+        If the corpus is not fetched or stale; the message names ``attncoda fetch NAME``.
 
     Examples
     --------
@@ -1606,10 +2100,12 @@ def load_corpus(
     out: dict[str, str] = {}
     for doc in manifest["documents"]:
         data = (folder / doc["file"]).read_bytes()
-        if verify and hashlib.sha256(data).hexdigest() != doc["sha256"]:
-            raise AssetNotFoundError(
-                f"{folder / doc['file']} is damaged (sha256 differs from the manifest); run "
-                f"`attncoda fetch {name} --force` to fetch it again"
+        actual = hashlib.sha256(data).hexdigest() if verify else doc["sha256"]
+        if actual != doc["sha256"]:  # changed since asset_path checked it
+            problem = FileProblem(doc["file"], doc["sha256"], actual).describe()
+            raise AssetDamagedError(
+                f"asset {name!r} is damaged in {folder}: {problem} (changed after it was "
+                f"fetched); run `{asset.fetch_command}` to repair it"
             )
         out[doc["name"]] = data.decode("utf-8")
     return out
@@ -1642,7 +2138,8 @@ def load_text(
     KeyError
         If ``document`` is not in the corpus; the message lists the names.
     AssetNotFoundError
-        If the corpus is not fetched; the message names ``attncoda fetch NAME``.
+        If the corpus is not fetched, stale or damaged (:class:`AssetDamagedError`); the message
+        names ``attncoda fetch NAME``.
 
     Examples
     --------

@@ -22,6 +22,7 @@ import pytest
 from attncoda.hooks import assets
 from attncoda.hooks.assets import (
     Asset,
+    AssetDamagedError,
     AssetDownloadError,
     AssetNotFoundError,
     ChecksumError,
@@ -294,12 +295,16 @@ def test_damaged_or_stale_asset_is_not_valid(fake_registry, monkeypatch):
     (path / "one.txt").write_text("short")  # size differs from the manifest
     with pytest.raises(AssetNotFoundError, match="damaged"):
         assets.asset_path("fake-corpus")
-    assets.fetch("fake-corpus", progress=False)
-    # same size, different bytes: caught by load_corpus's sha256 check
+    assets.fetch("fake-corpus", progress=False)  # repairs it, without --force
+    assert assets.load_corpus("fake-corpus")["one"].startswith("First")
+    # same size, different bytes: caught by the sha256 check before anything is read
     data = (path / "one.txt").read_bytes()
     (path / "one.txt").write_bytes(data.upper())
-    with pytest.raises(AssetNotFoundError, match="attncoda fetch fake-corpus --force"):
+    with pytest.raises(
+        AssetDamagedError, match=r"one\.txt has sha256 .*`attncoda fetch fake-corpus`"
+    ):
         assets.load_corpus("fake-corpus")
+    assets.fetch("fake-corpus", progress=False)
     # pins changed since the asset was built: stale, and the next fetch rebuilds it
     monkeypatch.setitem(assets._BUILD_VERSIONS, FAKE.name, 99)
     with pytest.raises(AssetNotFoundError, match="older recipe"):
