@@ -27,6 +27,7 @@ import json
 import math
 import os
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from attncoda._array import namespace
 from attncoda._data import SUMMARY_VARIABLES, load, make_dataset, save
 from attncoda._decompose import _binary_from_logs
 
-from ._registry import ATTENTION_NAME, can_switch, observed, visible_mask
+from ._registry import ATTENTION_NAME, attention_modules, can_switch, observed, visible_mask
 
 __all__ = [
     "ATTENTION_NAME",
@@ -68,35 +69,151 @@ class CaptureError(AttncodaError, RuntimeError):
 # the capture specification
 
 
-def _selection(value: Any, name: str) -> tuple[int, ...] | slice | None:
-    if value is None or value == "all":
-        return None
-    if isinstance(value, slice):
-        return value
-    if isinstance(value, (int, np.integer)):
-        return (int(value),)
-    try:
+def _is_int(value: Any) -> bool:
+    """A Python or numpy integer; bools (``True`` is an int to Python) are not."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _show(value: Any) -> str:
+    """A short one-line repr of a user's value for error messages."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _show_sel(sel: Any) -> str:
+    """A normalised selection as the user would write it (tuples as lists)."""
+    return _show(list(sel) if isinstance(sel, tuple) else sel)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "a bool"
+    if isinstance(value, (float, np.floating)):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple, range, np.ndarray)):
+        return "a nested sequence"
+    return f"of type {type(value).__name__}"
+
+
+_HINT = {
+    "layers": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
+    "heads": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
+    "queries": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
+    "sink": "pass 'first', 'learned', a key position (an int >= 0) or a list of them",
+}
+
+
+def _int_items(value: Any, name: str) -> tuple[int, ...]:
+    """The ints of a flat list/tuple/range/1-D integer array; refuses anything else."""
+    hint = _HINT[name]
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or not np.issubdtype(value.dtype, np.integer):
+            raise CaptureError(
+                f"{name}={_show(value)} is a {value.ndim}-D {value.dtype} array; {hint}"
+            )
         items = tuple(int(v) for v in value)
-    except TypeError as exc:
-        raise CaptureError(
-            f"{name}= must be None/'all', an int, a slice or a list of ints, got {value!r}"
-        ) from exc
+    elif isinstance(value, (list, tuple, range)):
+        for v in value:
+            if not _is_int(v):
+                raise CaptureError(f"{name}={_show(value)} holds {_show(v)}, {_kind(v)}; {hint}")
+        items = tuple(int(v) for v in value)
+    else:
+        raise CaptureError(f"{name}={_show(value)} is {_kind(value)}; {hint}")
     if not items:
-        raise CaptureError(f"{name}= is empty; nothing would be captured")
+        raise CaptureError(f"{name}={_show(value)} is empty, so nothing would be captured; {hint}")
+    counts = Counter(items)
+    twice = sorted(i for i, c in counts.items() if c > 1)
+    if twice:
+        raise CaptureError(
+            f"{name}={_show(value)} names {', '.join(map(str, twice))} more than once; "
+            "name each once"
+        )
     return items
 
 
+def _selection(value: Any, name: str) -> tuple[int, ...] | slice | None:
+    """Normalise a layers/heads/queries selection (types only; ranges are checked later)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value == "all":
+            return None
+        raise CaptureError(f"{name}={value!r} is not a selection; {_HINT[name]}")
+    if _is_int(value):
+        return (int(value),)
+    if isinstance(value, slice):
+        parts = []
+        for part in (value.start, value.stop, value.step):
+            if part is not None and not _is_int(part):
+                raise CaptureError(
+                    f"{name}={_show(value)} has the bound {_show(part)}, {_kind(part)}; pass a "
+                    "slice of ints or None"
+                )
+            parts.append(None if part is None else int(part))
+        if parts[2] == 0:
+            raise CaptureError(f"{name}={_show(value)} has step 0; use a non-zero step or None")
+        return slice(*parts)
+    return _int_items(value, name)
+
+
 def _resolve(sel: tuple[int, ...] | slice | None, n: int, name: str) -> list[int]:
+    """Indices in ``0..n-1`` of a layers/heads selection; negative ones count from the end."""
     if sel is None:
         return list(range(n))
     if isinstance(sel, slice):
-        return list(range(n))[sel]
-    out = []
+        out = sorted(set(range(n)[sel]))
+        if not out:
+            raise CaptureError(
+                f"{name}s={_show(sel)} selects none of the model's {n} {name}s (the selection is "
+                "empty); nothing would be captured"
+            )
+        return out
+    seen: dict[int, int] = {}
     for i in sel:
         if not -n <= i < n:
-            raise CaptureError(f"{name} index {i} is out of range: the model has {n} {name}s")
-        out.append(i % n)
-    return sorted(set(out))
+            raise CaptureError(
+                f"{name}s={_show_sel(sel)}: {name} index {i} is out of range: the model has {n} "
+                f"{name}s; pass indices in {-n}..{n - 1}"
+            )
+        j = i % n
+        if j in seen:
+            raise CaptureError(
+                f"{name}s={_show(list(sel))} names {name} {j} twice ({seen[j]} and {i}); name "
+                f"each {name} once"
+            )
+        seen[j] = i
+    return sorted(seen)
+
+
+def _sink_choice(value: Any) -> str | int | tuple[int, ...]:
+    """Normalise ``sink=``: 'first', 'learned', a key position >= 0 or a tuple of them."""
+    if isinstance(value, str):
+        if value in ("first", "learned"):
+            return value
+        raise CaptureError(f"sink={value!r} is not a sink; {_HINT['sink']}")
+    if _is_int(value):
+        items: tuple[int, ...] = (int(value),)
+    elif isinstance(value, (list, tuple, range, np.ndarray)):
+        items = _int_items(value, "sink")
+    else:
+        raise CaptureError(f"sink={_show(value)} is {_kind(value)}; {_HINT['sink']}")
+    negative = [i for i in items if i < 0]
+    if negative:
+        raise CaptureError(
+            f"sink={_show(value)}: key position(s) {_show(negative)} are negative; fixed sinks "
+            "count from the first key, so pass positions >= 0 (or sink='first')"
+        )
+    return items[0] if _is_int(value) else items
+
+
+def _fixed_sinks(spec: CaptureSpec) -> tuple[int, ...] | None:
+    if isinstance(spec.sink, int):
+        return (spec.sink,)
+    if isinstance(spec.sink, tuple):
+        return spec.sink
+    return None
 
 
 @dataclass(frozen=True)
@@ -106,14 +223,15 @@ class CaptureSpec:
     Parameters
     ----------
     layers, heads, queries
-        ``None`` (all), an int, a list of ints or a slice. ``queries`` are token positions;
-        negative values count from the end of each forward call (``-1`` is the last token).
+        ``None`` (all), an int, a tuple of distinct ints or a slice (of ints). ``queries`` are
+        token positions; negative values count from the end of each forward call (``-1`` is
+        the last token) and are never wrapped (see :func:`capture`).
     what : {"summaries", "rows", "both"}
-    sink : "first", "learned", int or list of ints
+    sink : "first", "learned", int or tuple of ints
         ``"first"``: the first valid key of each sample (BOS, or the first token without BOS,
         the first non-padding token under left padding). ``"learned"``: the learned sink logit
-        of GPT-OSS style models, added back as an extra part. An int or list: fixed key
-        positions.
+        of GPT-OSS style models, added back as an extra part. An int or tuple: fixed key
+        positions, counted from the first key (``>= 0``).
     chunk_size : int
         Query rows per chunk when recomputing logits (memory ~ chunk x keys x heads x 4 bytes).
     """
@@ -214,14 +332,41 @@ class _Record:
     learned_sink_rows: np.ndarray | None = None  # (batch, heads, queries)
 
 
+# (queries, keys, independent forward, cache object given): what decides a call's positions
+_CallKey = tuple[int, int, bool, bool]
+
+
 @dataclass
 class _Segment:
     """One independent forward pass, continued by cached generate() steps (appended on query)."""
 
+    number: int = 0  # 0, 1, ...: the independent forward passes of the block, in order
     records: list[_Record] = field(default_factory=list)
     calls: dict[int, int] = field(default_factory=dict)  # layer -> calls so far
     inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
     sink_index: torch.Tensor | None = None  # (batch,)
+    keys: set[_CallKey] = field(default_factory=set)  # the calls captured layers saw
+
+
+@dataclass
+class _Forward:
+    """What the model's forward pre-hook learnt about the forward pass now running."""
+
+    independent: bool  # not continuing a cache that holds earlier positions
+    cache_given: bool  # a cache object was passed: later cached steps may continue this pass
+    past: int | None  # positions already in the cache (None: unknown)
+
+
+@dataclass
+class _Snapshot:
+    """A segment's state before a forward pass, to drop what a failed pass left behind."""
+
+    segment: _Segment
+    records: int
+    inputs: int
+    calls: dict[int, int]
+    keys: set[_CallKey]
+    sink_index: torch.Tensor | None
 
 
 @dataclass
@@ -234,11 +379,22 @@ class _Session:
     segments: list[_Segment] = field(default_factory=list)
     layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer (fallback)
     store: Any = None  # a zarr path to stream finished segments to
+    info: dict[str, Any] = field(default_factory=dict)  # provenance attributes
+    fallback: bool = False
+    generation: int = 0  # bumped whenever the captured data changes
+    closed: bool = False  # the capture block has ended
+    forward: _Forward | None = None  # the model's forward pass now running
+    pending: _Snapshot | None = None  # set while a forward runs; cleared when it returns
+    positions: dict[_CallKey, list[int]] = field(default_factory=dict)  # validated calls
 
     def current(self) -> _Segment:
         if not self.segments:
             self.segments.append(_Segment())
         return self.segments[-1]
+
+    def add(self, record: _Record) -> None:
+        self.current().records.append(record)
+        self.generation += 1
 
     @property
     def records(self) -> list[_Record]:
@@ -261,16 +417,123 @@ class _Session:
         self.current().sink_index = value
 
 
-def _query_positions(spec: CaptureSpec, q_len: int, kv_len: int) -> list[int]:
-    """Captured query positions (in kv coordinates) among this call's queries."""
-    offset = kv_len - q_len
-    all_pos = list(range(offset, kv_len))
+def _call_positions(session: _Session, layer: int, q_len: int, kv_len: int) -> list[int]:
+    """Captured query positions (in kv coordinates) of one layer call; validated once per call.
+
+    The checks run the first time a (queries, keys) shape is seen, i.e. once per forward pass
+    (the model's pre-hook usually did them before any layer ran), never per layer or chunk.
+    """
+    fwd = session.forward
+    if fwd is None:  # a layer called outside the model's own forward (e.g. its inner model)
+        fwd = _Forward(independent=q_len == kv_len, cache_given=q_len != kv_len, past=None)
+    if fwd.past is not None and kv_len != fwd.past + q_len:
+        raise CaptureError(
+            f"layer {layer} holds {kv_len} keys for {fwd.past + q_len} positions (a static or "
+            "sliding-window KV cache), so captured positions would be wrong; capture one forward "
+            "over the whole sequence, or only layers whose cache keeps every position"
+        )
+    key = (q_len, kv_len, fwd.independent, fwd.cache_given)
+    positions = session.positions.get(key)
+    if positions is None:
+        positions = _check_call(session.spec, *key)
+        session.positions[key] = positions
+    session.current().keys.add(key)
+    return positions
+
+
+def _check_call(
+    spec: CaptureSpec, q_len: int, kv_len: int, independent: bool, cache_given: bool
+) -> list[int]:
+    """Validate the spec against one call of ``q_len`` queries over ``kv_len`` keys.
+
+    Returns the captured positions among the call's queries (the last ``q_len`` of the
+    ``kv_len`` positions). Raises when a fixed sink is not a key of the call, a query value lies
+    outside ``[-kv_len, kv_len)`` (never wrapped), or, for a forward that no cached step can
+    continue (no cache object given), a requested position or slice does not occur in it.
+    """
+    fixed = _fixed_sinks(spec)
+    if fixed is not None and max(fixed) >= kv_len:
+        beyond = [s for s in fixed if s >= kv_len]
+        raise CaptureError(
+            f"sink={_show_sel(spec.sink)}: key position(s) {_show(beyond)} do not exist in a "
+            f"forward call over {kv_len} keys (0..{kv_len - 1}); pass sink positions below {kv_len}"
+        )
+    first = kv_len - q_len
     if spec.queries is None:
-        return all_pos
+        return list(range(first, kv_len))
     if isinstance(spec.queries, slice):
-        return [p for p in all_pos if p in set(range(kv_len)[spec.queries])]
-    wanted = {q % kv_len if q < 0 else q for q in spec.queries}
-    return [p for p in all_pos if p in wanted]
+        out = [p for p in sorted(set(range(kv_len)[spec.queries])) if p >= first]
+        if not out and independent and not cache_given:
+            raise CaptureError(
+                f"queries={_show_sel(spec.queries)} selects no position of a forward pass of "
+                f"{kv_len} tokens (0..{kv_len - 1}); pass a slice that selects some"
+            )
+        return out
+    low = [q for q in spec.queries if q < -kv_len]
+    if low:
+        listed = ", ".join(map(str, low[:8])) + (" ..." if len(low) > 8 else "")
+        raise CaptureError(
+            f"queries={_show_sel(spec.queries)}: {listed} lie(s) outside "
+            f"{-kv_len}..{kv_len - 1} for a forward call of {kv_len} tokens (negative positions "
+            f"count from the end and are never wrapped); pass positions in {-kv_len}..{kv_len - 1}"
+        )
+    high = [q for q in spec.queries if q >= kv_len]
+    if high and not cache_given:
+        raise CaptureError(
+            f"queries={_show_sel(spec.queries)}: position(s) {_show(high)} do not exist in a "
+            f"forward pass of {kv_len} tokens (0..{kv_len - 1}); pass positions below {kv_len}, "
+            "or a KV cache (as generate() does) to capture positions of later cached steps"
+        )
+    resolved = [q + kv_len if q < 0 else q for q in spec.queries if q < kv_len]
+    if independent and len(set(resolved)) < len(resolved):
+        counts = Counter(resolved)
+        twice = sorted(p for p, c in counts.items() if c > 1)
+        names = [q for q in spec.queries if q < kv_len and (q + kv_len if q < 0 else q) in twice]
+        raise CaptureError(
+            f"queries={_show_sel(spec.queries)}: {_show(names)} all name position(s) "
+            f"{_show(twice)} in a forward pass of {kv_len} tokens; name each position once"
+        )
+    return sorted({p for p in resolved if p >= first})
+
+
+def _finish(session: _Session, seg: _Segment) -> None:
+    """Refuse a forward pass (with its cached steps) that missed requested query positions."""
+    if not seg.keys:
+        return
+    spec = session.spec
+    seen: set[int] = set()
+    for key in seg.keys:
+        seen.update(session.positions[key])
+    tokens = max(key[1] for key in seg.keys)
+    if isinstance(spec.queries, tuple):
+        missing = sorted({q for q in spec.queries if q >= 0} - seen)
+        if missing:
+            raise CaptureError(
+                f"queries={_show_sel(spec.queries)}: position(s) {_show(missing)} never "
+                f"occurred in forward pass {seg.number} of the block (it reached {tokens} "
+                f"tokens); pass positions below {tokens}, or generate further"
+            )
+    if not seen:
+        raise CaptureError(
+            f"queries={_show_sel(spec.queries)} selected no position of forward pass "
+            f"{seg.number} of the block ({tokens} tokens); pass queries that occur in every "
+            "forward pass"
+        )
+
+
+def _rollback(session: _Session) -> None:
+    """Drop what a forward pass that started but never returned left in the session."""
+    snap = session.pending
+    if snap is None:
+        return
+    session.pending = None
+    seg = snap.segment
+    del seg.records[snap.records :]
+    del seg.inputs[snap.inputs :]
+    seg.calls = snap.calls
+    seg.keys = snap.keys
+    seg.sink_index = snap.sink_index
+    session.generation += 1
 
 
 def _capture_layer(
@@ -288,7 +551,7 @@ def _capture_layer(
     session.calls[layer] = call + 1
     batch, n_heads, q_len, head_dim = query.shape
     kv_len = key.shape[-2]
-    positions = _query_positions(spec, q_len, kv_len)
+    positions = _call_positions(session, layer, q_len, kv_len)
     if not positions:
         return
     if spec.sink == "learned" and getattr(module, "sinks", None) is None:
@@ -327,7 +590,7 @@ def _capture_layer(
         result = {k: v.cpu().numpy() for k, v in summ.items()}
         rows = rows_t.numpy() if rows_t is not None else None
         learned = learned_t.numpy() if learned_t is not None else None
-    session.records.append(
+    session.add(
         _Record(
             layer=layer,
             call=call,
@@ -566,35 +829,56 @@ def _sink_mask(
 
 
 class Capture:
-    """Handle returned by :func:`capture`; ``cap.dataset`` holds the result after the block."""
+    """Handle returned by :func:`capture`; ``cap.dataset`` holds what the block captured."""
 
     def __init__(self, session: _Session, model_info: dict[str, Any], fallback: bool) -> None:
         self._session = session
         self._info = model_info
         self.fallback = fallback
         self._dataset: xr.Dataset | None = None
+        self._made_at: tuple[int, bool] | None = None  # (generation, closed) of _dataset
 
     @property
     def dataset(self) -> xr.Dataset:
         """The captured data as an :class:`xarray.Dataset` (schema: :mod:`attncoda`'s data model).
 
-        With ``stream_to=`` the dataset is opened lazily from the zarr store.
+        Every forward pass run inside the block is in it: each independent pass is a group of
+        samples, continued by its cached steps (generate()). Read inside the block, it holds the
+        passes so far; later passes are included the next time it is read, also after the
+        block (the assembled dataset is reused only while nothing new was captured). A pass
+        that raised is left out. With ``stream_to=`` finished passes live in the zarr store,
+        opened lazily; inside the block the pass still running is added from memory.
+
+        Raises
+        ------
+        CaptureError
+            Nothing was captured, or requested query positions never occurred in a pass.
         """
-        if self._dataset is None:
-            s = self._session
-            if s.store is not None:
-                _flush(s, self._info, fallback=self.fallback)
-                if not Path(s.store).exists():
-                    raise CaptureError(_NOTHING)
-                self._dataset = load(s.store)
-            else:
-                segments = [seg for seg in s.segments if seg.records]
-                if not segments:
-                    raise CaptureError(_NOTHING)
-                self._dataset = _combine(
-                    [_assemble(s, seg, self._info, fallback=self.fallback) for seg in segments]
-                )
-        return self._dataset
+        s = self._session
+        _rollback(s)
+        made_at = (s.generation, s.closed)
+        if self._dataset is not None and self._made_at == made_at:
+            return self._dataset
+        for seg in s.segments:
+            _finish(s, seg)
+        if s.store is not None:
+            _flush(s, everything=s.closed)
+            parts = [load(s.store)] if Path(s.store).exists() else []
+            current = s.segments[-1] if s.segments and not s.closed else None
+            if current is not None and current.records:
+                parts.append(_assemble(s, current, self._info, fallback=self.fallback))
+            if not parts:
+                raise CaptureError(_NOTHING)
+            dataset = _combine(parts)
+        else:
+            segments = [seg for seg in s.segments if seg.records]
+            if not segments:
+                raise CaptureError(_NOTHING)
+            dataset = _combine(
+                [_assemble(s, seg, self._info, fallback=self.fallback) for seg in segments]
+            )
+        self._dataset, self._made_at = dataset, made_at
+        return dataset
 
 
 _NOTHING = (
@@ -603,12 +887,15 @@ _NOTHING = (
 )
 
 
-def _flush(s: _Session, info: dict[str, Any], *, fallback: bool) -> None:
-    """Append finished segments to the zarr store and drop them from memory."""
-    for seg in s.segments:
+def _flush(s: _Session, *, everything: bool) -> None:
+    """Append finished segments (all of them with ``everything``) to the zarr store, in order,
+    and drop their records from memory; the last segment object stays the current one."""
+    done = s.segments if everything else s.segments[:-1]
+    for seg in done:
         if seg.records:
-            save(_assemble(s, seg, info, fallback=fallback), s.store, append=True)
+            save(_assemble(s, seg, s.info, fallback=s.fallback), s.store, append=True)
             seg.records.clear()
+            seg.inputs.clear()
     del s.segments[:-1]
 
 
@@ -796,30 +1083,52 @@ def capture(
 ) -> Iterator[Capture]:
     """Capture attention of a HuggingFace model during the ``with`` block.
 
+    Every argument is checked before any work: ints are Python or numpy integers (never bools
+    or floats), explicit lists name each index once, and every problem raises a one-line
+    :class:`CaptureError`.
+
     Parameters
     ----------
     model : transformers.PreTrainedModel
         Any model; it is not reloaded. Its attention implementation is switched to
         ``"attncoda"`` inside the block and restored afterwards, also after an exception.
-    layers, heads, queries : None, int, list of int or slice
-        Which layers, heads and query positions to capture (default: all). Layers not captured
-        run exactly as before (SDPA by default).
+    layers, heads : None, "all", int, list/tuple/range of int, or slice
+        Which layers and heads to capture (default: all); negative indices count from the end
+        and must lie in ``[-n, n)``. Layers not captured run exactly as before (SDPA by
+        default).
+    queries : None, "all", int, list/tuple/range of int, or slice
+        Query token positions (default: all). Negative values count from the end of each
+        forward call and must lie in ``[-T, T)`` for a call of ``T`` tokens: they are never
+        wrapped. A position a forward pass does not have is refused during that pass, before
+        its work, unless the pass was given a KV cache object (as ``generate()`` does): then it
+        may occur in a later cached step, and a position that never occurred is refused when
+        the next independent pass begins or when ``cap.dataset`` is read. Slices follow Python
+        semantics per call, but one that selects nothing of a pass is refused.
     what : {"summaries", "rows", "both"}, default "summaries"
         Per-row sink/content summaries (O(T) memory per head) or fp32 log-attention rows.
-    sink : "first", "learned", int or list of int, default "first"
-        Which key(s) form the sink (see :class:`CaptureSpec`).
+    sink : "first", "learned", int >= 0 or list of int >= 0, default "first"
+        Which key(s) form the sink (see :class:`CaptureSpec`). Fixed positions count from the
+        first key and must be real (non-padding) keys of every forward pass.
     chunk_size : int, default 256
         Query rows recomputed at once.
     stream_to : path-like, optional
-        A ``.zarr`` store: each finished forward pass is appended to it along ``sample`` and
+        A new ``.zarr`` store: each finished forward pass is appended to it along ``sample`` and
         dropped from memory (for long runs over many batches; every batch must have the same
-        length). ``cap.dataset`` then opens the store lazily.
+        length); the last pass is appended when the block ends. ``cap.dataset`` then opens the
+        store lazily.
 
     Yields
     ------
     Capture
         ``cap.dataset`` is an :class:`xarray.Dataset` with dims
-        ``sample, layer, head, query(, key)``.
+        ``sample, layer, head, query(, key)``. It holds every forward pass run inside the block
+        so far: reading it inside the block and running more passes does not freeze it.
+
+    Raises
+    ------
+    CaptureError
+        For any invalid argument (also during a forward pass, for positions that pass does not
+        have); the model is restored either way.
 
     Examples
     --------
@@ -831,17 +1140,13 @@ def capture(
     >>> sorted(cap.dataset.sizes.items())
     [('head', 4), ('layer', 1), ('position', 8), ('query', 8), ('sample', 2)]
     """
-    if what not in ("summaries", "rows", "both"):
-        raise CaptureError(f"what= must be 'summaries', 'rows' or 'both', got {what!r}")
-    if not (isinstance(chunk_size, int) and chunk_size > 0):
-        raise CaptureError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    if not (
-        sink in ("first", "learned")
-        or isinstance(sink, int)
-        or (isinstance(sink, (list, tuple)) and sink and all(isinstance(i, int) for i in sink))
-    ):
+    if not (isinstance(what, str) and what in ("summaries", "rows", "both")):
         raise CaptureError(
-            f"sink= must be 'first', 'learned', an int or a list of ints, got {sink!r}"
+            f"what={_show(what)} is not a choice; pass 'summaries', 'rows' or 'both'"
+        )
+    if not (_is_int(chunk_size) and chunk_size > 0):
+        raise CaptureError(
+            f"chunk_size={_show(chunk_size)} is not a positive int; pass an int >= 1 (e.g. 256)"
         )
     if id(model) in _CAPTURING:
         raise CaptureError("captures of one model cannot be nested; finish the outer capture first")
@@ -851,25 +1156,24 @@ def capture(
         heads=_selection(heads, "heads"),
         queries=_selection(queries, "queries"),
         what=what,
-        sink=tuple(sink) if isinstance(sink, list) else sink,
-        chunk_size=chunk_size,
+        sink=_sink_choice(sink),
+        chunk_size=int(chunk_size),
     )
     layer_list = _resolve(spec.layers, n_layers, "layer")
     head_list = _resolve(spec.heads, n_heads, "head")
-    if not layer_list or not head_list:
-        raise CaptureError("the layer/head selection is empty; nothing would be captured")
+    switch = can_switch(model)
+    if spec.sink == "learned":
+        modules = attention_modules(model) if switch else []
+        if not any(getattr(m, "sinks", None) is not None for m in modules):
+            raise CaptureError(
+                "sink='learned' needs a model with learned sinks (GPT-OSS style) whose attention "
+                "attncoda can switch; pass sink='first' or fixed key positions"
+            )
+    store = _stream_target(stream_to) if stream_to is not None else None
     info = _model_info(model)
     info["attention_implementation"] = str(model.config._attn_implementation)
     session = _Session(model, spec, layer_list, head_list, n_heads)
-    if stream_to is not None:
-        if Path(stream_to).suffix != ".zarr":
-            raise CaptureError(f"stream_to= must be a .zarr store path, got {str(stream_to)!r}")
-        if Path(stream_to).exists():
-            raise CaptureError(
-                f"{str(stream_to)!r} already exists; choose a new store (attncoda never appends a "
-                "capture to an unrelated store)"
-            )
-        session.store = Path(stream_to)
+    session.store, session.info, session.fallback = store, info, not switch
 
     def observe(
         module: Any,
@@ -884,40 +1188,138 @@ def capture(
             _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
 
     _CAPTURING.add(id(model))
-    hook = model.register_forward_pre_hook(
-        _record_inputs(session, info, not can_switch(model)), with_kwargs=True
-    )
+    hooks = [
+        model.register_forward_pre_hook(_before_forward(session), with_kwargs=True),
+        model.register_forward_hook(_after_forward(session)),
+    ]
     try:
-        if can_switch(model):
+        if switch:
             with observed(model, observe):
-                yield Capture(session, info, fallback=False)
+                cap = Capture(session, info, fallback=False)
+                yield cap
         else:
             from ._fallback import fallback_capture
 
             with fallback_capture(model, session):
-                yield Capture(session, info, fallback=True)
+                cap = Capture(session, info, fallback=True)
+                yield cap
+        _rollback(session)
+        session.closed = True
+        if store is not None:  # the last pass goes to the store now, not when first read
+            for seg in session.segments:
+                _finish(session, seg)
+            _flush(session, everything=True)
     finally:
-        hook.remove()
+        for h in hooks:
+            h.remove()
+        _rollback(session)
+        session.closed = True
+        session.forward = None
         _CAPTURING.discard(id(model))
 
 
 _CAPTURING: set[int] = set()  # ids of models inside a capture block
 
 
-def _record_inputs(session: _Session, info: dict[str, Any], fallback: bool) -> Callable[..., None]:
-    def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
-        past = kwargs.get("cache", kwargs.get("past_key_values"))  # renamed in transformers 5
-        continued = (
-            past is not None and hasattr(past, "get_seq_length") and past.get_seq_length() > 0
+def _stream_target(stream_to: Any) -> Path:
+    """Check ``stream_to=`` before any work: a new ``.zarr`` path in a writable place."""
+    if not isinstance(stream_to, (str, os.PathLike)) or isinstance(stream_to, bytes):
+        raise CaptureError(
+            f"stream_to={_show(stream_to)} is {_kind(stream_to)}; pass a path (str or "
+            "pathlib.Path) ending in .zarr"
         )
-        if not continued and session.segments and session.current().records:
-            session.segments.append(_Segment())
+    path = Path(stream_to).expanduser()
+    if path.suffix != ".zarr":
+        raise CaptureError(f"stream_to= must be a .zarr store path, got {str(stream_to)!r}")
+    if path.exists():
+        raise CaptureError(
+            f"{str(stream_to)!r} already exists; choose a new store (attncoda never appends a "
+            "capture to an unrelated store)"
+        )
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise CaptureError(
+            f"stream_to={str(stream_to)!r} cannot be created: {str(parent)!r} is not a writable "
+            "folder; choose a path in one"
+        )
+    return path
+
+
+def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int | None]:
+    """``(input_ids or None, number of new tokens or None)`` of a model call."""
+    ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
+    if torch.is_tensor(ids) and ids.dim() >= 1:
+        return ids, int(ids.shape[-1])
+    embeds = kwargs.get("inputs_embeds")
+    if torch.is_tensor(embeds) and embeds.dim() >= 2:
+        return ids, int(embeds.shape[-2])
+    return ids, None
+
+
+def _before_forward(session: _Session) -> Callable[..., None]:
+    """The model's forward pre-hook: segments, and every check that can run before the work."""
+
+    def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        _rollback(session)  # an earlier pass raised inside the block and was caught
+        ids, tokens = _tokens_of(args, kwargs)
+        past = next(
+            (kwargs[n] for n in ("cache", "past_key_values") if kwargs.get(n) is not None), None
+        )  # renamed in transformers 5
+        past_len = (
+            (int(past.get_seq_length()) if hasattr(past, "get_seq_length") else None)
+            if past is not None
+            else 0
+        )
+        continued = bool(past_len)
+        current = session.current()
+        if not continued and (current.keys or current.records):
+            _finish(session, current)  # the previous pass is over: did it see every position?
+            session.segments.append(_Segment(number=current.number + 1))
             if session.store is not None:
-                _flush(session, info, fallback=fallback)
+                _flush(session, everything=False)
         am = kwargs.get("attention_mask")
+        if not continued and tokens is not None:  # the layers will find it validated
+            key = (tokens, tokens, True, past is not None)
+            if key not in session.positions:
+                session.positions[key] = _check_call(session.spec, *key)
+            _check_padding_sinks(session.spec, am, tokens)
+        seg = session.current()
+        session.pending = _Snapshot(
+            seg, len(seg.records), len(seg.inputs), dict(seg.calls), set(seg.keys), seg.sink_index
+        )
+        session.forward = _Forward(
+            independent=not continued, cache_given=past is not None, past=past_len
+        )
         session.inputs.append({"input_ids": ids, "attention_mask": am})
         if session.sink_index is None and am is not None and am.dim() == 2:
             session.sink_index = am.to(torch.int8).argmax(-1)
 
     return pre_hook
+
+
+def _after_forward(session: _Session) -> Callable[..., None]:
+    def post_hook(module: Any, args: Any, output: Any) -> None:
+        session.pending = None  # the pass returned: its records stay
+        session.forward = None
+
+    return post_hook
+
+
+def _check_padding_sinks(spec: CaptureSpec, mask: Any, tokens: int) -> None:
+    """Fixed sinks must be real tokens of every sample, not padding (checked per pass)."""
+    fixed = _fixed_sinks(spec)
+    if fixed is None or not torch.is_tensor(mask) or mask.dim() != 2 or mask.shape[1] != tokens:
+        return
+    valid = mask[:, list(fixed)].bool()
+    if bool(valid.all()):
+        return
+    sample, which = (int(i) for i in (~valid).nonzero()[0])
+    row = mask[sample].bool()
+    first = int(row.to(torch.int8).argmax()) if bool(row.any()) else None
+    raise CaptureError(
+        f"sink={_show_sel(spec.sink)}: key {fixed[which]} is padding in sample {sample} (its first "
+        f"real token is at {first}); fixed sinks must be real tokens of every sample, so pass "
+        "sink='first' under padding"
+    )

@@ -19,7 +19,7 @@ import torch
 
 from ._capture import (
     CaptureError,
-    _query_positions,
+    _call_positions,
     _Record,
     _Session,
     _sink_index,
@@ -76,7 +76,7 @@ def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
     call = session.calls.get(layer, 0)
     session.calls[layer] = call + 1
     batch, _, q_len, kv_len = weights.shape
-    positions = _query_positions(spec, q_len, kv_len)
+    positions = _call_positions(session, layer, q_len, kv_len)
     if not positions:
         return
     offset = kv_len - q_len
@@ -96,7 +96,7 @@ def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
             k: v.cpu().numpy()
             for k, v in _summaries_from_logits(logits.clone(), visible, sink).items()
         }
-    session.records.append(
+    session.add(
         _Record(
             layer=layer,
             call=call,
