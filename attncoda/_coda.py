@@ -1103,14 +1103,14 @@ def power(
     Raises
     ------
     NonFiniteError
-        ``a`` holds NaN or an infinity, or ``x ** a`` leaves the floating range (``|a|`` far
-        too large for these rows).
+        ``a`` holds NaN or an infinity. (A finite ``a`` never overflows: parts whose share
+        falls below the floating range come out as 0, the exact result rounded.)
     CompositionError
         ``a`` is not a real number (booleans, strings, complex numbers).
     ShapeMismatchError
         ``a`` does not broadcast to ``x`` without its parts axis.
-    ZeroPartError, NegativePartError
-        With ``validate``: as in :func:`clr`.
+    ZeroPartError, NegativePartError, TooFewPartsError
+        With ``validate``: as in :func:`clr` (a row needs one visible part).
 
     Examples
     --------
@@ -1119,6 +1119,8 @@ def power(
     array([0.66666667, 0.16666667, 0.16666667])
     """
     lc = log_composition(x, axis, mask=mask, validate=validate, others=(a,))
+    if validate:
+        lc.require_parts(1)
     xp = lc.xp
     a_arr = as_float(a, xp, first_tensor(lc.log, a), what="the exponent a")
     if not bool(xp.all(xp.isfinite(a_arr))):  # one value per row at most: cheap
@@ -1132,17 +1134,22 @@ def power(
                 f"the exponent a of shape {tuple(a_arr.shape[:-1])} does not broadcast to the "
                 f"rows of x {tuple(lc.log.shape[:-1])} (one power per row, parts axis left out)"
             ) from None
+    log = lc.log
+    # shift each row so that a * (log x - ref) <= 0 with a 0 at the largest (a >= 0) or
+    # smallest (a < 0) part: nothing overflows, whatever |a|, and the row's log-sum-exp lies in
+    # [0, log D]; parts beyond the floating range round to 0 (the exact result, rounded)
+    top = xp.max(log, axis=-1, keepdims=True)
+    if a_arr.ndim == 0 and float(a_arr) >= 0:
+        ref = top
+    else:
+        vis = lc.visible_full()
+        low = xp.min(xp.where(vis, log, xp.full_like(log, math.inf)), axis=-1, keepdims=True)
+        ref = low if a_arr.ndim == 0 else xp.where(a_arr >= 0, top, low)
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = lc.zero_invisible(lc.log) * a_arr
+        scaled = (log - ref) * a_arr
         if lc.visible is not None:
             scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
-        lse = logsumexp(xp, scaled, keepdims=True)
-        if not all_finite(xp, lse):
-            raise NonFiniteError(
-                "x ** a leaves the floating range (|a| is far too large for these rows); use a "
-                "smaller power"
-            )
-        return lc.restore(xp.exp(scaled - lse))
+        return lc.restore(xp.exp(scaled - logsumexp(xp, scaled, keepdims=True)))
 
 
 def inner(
@@ -1302,13 +1309,14 @@ def gram_distances(
     receives the result.
     """
     same = b is None
-    if b is None:
+    if b is None and int(a.shape[-2]) > 0:
         # centring over items leaves distances unchanged and shrinks the norms that cancel
         mean = xp.mean(a, axis=-2, keepdims=True)
         if overwrite and can_overwrite(a):
             a -= mean
         else:
             a = a - mean
+    if same:
         b = a
     na = _row_norms2(xp, a)[..., :, None]
     nb = na[..., 0][..., None, :] if same else _row_norms2(xp, b)[..., None, :]
