@@ -38,3 +38,42 @@ def softmax_masked(z: np.ndarray, mask: np.ndarray) -> np.ndarray:
     zz = zz - zz.max(axis=-1, keepdims=True)
     e = np.exp(zz)
     return e / e.sum(axis=-1, keepdims=True)
+
+
+@st.composite
+def sbp_matrices(draw: st.DrawFn, min_parts: int = 2, max_parts: int = 10) -> np.ndarray:
+    """A random sequential binary partition, shape (D-1, D) of +1/-1/0 signs.
+
+    A random binary tree over a random order of the parts: each internal node splits its group
+    into a +1 side and a -1 side (D leaves give D-1 splits).
+    """
+    n = draw(st.integers(min_parts, max_parts))
+    order = draw(st.permutations(range(n)))
+    rows, stack = [], [list(order)]
+    while stack:
+        group = stack.pop()
+        if len(group) < 2:
+            continue
+        cut = draw(st.integers(1, len(group) - 1))
+        row = np.zeros(n, dtype=np.int64)
+        row[group[:cut]] = 1
+        row[group[cut:]] = -1
+        rows.append(row)
+        stack += [group[:cut], group[cut:]]
+    return np.array(rows)
+
+
+@st.composite
+def ilr_bases(
+    draw: st.DrawFn, min_parts: int = 2, max_parts: int = 10, dtype: type = np.float64
+) -> np.ndarray:
+    """An orthonormal ilr basis built in ``dtype``: ``sbp_basis`` of a random SBP, optionally
+    rotated by a random orthogonal matrix (still an orthonormal basis of the clr space)."""
+    import attncoda as ac
+
+    basis = ac.sbp_basis(draw(sbp_matrices(min_parts, max_parts))).astype(dtype)
+    if draw(st.booleans()):
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        q, _ = np.linalg.qr(rng.normal(size=(basis.shape[0], basis.shape[0])))
+        basis = q.astype(dtype) @ basis  # the rotation is applied in ``dtype``
+    return basis
