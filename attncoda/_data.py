@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import xarray as xr
 
-from ._errors import EXIT_USAGE, AttncodaError
+from ._errors import EXIT_USAGE, AttncodaError, OutputExistsError
 
 __all__ = [
     "DIMS",
     "SUMMARY_VARIABLES",
     "SchemaError",
+    "check_save",
     "load",
     "make_dataset",
     "save",
@@ -165,8 +164,25 @@ def _netcdf_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def validate_dataset(ds: xr.Dataset) -> None:
+def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     """Check that ``ds`` follows the schema; raise :class:`SchemaError` naming what is wrong.
+
+    Structure: the variables and their dims, netCDF-safe attributes, unique coordinates, sink
+    indices inside the sequence. Values (``values=True``, one pass over the data in blocks of
+    samples): sink shares in [0, 1], entropies >= 0, balances finite, ``log_attn`` rows that
+    close (their probabilities sum to 1, or to 1 minus the learned sink's share), no NaN where
+    the schema has none (NaN summaries are allowed: they mark rows without content). Tolerances
+    are those of float32 arithmetic.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+    values : bool, default True
+        Also check the values (reads a dask-backed dataset once).
+
+    Raises
+    ------
+    SchemaError
 
     Examples
     --------
@@ -175,6 +191,11 @@ def validate_dataset(ds: xr.Dataset) -> None:
     Traceback (most recent call last):
     ...
     attncoda._data.SchemaError: dataset has neither summaries nor log_attn; is it an attncoda capture?
+    >>> ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    >>> ac.validate_dataset(ds.assign(log_attn=ds.log_attn + 1.0))
+    Traceback (most recent call last):
+    ...
+    attncoda._data.SchemaError: log_attn has values above 0 (up to 1); log-probabilities are <= 0
     """
     present = [v for v in (*SUMMARY_VARIABLES, "log_attn") if v in ds.data_vars]
     if not present:
@@ -184,46 +205,357 @@ def validate_dataset(ds: xr.Dataset) -> None:
             raise SchemaError(f"{name} must have dims {DIMS[:4]}, has {ds[name].dims}")
     if "log_attn" in ds.data_vars and ds["log_attn"].dims != DIMS:
         raise SchemaError(f"log_attn must have dims {DIMS}, has {ds['log_attn'].dims}")
+    if "learned_sink_log_attn" in ds.data_vars and ds["learned_sink_log_attn"].dims != DIMS[:4]:
+        raise SchemaError(f"learned_sink_log_attn must have dims {DIMS[:4]}")
+    for name in (*present, "learned_sink_log_attn"):
+        if name in ds.data_vars and not np.issubdtype(ds[name].dtype, np.floating):
+            raise SchemaError(f"{name} must hold floats, holds {ds[name].dtype}")
     for key, val in ds.attrs.items():
         if not isinstance(val, (str, int, float, np.integer, np.floating, np.ndarray)):
             raise SchemaError(
                 f"attribute {key!r} has type {type(val).__name__}; netCDF takes strings and "
                 "numbers only (encode dicts as JSON, booleans as 0/1)"
             )
+    for dim in ds.dims:
+        if dim in ds.indexes and not ds.indexes[dim].is_unique:
+            dup = ds.indexes[dim][ds.indexes[dim].duplicated()][0]
+            dup = dup.item() if hasattr(dup, "item") else dup
+            raise SchemaError(
+                f"coordinate {dim!r} repeats the value {dup!r}; labels must be unique"
+            )
+    if "sink_index" in ds.coords:
+        n_keys = ds.sizes.get("key", ds.sizes.get("position"))
+        idx = np.asarray(ds["sink_index"].values)
+        if idx.size and (idx.min() < 0 or (n_keys is not None and idx.max() >= n_keys)):
+            raise SchemaError(
+                f"sink_index holds {int(idx.min())}..{int(idx.max())}, outside the "
+                f"{n_keys} key positions"
+            )
+    if values:
+        _check_values(ds)
+
+
+#: float32 slack of the value checks (shares, entropies, row sums in log space).
+_TOL = 1e-4
+_ROW_TOL = 1e-3
+_BLOCK_BYTES = 64 << 20
+
+
+def _sample_blocks(ds: xr.Dataset, name: str) -> Iterator[np.ndarray]:
+    """The values of ``ds[name]`` a bounded block of samples at a time (a dask array is read)."""
+    da = ds[name]
+    per_sample = max(1, int(np.prod([n for d, n in da.sizes.items() if d != "sample"])) * 4)
+    step = max(1, _BLOCK_BYTES // per_sample)
+    for start in range(0, da.sizes["sample"], step):
+        yield np.asarray(da.isel(sample=slice(start, start + step)).values)
+
+
+def _check_values(ds: xr.Dataset) -> None:
+    bounds = {
+        "sink_share": (-_TOL, 1 + _TOL, "shares lie in [0, 1]"),
+        "entropy": (-_TOL, np.inf, "entropies are >= 0"),
+        "content_entropy": (-_TOL, np.inf, "entropies are >= 0"),
+        "balance": (-np.inf, np.inf, "balances are finite"),
+    }
+    for name, (lo, hi, rule) in bounds.items():
+        if name not in ds.data_vars:
+            continue
+        for block in _sample_blocks(ds, name):
+            with np.errstate(invalid="ignore"):
+                bad = ~((block >= lo) & (block <= hi)) & ~np.isnan(block)
+                if name == "balance":
+                    bad |= np.isinf(block)
+            if bad.any():
+                raise SchemaError(
+                    f"{name} holds {block[bad].flat[0]!r} ({int(bad.sum())} bad values); {rule}"
+                    " — the data are corrupted or were not written by attncoda"
+                )
+    if "log_attn" not in ds.data_vars:
+        return
+    learned = "learned_sink_log_attn" in ds.data_vars
+    blocks = _sample_blocks(ds, "log_attn")
+    extra = _sample_blocks(ds, "learned_sink_log_attn") if learned else None
+    for block in blocks:
+        if np.isnan(block).any():
+            raise SchemaError(
+                "log_attn holds NaN; invisible keys are -inf and every row is a "
+                "log-probability — the data are corrupted or were not written by attncoda"
+            )
+        top = float(block.max(initial=-np.inf))
+        if top > _TOL:
+            raise SchemaError(
+                f"log_attn has values above 0 (up to {top:.3g}); log-probabilities are <= 0"
+            )
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            m = block.max(axis=-1)
+            finite = np.isfinite(m)
+            lse = np.where(
+                finite,
+                m + np.log(np.exp(block - np.where(finite, m, 0)[..., None]).sum(-1)),
+                -np.inf,
+            )
+            if extra is not None:
+                lse = np.logaddexp(lse, next(extra))
+                finite = np.isfinite(lse)
+        off = np.abs(np.where(finite, lse, 0.0))
+        if (off > _ROW_TOL).any():
+            raise SchemaError(
+                f"log_attn rows do not close: a row's probabilities sum to "
+                f"{float(np.exp(lse[off > _ROW_TOL].flat[0])):.6g}, not 1 "
+                f"({int((off > _ROW_TOL).sum())} rows) — the data are corrupted or were not "
+                "written by attncoda"
+            )
 
 
 def _format(path: Path, fmt: str | None) -> str:
     if fmt is not None:
         if fmt not in ("netcdf", "zarr"):
-            raise ValueError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
+            raise SchemaError(f"format must be 'netcdf' or 'zarr', got {fmt!r}")
         return fmt
     if path.suffix in (".nc", ".nc4", ".netcdf"):
         return "netcdf"
     if path.suffix == ".zarr":
         return "zarr"
-    raise ValueError(
+    raise SchemaError(
         f"cannot tell the format of {str(path)!r} from its suffix; use .nc or .zarr, or pass "
         "format='netcdf' / 'zarr'"
     )
 
 
-def save(
-    ds: xr.Dataset, path: str | os.PathLike[str], *, format: str | None = None, append: bool = False
-) -> Path:
-    """Save a capture atomically: write to a temporary name beside ``path``, then rename.
+#: Root attribute of zarr stores whose every chunk was written (so a missing one is damage).
+_ALL_CHUNKS = "attncoda_all_chunks"
 
-    Parameters
-    ----------
-    ds : xarray.Dataset
-    path : path-like
-        ``.nc`` (netCDF4 via h5netcdf) or ``.zarr`` (zarr format 2, a directory).
-    format : {"netcdf", "zarr"}, optional
-    append : bool, default False
-        zarr only: append along ``sample`` to an existing store (created if missing).
+
+def _open(path: Path, fmt: str) -> xr.Dataset:
+    """Open a capture; a file or store that cannot be read raises :class:`SchemaError`."""
+    try:
+        if fmt == "netcdf":
+            if not path.is_file():
+                raise SchemaError(f"{str(path)!r} is not a netCDF file (it is a folder)")
+            with xr.open_dataset(path, engine="h5netcdf") as ds:
+                return ds.load()
+        if not path.is_dir():
+            raise SchemaError(f"{str(path)!r} is not a zarr store (a .zarr store is a folder)")
+        _check_zarr_complete(path)
+        ds = xr.open_zarr(path, consolidated=None)
+    except SchemaError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SchemaError(
+            f"cannot read {str(path)!r} as a {fmt} capture ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}); is it complete and written by attncoda?"
+        ) from exc
+    ds.attrs.pop(_ALL_CHUNKS, None)
+    return ds
+
+
+def _zarr_metadata(path: Path) -> dict[str, Any]:
+    """Array metadata of a zarr v2 store: name -> its ``.zarray`` content, and the root attrs."""
+    consolidated = path / ".zmetadata"
+    meta: dict[str, Any] = {}
+    if consolidated.is_file():
+        meta = json.loads(consolidated.read_text(encoding="utf-8"))["metadata"]
+    else:
+        for f in path.rglob(".zarray"):
+            meta[f"{f.parent.relative_to(path).as_posix()}/.zarray"] = json.loads(f.read_text())
+        if (path / ".zattrs").is_file():
+            meta[".zattrs"] = json.loads((path / ".zattrs").read_text())
+    return meta
+
+
+def _check_zarr_complete(path: Path) -> None:
+    """Every array the store's metadata lists exists, and (stores saved by :func:`save`) every
+    chunk of it: zarr reads a missing chunk as fill values, which would pass for data."""
+    if (path / "zarr.json").is_file():
+        return  # zarr format 3: attncoda writes format 2; xarray checks what it can
+    if not (path / ".zgroup").is_file():
+        raise SchemaError(f"{str(path)!r} is not a zarr store (no .zgroup); is it a capture?")
+    meta = _zarr_metadata(path)
+    all_chunks = bool(meta.get(".zattrs", {}).get(_ALL_CHUNKS, 0))
+    for key, zarray in meta.items():
+        if not key.endswith("/.zarray"):
+            continue
+        name = key[: -len("/.zarray")]
+        folder = path / name
+        if not (folder / ".zarray").is_file():
+            raise SchemaError(
+                f"zarr store {str(path)!r} is damaged: variable {name!r} is listed but its "
+                "folder is missing; re-create the store"
+            )
+        if not all_chunks:
+            continue
+        shape, chunks = zarray["shape"], zarray["chunks"]
+        sep = zarray.get("dimension_separator", ".") or "."
+        counts = [-(-n // c) if c else 0 for n, c in zip(shape, chunks, strict=True)]
+        if not counts:
+            expected = {"0"}
+        elif 0 in counts:
+            expected = set()
+        else:
+            expected = {sep.join(map(str, i)) for i in np.ndindex(*counts)}
+        if sep == ".":
+            have = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+        else:
+            have = {
+                p.relative_to(folder).as_posix().replace("/", sep)
+                for p in folder.rglob("*")
+                if p.is_file() and not p.name.startswith(".")
+            }
+        missing = sorted(expected - have)
+        if missing:
+            raise SchemaError(
+                f"zarr store {str(path)!r} is damaged: variable {name!r} lacks "
+                f"{len(missing)} of {len(expected)} chunks (e.g. {missing[0]}); an interrupted "
+                "copy or append? Re-create the store"
+            )
+
+
+def _is_ours(path: Path, fmt: str) -> str | None:
+    """None if ``path`` holds a capture in attncoda's schema (so it may be replaced)."""
+    try:
+        ds = _open(path, fmt)
+        try:
+            validate_dataset(ds, values=False)
+        finally:
+            ds.close()
+    except SchemaError as exc:
+        return f"it is not an attncoda capture ({exc})"
+    return None
+
+
+_APPEND_ATTRS = ("model_id", "family", "weights_sha256", "capture_spec", "dtype")
+
+
+def _check_append(old: xr.Dataset, new: xr.Dataset, path: Path) -> None:
+    """Appending along ``sample`` needs the same variables, coordinates and provenance."""
+    if set(old.data_vars) != set(new.data_vars):
+        raise SchemaError(
+            f"cannot append to {str(path)!r}: it holds {sorted(map(str, old.data_vars))}, the "
+            f"new data hold {sorted(map(str, new.data_vars))}"
+        )
+    for dim in ("layer", "head", "query", "key", "position"):
+        if (dim in old.dims) != (dim in new.dims):
+            raise SchemaError(f"cannot append to {str(path)!r}: only one of them has a {dim} dim")
+        if dim in old.dims and not np.array_equal(old[dim].values, new[dim].values):
+            raise SchemaError(
+                f"cannot append to {str(path)!r}: its {dim} coordinate differs "
+                f"({_short(old[dim].values)} vs {_short(new[dim].values)}); append only "
+                "captures of the same layers, heads and lengths"
+            )
+    for key in _APPEND_ATTRS:
+        if str(old.attrs.get(key, "")) != str(new.attrs.get(key, "")):
+            raise SchemaError(
+                f"cannot append to {str(path)!r}: attribute {key} differs "
+                f"({str(old.attrs.get(key, ''))[:60]!r} vs {str(new.attrs.get(key, ''))[:60]!r}); "
+                "a store holds captures of one model with one capture spec"
+            )
+
+
+def _short(values: np.ndarray) -> str:
+    items = values.tolist()
+    return str(items) if len(items) <= 6 else f"[{items[0]}, ..., {items[-1]}] ({len(items)})"
+
+
+def check_save(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    append: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Refuse, before any work, a :func:`save` to ``path`` that would be refused later.
+
+    Checks the suffix (or ``format``), that an existing file or store may be replaced
+    (``overwrite`` and in attncoda's schema) or appended to, and that the folder is writable.
+    Run it before a long capture so that a bad output path fails in a second, not after the
+    capture.
 
     Returns
     -------
     pathlib.Path
+        The path :func:`save` will write.
+
+    Raises
+    ------
+    ValueError
+        An unknown suffix or format (a :class:`SchemaError`).
+    OutputExistsError, OutputError
+        As :func:`save` would raise them.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, attncoda as ac
+    >>> ac.check_save(pathlib.Path(tempfile.mkdtemp()) / "cap.nc").name
+    'cap.nc'
+    """
+    from ._atomic import check_output
+
+    target = Path(path).expanduser()
+    fmt = _format(target, format)
+    if append and fmt != "zarr":
+        raise SchemaError("append=True needs a zarr store; netCDF files are written whole")
+    if append and target.exists():
+        problem = _is_ours(target, fmt)
+        if problem is not None:
+            raise OutputExistsError(f"cannot append to {str(target)!r}: {problem}")
+        check_output(target.parent / ".probe", what="store")
+        return target
+    return check_output(
+        target,
+        overwrite=overwrite,
+        kind="file" if fmt == "netcdf" else "store",
+        is_ours=lambda p: _is_ours(p, fmt),
+        what="dataset",
+    )
+
+
+def save(
+    ds: xr.Dataset,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    append: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Save a capture crash-safely: write beside ``path``, then swap it in.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A dataset in attncoda's schema (checked, values included, before anything is written).
+    path : path-like
+        ``.nc`` (netCDF4 via h5netcdf) or ``.zarr`` (zarr format 2, a directory).
+    format : {"netcdf", "zarr"}, optional
+    append : bool, default False
+        zarr only: append along ``sample`` to an existing store of attncoda's (created if
+        missing). The store must hold the same variables, layers, heads, query and key
+        positions, model and capture spec; anything else is refused. Appended samples are
+        numbered after the store's.
+    overwrite : bool, default False
+        Replace an existing file or store. Only captures in attncoda's schema are ever replaced;
+        a folder or file of anything else is refused whatever ``overwrite`` says.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    OutputExistsError
+        ``path`` exists and ``overwrite`` is False, or it is not an attncoda capture.
+    OutputError
+        ``path``'s folder cannot be written.
+    SchemaError
+        ``ds`` is not in attncoda's schema, or does not match the store it is appended to.
+
+    Notes
+    -----
+    The old file or store stays complete until the new one is: the new data are written into a
+    staging folder beside ``path`` (``.NAME.attncoda-*``) and renamed into place (a store that
+    replaces a store is exchanged with it atomically). An exception or Ctrl-C during the write
+    leaves the old data and no staging folder; a killed process leaves a staging folder that
+    the next save beside it removes. A zarr store's every chunk is written, so that
+    :func:`load` can tell a damaged store (a chunk missing) from one holding NaN.
 
     Examples
     --------
@@ -233,50 +565,74 @@ def save(
     >>> p = ac.save(ds, pathlib.Path(tempfile.mkdtemp()) / "cap.nc")
     >>> ac.load(p).identical(ds)
     True
+    >>> _ = ac.save(ds, p, overwrite=True)  # replacing needs overwrite=True
     """
-    validate_dataset(ds)
-    target = Path(path)
+    from ._atomic import atomic_output, deferred_interrupt, sweep
+
+    if not isinstance(ds, xr.Dataset):
+        raise SchemaError(f"save() takes an xarray.Dataset, got {type(ds).__name__}")
+    target = Path(path).expanduser()
     fmt = _format(target, format)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    validate_dataset(ds)
     if append:
-        if fmt != "zarr":
-            raise ValueError("append=True needs a zarr store; netCDF files are written whole")
+        check_save(target, format=fmt, append=True)
         if target.exists():
-            ds.to_zarr(target, append_dim="sample", zarr_format=2)
+            sweep(target)
+            with load(target, check_values=False) as old:
+                _check_append(old, ds, target)
+                n_old = old.sizes["sample"]
+            ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
+            with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
+                ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
             return target
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    staged = tmp / target.name
-    try:
-        if fmt == "netcdf":
-            ds.to_netcdf(staged, engine="h5netcdf")
-        else:
-            ds.to_zarr(staged, mode="w", zarr_format=2, consolidated=True)
-        if target.exists() and target.is_dir():
-            old = tmp / (target.name + ".old")
-            os.replace(target, old)
-            os.replace(staged, target)
-        else:
-            os.replace(staged, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    kind: Literal["file", "store"] = "file" if fmt == "netcdf" else "store"
+    with atomic_output(
+        target, overwrite=overwrite, kind=kind, is_ours=lambda p: _is_ours(p, fmt), what="dataset"
+    ) as staging:
+        # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
+        # into the staging folder after its removal, so the write call is finished first
+        with deferred_interrupt():
+            if fmt == "netcdf":
+                ds.to_netcdf(staging, engine="h5netcdf")
+            else:
+                out = ds.assign_attrs({_ALL_CHUNKS: 1})
+                out.to_zarr(
+                    staging, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True
+                )
     return target
 
 
-def load(path: str | os.PathLike[str], *, format: str | None = None) -> xr.Dataset:
-    """Load a capture saved with :func:`save` (fully into memory for netCDF, lazily for zarr).
+def load(
+    path: str | os.PathLike[str], *, format: str | None = None, check_values: bool = True
+) -> xr.Dataset:
+    """Load a capture saved with :func:`save` (into memory for netCDF, lazily for zarr).
+
+    Parameters
+    ----------
+    path : path-like
+    format : {"netcdf", "zarr"}, optional
+        Default: from the suffix.
+    check_values : bool, default True
+        Check the values as :func:`validate_dataset` does (one pass over the data; a zarr store
+        stays lazy). False opens a large store at once; its structure, and the presence of
+        every variable and chunk, are still checked.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``path``.
+    SchemaError
+        The file or store cannot be read, lacks a variable or a chunk (a damaged store), or
+        does not follow attncoda's schema.
 
     Examples
     --------
     See :func:`save`.
     """
-    target = Path(path)
+    target = Path(path).expanduser()
     if not target.exists():
         raise FileNotFoundError(f"no capture at {str(target)!r}")
     fmt = _format(target, format)
-    if fmt == "netcdf":
-        with xr.open_dataset(target, engine="h5netcdf") as ds:
-            out = ds.load()
-    else:
-        out = xr.open_zarr(target, consolidated=None)
-    validate_dataset(out)
+    out = _open(target, fmt)
+    validate_dataset(out, values=check_values)
     return out

@@ -30,13 +30,17 @@ __all__ = [
     "AttncodaError",
     "CompositionError",
     "DeviceMismatchError",
+    "InputError",
     "NegativePartError",
     "NonFiniteError",
     "NotClosedError",
+    "OutputError",
     "OutputExistsError",
     "ShapeMismatchError",
     "TooFewPartsError",
     "ZeroPartError",
+    "require_int",
+    "require_real",
 ]
 
 #: Exit codes of the ``attncoda`` command (also listed in ``attncoda --help``).
@@ -61,10 +65,20 @@ class AttncodaError(Exception):
     exit_code: ClassVar[int] = EXIT_FAILURE
 
 
-class OutputExistsError(AttncodaError, FileExistsError):
-    """An output path exists and may not be replaced (not attncoda's, or ``overwrite`` not set)."""
+class InputError(AttncodaError, ValueError):
+    """An argument has the wrong type or lies outside its documented range."""
 
     exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class OutputError(AttncodaError, OSError):
+    """An output cannot be written where asked (its folder is missing rights, or is a file)."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class OutputExistsError(OutputError, FileExistsError):
+    """An output path exists and may not be replaced (not attncoda's, or ``overwrite`` not set)."""
 
 
 class CompositionError(AttncodaError, ValueError):
@@ -104,3 +118,70 @@ class ShapeMismatchError(CompositionError):
 
 class DeviceMismatchError(CompositionError):
     """Torch tensors that must be combined live on different devices."""
+
+
+def require_int(
+    value: object, name: str, *, low: int | None = None, high: int | None = None
+) -> int:
+    """``value`` as an int, refusing bools, floats and anything out of ``[low, high]``.
+
+    Raises
+    ------
+    InputError
+        One line naming ``name``, the value and the allowed range.
+
+    Examples
+    --------
+    >>> require_int(3, "passages", low=1)
+    3
+    >>> require_int(1.0, "passages", low=1)
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.InputError: passages must be a whole number, got 1.0 (float)
+    """
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be a whole number, got {value!r} ({type(value).__name__})")
+    out = int(value)
+    if (low is not None and out < low) or (high is not None and out > high):
+        where = (
+            f"from {low} to {high}"
+            if low is not None and high is not None
+            else (f">= {low}" if low is not None else f"<= {high}")
+        )
+        raise InputError(f"{name} must be {where}, got {out}")
+    return out
+
+
+def require_real(
+    value: object,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    finite: bool = True,
+) -> float:
+    """``value`` as a float, refusing bools, NaN, infinities (unless ``finite=False``) and
+    anything out of ``[low, high]``.
+
+    Raises
+    ------
+    InputError
+
+    Examples
+    --------
+    >>> require_real(0.5, "threshold", low=0, high=1)
+    0.5
+    """
+    import math
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    out = float(value)
+    if math.isnan(out) or (finite and math.isinf(out)):
+        raise InputError(f"{name} must be a finite number, got {out}")
+    if (low is not None and out < low) or (high is not None and out > high):
+        raise InputError(f"{name} must lie in [{low}, {high}], got {out}")
+    return out

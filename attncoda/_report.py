@@ -59,6 +59,7 @@ __all__ = [
     "Section",
     "TableRef",
     "analyze",
+    "check_report",
     "load_analysis",
     "print_summary",
     "render_html",
@@ -74,6 +75,8 @@ REPORT = "report.html"
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 _FLIP_METRICS = ("cosine", "js", "tv", "aitchison")
+#: The generator named in every report's head (how attncoda recognises its own pages).
+_GENERATOR = "attncoda"
 
 
 class ReportError(AttncodaError, ValueError):
@@ -271,6 +274,7 @@ def analyze(
     progress: bool = True,
     seed: int = 0,
     device: Any = None,
+    overwrite: bool = False,
 ) -> Analysis:
     """Analyse a capture and write tables, figures and ``analysis.json`` into ``out``.
 
@@ -280,7 +284,9 @@ def analyze(
         A capture with summaries (``what="summaries"`` or ``"both"``), or with rows only (the
         summaries are then computed from the rows). None: use ``rows``.
     out : path
-        Output folder (created).
+        Output folder: new, empty, or (with ``overwrite=True``) an analysis folder attncoda
+        wrote. It is written beside its final place and swapped in when complete, so a failed
+        or interrupted analysis leaves the previous folder as it was.
     rows : xarray.Dataset, optional
         A capture with rows (``log_attn``) of at least three heads, for verdict flips, head
         clustering and row figures. Default: ``summaries`` when it holds rows.
@@ -301,6 +307,9 @@ def analyze(
     seed : int, default 0
     device : str or torch.device, optional
         Where the head comparisons run (see :func:`attncoda.head_comparisons`), e.g. ``"cuda"``.
+    overwrite : bool, default False
+        Replace an existing analysis folder (only one attncoda wrote: see
+        :func:`attncoda.check_output`).
 
     Returns
     -------
@@ -310,7 +319,12 @@ def analyze(
     Raises
     ------
     ReportError
-        If neither dataset holds summaries or rows.
+        If neither dataset holds summaries or rows, ``rows`` holds no rows, or an option is
+        out of range; all checked before anything is written.
+    UnknownMetricError
+        An unknown or empty list of metrics.
+    OutputExistsError, OutputError
+        ``out`` may not or cannot be written.
     """
     if summaries is None:
         summaries = rows
@@ -321,13 +335,60 @@ def analyze(
             "the dataset has neither summaries (sink_share, content_entropy) nor rows "
             f"(log_attn); it has {sorted(map(str, summaries.data_vars))}"
         )
+    if rows is not None and "log_attn" not in rows.data_vars:
+        raise ReportError(
+            "the rows dataset holds no rows (log_attn); capture it with what='rows' or 'both'"
+        )
     if rows is None and "log_attn" in summaries.data_vars:
         rows = summaries
+    wanted = an._metrics(metrics)
+    if not wanted:
+        raise an.UnknownMetricError(f"no metric given; choose from {an.METRICS}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
+        raise ReportError(f"n_boot must be a whole number >= 0, got {n_boot!r}")
+    if isinstance(threshold, bool) or not (
+        isinstance(threshold, (int, float, np.number)) and 0 < threshold < 1
+    ):
+        raise ReportError(f"threshold must lie in (0, 1), got {threshold!r}")
     an._Backend.resolve("auto", device)  # a bad device fails here, before any file is written
+    from ._atomic import atomic_output
+
+    with atomic_output(
+        out, overwrite=overwrite, kind="folder", stamp="analysis", what="analysis folder"
+    ) as folder:
+        return _analyze_into(
+            folder,
+            summaries,
+            rows,
+            title,
+            meta,
+            wanted,
+            n_boot,
+            threshold,
+            figures,
+            progress,
+            seed,
+            device,
+        )
+
+
+def _analyze_into(
+    folder: Path,
+    summaries: xr.Dataset,
+    rows: xr.Dataset | None,
+    title: str | None,
+    meta: Mapping[str, Any] | None,
+    wanted: tuple[str, ...],
+    n_boot: int,
+    threshold: float,
+    figures: bool,
+    progress: bool,
+    seed: int,
+    device: Any,
+) -> Analysis:
+    """The body of :func:`analyze`, writing into a folder of its own (the staging folder)."""
     n_units_rows = 0 if rows is None else rows.sizes["layer"] * rows.sizes["head"]
     use_rows = rows is not None and n_units_rows >= 3 and rows.sizes["sample"] >= 1
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     attrs = dict(summaries.attrs)
     model = str(attrs.get("model_id", "capture"))
     label = str((meta or {}).get("model") or Path(model).name or model)
@@ -366,7 +427,6 @@ def analyze(
             assert rows is not None
             bar("flips")
             # one pass over the rows serves the flips and the (js) clustering
-            wanted = an._metrics(metrics)
             cmp = an.head_comparisons(
                 rows,
                 wanted if "js" in wanted else (*wanted, "js"),
@@ -899,6 +959,7 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f'<meta name="generator" content="{_GENERATOR} {_esc(_version())}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_esc(analysis.title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_esc(analysis.title)}</h1>",
@@ -935,7 +996,12 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Path:
+def write_report(
+    folder: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+) -> Path:
     """Render the analysis folder ``folder`` into a self-contained HTML page.
 
     Parameters
@@ -944,19 +1010,42 @@ def write_report(folder: str | os.PathLike[str], out: str | os.PathLike[str] | N
         A folder written by :func:`analyze` (``attncoda analyze`` / ``attncoda demo``).
     out : path, optional
         The HTML file; default ``folder/report.html``.
+    overwrite : bool, default False
+        Replace an existing report (only a page attncoda rendered).
 
     Returns
     -------
     pathlib.Path
         The page written (atomically).
     """
+    from ._atomic import STAMP, atomic_output, record_files
+
     analysis = load_analysis(folder)
-    target = Path(out) if out is not None else Path(folder) / REPORT
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(render_html(analysis, folder), encoding="utf-8")
-    os.replace(tmp, target)
+    inside = out is None or Path(out).expanduser().resolve().parent == Path(folder).resolve()
+    target = Path(out).expanduser() if out is not None else Path(folder) / REPORT
+    with atomic_output(target, overwrite=overwrite, is_ours=_is_report, what="report") as staging:
+        staging.write_text(render_html(analysis, folder), encoding="utf-8")
+    if inside and (Path(folder) / STAMP).is_file():
+        record_files(Path(folder), "analysis", [target.name])
     return target
+
+
+def check_report(out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Refuse, before any work, a report file that :func:`write_report` would refuse."""
+    from ._atomic import check_output
+
+    return check_output(out, overwrite=overwrite, is_ours=_is_report, what="report")
+
+
+def _is_report(path: Path) -> str | None:
+    """None if ``path`` is a report attncoda rendered (its head names attncoda's policy)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return "it is not an attncoda report"
+    ours = f'<meta name="generator" content="{_GENERATOR} ' in head
+    return None if ours else "it is not an attncoda report (no attncoda generator tag)"
 
 
 def print_summary(analysis: Analysis, write: Callable[[str], Any] = print) -> None:

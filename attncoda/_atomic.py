@@ -1,0 +1,473 @@
+"""Crash-safe outputs: write beside the target, then swap it in; never delete what others made.
+
+Every file, store or folder attncoda writes goes through :func:`atomic_output`:
+
+1. **Before any work**, :func:`check_output` refuses a target that exists unless ``overwrite``
+   is set *and* the target is attncoda's own output (a dataset in attncoda's schema, or a folder
+   whose ``.attncoda.json`` stamp lists every file in it), and refuses a parent folder that
+   cannot be written. Callers run it before they load a model or compute anything.
+2. The new output is written into a **staging folder** beside the target,
+   ``.NAME.attncoda-PID-XXXX/``, marked by a ``STAGING`` file that the writer holds locked.
+3. It is **swapped in** with one ``rename`` (a file, or a folder into an empty place) or, for a
+   folder that replaces an old one, an atomic exchange (Linux ``renameat2(RENAME_EXCHANGE)``;
+   elsewhere two renames, the old copy kept aside until the new one is in place). The target
+   always holds the complete old data or the complete new data.
+4. An exception in the block (a full disk, Ctrl-C) removes the staging folder and propagates,
+   the old data untouched. A first SIGINT during the swap itself is **deferred** until the
+   swap is done (:func:`deferred_interrupt`; writers whose library writes from background
+   threads, such as zarr, defer it over their write call too); a second SIGINT interrupts at
+   once.
+5. Staging folders of **dead writers** (SIGKILL, power loss) are found by their marker and lock
+   and removed the next time anything is written beside them (:func:`sweep`); an old copy that
+   a writer had moved aside is first put back if the target is missing.
+
+Examples
+--------
+>>> import pathlib, tempfile
+>>> from attncoda import atomic_output
+>>> target = pathlib.Path(tempfile.mkdtemp()) / "table.csv"
+>>> with atomic_output(target) as tmp:
+...     _ = tmp.write_text("a,b\\n1,2\\n")
+>>> target.read_text()
+'a,b\\n1,2\\n'
+>>> with atomic_output(target) as tmp:  # doctest: +ELLIPSIS
+...     _ = tmp.write_text("again")
+Traceback (most recent call last):
+...
+attncoda._errors.OutputExistsError: ... exists; pass overwrite=True (--force) to replace it
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from ._errors import OutputError, OutputExistsError
+
+__all__ = [
+    "STAMP",
+    "atomic_output",
+    "check_output",
+    "deferred_interrupt",
+    "folder_is_ours",
+    "record_files",
+    "sweep",
+]
+
+#: The stamp attncoda writes into every output folder: the files it wrote there.
+STAMP = ".attncoda.json"
+#: The marker file of a staging folder; its writer holds an exclusive lock on it.
+_MARKER = "STAGING"
+_INFIX = ".attncoda-"
+_OLD = "previous"
+
+Kind = Literal["file", "store", "folder"]
+
+
+# --------------------------------------------------------------------------------------------
+# ownership
+
+
+def folder_is_ours(folder: Path) -> str | None:
+    """Why ``folder`` may not be replaced by attncoda, or None if it is attncoda's own output.
+
+    A folder is attncoda's when its :data:`STAMP` lists every file in it (so nothing a user
+    added would be deleted), or when it is empty.
+    """
+    if not folder.is_dir() or folder.is_symlink():
+        return "it is not a folder"
+    present = sorted(
+        p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() or p.is_symlink()
+    )
+    if not present:
+        return None
+    stamp = folder / STAMP
+    try:
+        listed = set(json.loads(stamp.read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"it holds files attncoda did not write (no readable {STAMP} stamp)"
+    foreign = [p for p in present if p != STAMP and p not in listed]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        return f"it holds files attncoda did not write ({shown})"
+    return None
+
+
+def record_files(folder: Path, kind: str, names: list[str] | None = None) -> None:
+    """Write (or extend) ``folder``'s :data:`STAMP` with the files attncoda wrote there.
+
+    ``names=None`` lists every file now in the folder (a staging folder that attncoda filled);
+    otherwise ``names`` are added to the stamp's list (a file written into an existing output,
+    e.g. ``report.html``).
+    """
+    from . import __version__
+
+    stamp = folder / STAMP
+    if names is None:
+        files = sorted(
+            p.relative_to(folder).as_posix()
+            for p in folder.rglob("*")
+            if p.is_file() and p.name != STAMP
+        )
+        data: dict[str, Any] = {"kind": kind}
+    else:
+        try:
+            data = json.loads(stamp.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {"kind": kind, "files": []}
+        files = sorted({*data.get("files", []), *names})
+    data.update(
+        files=files, attncoda_version=__version__, written=time.strftime("%Y-%m-%dT%H:%M:%S")
+    )
+    tmp = folder / f".{STAMP}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, stamp)
+
+
+# --------------------------------------------------------------------------------------------
+# validation before work
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists() or parent.is_symlink():
+            return parent
+    return Path(path.anchor or ".")  # pragma: no cover - the root always exists
+
+
+def _probe_writable(folder: Path) -> str | None:
+    """Why nothing can be created in ``folder`` (a real probe: root ignores permission bits)."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    try:  # an unnamed file where the OS has them (O_TMPFILE): a kill leaves nothing behind
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"cannot write in {folder} ({exc.strerror or exc})"
+    return None
+
+
+def check_output(
+    target: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    kind: Kind = "file",
+    is_ours: Callable[[Path], str | None] | None = None,
+    what: str = "output",
+) -> Path:
+    """Refuse, before any work, an output that cannot or may not be written.
+
+    Parameters
+    ----------
+    target : path-like
+        The file, store or folder to write.
+    overwrite : bool, default False
+        Allow replacing an existing target, if it is attncoda's own. An existing empty folder
+        may always be filled (``kind="folder"``).
+    kind : {"file", "store", "folder"}
+        What will be written: one file (``.nc``), a folder that the writer creates (a zarr
+        store), or a folder of files that attncoda fills (an analysis or report folder).
+    is_ours : callable, optional
+        ``is_ours(path)`` returns None if an existing target is attncoda's own output, else
+        the reason it is not. Default: :func:`folder_is_ours` for folders; files and stores are
+        never attncoda's unless this is given.
+    what : str
+        How messages name the target (``"--out"``, ``"dataset"``).
+
+    Returns
+    -------
+    pathlib.Path
+        The target, with ``~`` expanded and a symlink followed to the path it points to.
+
+    Raises
+    ------
+    OutputExistsError
+        The target exists and ``overwrite`` is not set, or it is not attncoda's output.
+    OutputError
+        The parent folder cannot be created or written.
+    """
+    path = Path(target).expanduser()
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    empty_folder = kind == "folder" and path.is_dir() and not any(path.iterdir())
+    if path.exists() and not empty_folder:
+        if not overwrite:
+            raise OutputExistsError(
+                f"{what} {str(path)!r} exists; pass overwrite=True (--force) to replace it"
+            )
+        reason: str | None
+        want_dir = kind != "file"
+        if path.is_dir() != want_dir:
+            reason = "it is a folder" if path.is_dir() else "it is not a folder"
+        elif kind == "folder":
+            reason = (is_ours or folder_is_ours)(path)
+        else:
+            reason = is_ours(path) if is_ours is not None else "attncoda cannot tell it wrote it"
+        if reason is not None:
+            raise OutputExistsError(
+                f"{what} {str(path)!r} exists and attncoda will not replace it: {reason}; "
+                "choose another path or move it away yourself"
+            )
+    parent = _nearest_existing(path.parent)
+    problem = _probe_writable(parent)
+    if problem is not None:
+        raise OutputError(f"{what} {str(path)!r} cannot be written: {problem}")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# interrupts
+
+
+class _Deferred:
+    def __init__(self) -> None:
+        self.pending = False
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[_Deferred]:
+    """Hold back a first SIGINT until the block ends; a second one interrupts at once.
+
+    The caller checks ``state.pending`` (cleaning up first) and the context manager raises
+    ``KeyboardInterrupt`` on exit if one arrived. Outside the main thread, or where signals are
+    not available, it does nothing.
+    """
+    state = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if state.pending:  # second Ctrl-C: stop now; the staging folder is swept later
+            raise KeyboardInterrupt
+        state.pending = True
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        yield state
+        return
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if state.pending:
+        raise KeyboardInterrupt
+
+
+# --------------------------------------------------------------------------------------------
+# staging and swapping
+
+
+def _lock(fh: Any, blocking: bool) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: fall back on the pid
+        return True
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _staging_name(target: Path) -> str:
+    return f".{target.name}{_INFIX}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+#: A staging folder with no marker, or an empty one, is taken for abandoned only after this long:
+#: its writer creates, locks and fills the marker within microseconds of creating the folder.
+_GRACE_S = 60.0
+
+
+def _abandoned(folder: Path) -> bool:
+    """A staging folder whose writer is gone: its marker lock can be taken (or its pid is dead).
+
+    The writer creates the folder, then the marker, locks it and writes its pid into it; a
+    folder killed before that is abandoned once :data:`_GRACE_S` old.
+    """
+    marker = folder / _MARKER
+    try:
+        young = time.time() - folder.stat().st_mtime < _GRACE_S
+        if not marker.exists():
+            return not young and not any(folder.iterdir())
+        with open(marker, "r+b") as fh:
+            try:
+                import fcntl  # noqa: F401
+            except ImportError:  # pragma: no cover - Windows: the pid written in the marker
+                return not _pid_alive(int(fh.read().decode().split()[0]))
+            if not _lock(fh, blocking=False):
+                return False
+            return bool(fh.read(1)) or not young
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def sweep(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove the staging folders that dead writers left beside ``target``; return them.
+
+    Only folders named ``.NAME.attncoda-*`` that hold attncoda's marker, and whose writer no
+    longer holds the marker's lock, are touched. If such a writer had moved the old target
+    aside and the target is now missing, the old copy is put back first.
+    """
+    path = Path(target)
+    prefix = _staging_name(path)
+    removed: list[Path] = []
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.name.startswith(prefix) and entry.is_dir() and not entry.is_symlink()):
+            continue
+        if not _abandoned(entry):
+            continue
+        old = entry / _OLD
+        if (old.exists() or old.is_symlink()) and not (path.exists() or path.is_symlink()):
+            with contextlib.suppress(OSError):
+                os.rename(old, path)
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """``renameat2`` on Linux; False where it is not available (the caller falls back)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):  # pragma: no cover - old glibc
+        return False
+    at_fdcwd = -100
+    res = fn(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), ctypes.c_uint(flags))
+    if res == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP if hasattr(errno, "ENOTSUP") else 95):
+        return False  # the filesystem cannot: fall back
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def _install(staged_path: Path, target: Path, box: Path) -> None:
+    """Put ``staged_path`` at ``target``; an old target ends up inside ``box`` (or is gone)."""
+    if not (target.exists() or target.is_symlink()):
+        if staged_path.is_dir():
+            os.rename(staged_path, target)  # fails if a folder appeared there meanwhile
+        elif not _renameat2(staged_path, target, _RENAME_NOREPLACE):
+            os.replace(staged_path, target)
+        return
+    if staged_path.is_file() and target.is_file():
+        os.replace(staged_path, target)  # atomic for files
+        return
+    if _renameat2(staged_path, target, _RENAME_EXCHANGE):
+        return  # the old data now sits at staged_path, inside the box
+    old = box / _OLD
+    os.rename(target, old)
+    try:
+        os.rename(staged_path, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_output(
+    target: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    kind: Kind = "file",
+    is_ours: Callable[[Path], str | None] | None = None,
+    stamp: str | None = None,
+    what: str = "output",
+) -> Iterator[Path]:
+    """Write an output crash-safely: yield a staging path, swap it in when the block succeeds.
+
+    Parameters
+    ----------
+    target : path-like
+        The file, store or folder to write.
+    overwrite, kind, is_ours, what
+        As for :func:`check_output` (called first).
+    stamp : str, optional
+        For folders: record every file written in the folder's :data:`STAMP` under this kind
+        (so a later ``overwrite`` knows the folder is attncoda's).
+
+    Yields
+    ------
+    pathlib.Path
+        Where to write: a path that does not exist yet (``kind="file"`` or ``"store"``: create
+        the file or the zarr store there) or an empty folder (``kind="folder"``).
+
+    Raises
+    ------
+    OutputExistsError, OutputError
+        As :func:`check_output`; also if the target appeared meanwhile.
+    KeyboardInterrupt
+        After cleaning up, if SIGINT arrived during the block.
+    """
+    path = check_output(target, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what)
+    existed = path.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep(path)
+    box: Path | None = None
+    try:
+        with deferred_interrupt():  # no Ctrl-C between creating the box and owning it
+            box = Path(tempfile.mkdtemp(prefix=_staging_name(path), dir=path.parent))
+        with open(box / _MARKER, "w+b") as marker:  # locked for the whole write
+            _lock(marker, blocking=True)
+            marker.write(f"{os.getpid()} attncoda staging for {path.name}\n".encode())
+            marker.flush()
+            staging = box / path.name
+            if kind == "folder":
+                staging.mkdir()
+            yield staging
+            with deferred_interrupt() as interrupt:
+                if kind == "folder" and stamp is not None:
+                    record_files(staging, stamp)
+                if not interrupt.pending:
+                    if path.exists() and not existed:  # appeared while we were working
+                        raise OutputExistsError(
+                            f"{what} {str(path)!r} appeared while attncoda was writing it; "
+                            "nothing was replaced"
+                        )
+                    if existed:  # still replaceable? (a user may have added files meanwhile)
+                        check_output(
+                            path, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what
+                        )
+                    _install(staging, path, box)
+                shutil.rmtree(box, ignore_errors=True)
+    finally:
+        if box is not None:
+            shutil.rmtree(box, ignore_errors=True)

@@ -1,0 +1,537 @@
+"""Faults against saving and loading captures: nothing attncoda did not write is ever deleted,
+replacing is crash-safe at every step, interrupts propagate and leave no debris, and damaged or
+corrupted data are refused instead of read as NaN.
+
+The SIGINT and SIGKILL cases run real subprocesses on real files.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import attncoda as ac
+from attncoda import _atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def ds():
+    return ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+
+
+def _debris(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".attncoda-" in p.name)
+
+
+# --------------------------------------------------------------------------------------------
+# never delete what attncoda did not create
+
+
+@pytest.mark.parametrize("name", ["p.nc", "p.zarr"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_folder_of_user_files_is_never_replaced(tmp_path, ds, name, overwrite):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ac.OutputExistsError, match=r"will not replace|exists"):
+        ac.save(ds, folder, overwrite=overwrite)
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert _debris(tmp_path) == []
+
+
+def test_a_user_file_is_never_replaced(tmp_path, ds):
+    target = tmp_path / "results.nc"
+    target.write_text("my own results, not netCDF")
+    with pytest.raises(ac.OutputExistsError, match="not an attncoda capture"):
+        ac.save(ds, target, overwrite=True)
+    assert target.read_text() == "my own results, not netCDF"
+
+
+def test_a_user_netcdf_outside_the_schema_is_never_replaced(tmp_path, ds):
+    import xarray as xr
+
+    target = tmp_path / "climate.nc"
+    xr.Dataset({"temperature": ("t", np.arange(3.0))}).to_netcdf(target, engine="h5netcdf")
+    with pytest.raises(ac.OutputExistsError, match="not an attncoda capture"):
+        ac.save(ds, target, overwrite=True)
+    assert "temperature" in xr.open_dataset(target, engine="h5netcdf").data_vars
+
+
+@pytest.mark.parametrize("name", ["cap.nc", "cap.zarr"])
+def test_replacing_needs_overwrite_and_then_replaces(tmp_path, ds, name):
+    target = ac.save(ds, tmp_path / name)
+    with pytest.raises(ac.OutputExistsError, match="overwrite=True"):
+        ac.save(ds.assign_attrs(tag="new"), target)
+    assert "tag" not in ac.load(target).attrs
+    ac.save(ds.assign_attrs(tag="new"), target, overwrite=True)
+    assert ac.load(target).attrs["tag"] == "new"
+    assert _debris(tmp_path) == []
+
+
+def test_a_symlink_is_followed_not_replaced(tmp_path, ds):
+    real = ac.save(ds, tmp_path / "real.nc")
+    link = tmp_path / "link.nc"
+    link.symlink_to(real)
+    ac.save(ds.assign_attrs(tag="via link"), link, overwrite=True)
+    assert link.is_symlink()
+    assert ac.load(real).attrs["tag"] == "via link"
+
+
+def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, ds):
+    with pytest.raises(ac.OutputError, match="cannot be written"):
+        ac.check_save("/proc/attncoda-test.nc")  # not writable, even for root
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ac.OutputError, match="not a folder"):
+        ac.save(ds, blocker / "cap.nc")
+    if os.geteuid() != 0:  # root ignores permission bits
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        try:
+            with pytest.raises(ac.OutputError, match="cannot write"):
+                ac.check_save(ro / "cap.nc")
+        finally:
+            ro.chmod(0o755)
+
+
+# --------------------------------------------------------------------------------------------
+# crash-safe replacing
+
+
+@pytest.mark.parametrize(
+    ("exchange", "failing", "fault"),
+    [
+        (True, "exchange", OSError(errno.ENOSPC, "No space left on device")),
+        (True, "exchange", KeyboardInterrupt()),
+        (False, 1, OSError(errno.ENOSPC, "No space left on device")),
+        (False, 2, OSError(errno.ENOSPC, "No space left on device")),
+        (False, 2, KeyboardInterrupt()),
+    ],
+    ids=[
+        "exchange-enospc",
+        "exchange-sigint",
+        "rename1-enospc",
+        "rename2-enospc",
+        "rename2-sigint",
+    ],
+)
+def test_a_fault_at_any_rename_keeps_the_old_store(tmp_path, ds, exchange, failing, fault):
+    """The issue's case: a fault at the second rename used to delete the old and new stores."""
+    target = ac.save(ds.assign_attrs(tag="old"), tmp_path / "cap.zarr")
+    real_rename, real_renameat2 = os.rename, _atomic._renameat2
+    calls = []
+
+    def rename(src, dst):
+        calls.append((src, dst))
+        if len(calls) == failing:
+            raise fault
+        return real_rename(src, dst)
+
+    def renameat2(src, dst, flags):
+        if flags == _atomic._RENAME_EXCHANGE:
+            if not exchange:
+                return False  # a filesystem without it: the two-rename fallback
+            raise fault
+        return real_renameat2(src, dst, flags)
+
+    with (
+        mock.patch.object(_atomic, "_renameat2", renameat2),
+        mock.patch.object(_atomic.os, "rename", rename),
+        pytest.raises(type(fault)),
+    ):
+        ac.save(ds.assign_attrs(tag="new"), target, overwrite=True)
+    assert ac.load(target).attrs["tag"] == "old"
+    assert _debris(tmp_path) == []
+
+
+def test_disk_full_while_writing_keeps_the_old_file(tmp_path, ds):
+    import xarray as xr
+
+    target = ac.save(ds.assign_attrs(tag="old"), tmp_path / "cap.nc")
+
+    def half_written(self, path, *args, **kwargs):
+        Path(path).write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with (
+        mock.patch.object(xr.Dataset, "to_netcdf", half_written),
+        pytest.raises(OSError, match="No space left"),
+    ):
+        ac.save(ds.assign_attrs(tag="new"), target, overwrite=True)
+    assert ac.load(target).attrs["tag"] == "old"
+    assert _debris(tmp_path) == []
+
+
+def test_a_dead_writers_staging_folder_is_swept_and_a_moved_store_put_back(tmp_path, ds):
+    """A writer killed between its two renames left the old store aside: it comes back."""
+    target = ac.save(ds.assign_attrs(tag="old"), tmp_path / "cap.zarr")
+    box = tmp_path / ".cap.zarr.attncoda-dead"
+    box.mkdir()
+    (box / "STAGING").write_text("12345 attncoda staging for cap.zarr\n")
+    os.rename(target, box / "previous")  # the moment of the kill
+    (box / "cap.zarr").mkdir()  # the half-written new store
+    assert not target.exists()
+    removed = _atomic.sweep(target)
+    assert removed == [box]
+    assert ac.load(target).attrs["tag"] == "old"
+    assert _debris(tmp_path) == []
+
+
+def test_a_live_writers_staging_folder_is_left_alone(tmp_path):
+    box = tmp_path / ".cap.nc.attncoda-live"
+    box.mkdir()
+    (box / "STAGING").write_text("live\n")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"fh = open({str(box / 'STAGING')!r}, 'r+b')\n"
+            "fcntl.flock(fh.fileno(), fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert _atomic.sweep(tmp_path / "cap.nc") == []
+        assert box.is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _atomic.sweep(tmp_path / "cap.nc") == [box]  # its writer is gone now
+
+
+def test_a_folder_without_the_marker_is_never_swept(tmp_path):
+    lookalike = tmp_path / ".cap.nc.attncoda-mine"
+    lookalike.mkdir()
+    (lookalike / "data.txt").write_text("a user's folder that happens to match the pattern")
+    old = time.time() - 3600
+    os.utime(lookalike, (old, old))
+    assert _atomic.sweep(tmp_path / "cap.nc") == []
+    assert (lookalike / "data.txt").exists()
+
+
+def test_a_writer_killed_in_its_first_moments_is_swept_after_a_grace_period(tmp_path):
+    """Killed between creating its folder and filling its marker: empty, so no one else's; a
+    writer that is just starting is not mistaken for it (the grace period)."""
+    unmarked = tmp_path / ".cap.nc.attncoda-early"
+    unmarked.mkdir()
+    empty_marker = tmp_path / ".cap.nc.attncoda-later"
+    empty_marker.mkdir()
+    (empty_marker / "STAGING").touch()
+    assert _atomic.sweep(tmp_path / "cap.nc") == []  # could be a writer starting now
+    old = time.time() - 2 * _atomic._GRACE_S
+    for folder in (unmarked, empty_marker):
+        os.utime(folder, (old, old))
+    assert sorted(_atomic.sweep(tmp_path / "cap.nc")) == sorted([unmarked, empty_marker])
+
+
+# --------------------------------------------------------------------------------------------
+# interrupts: real subprocesses on real files
+
+_WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np, attncoda as ac
+    target, size, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    rng = np.random.default_rng(0)
+    s, l, h, t = 4, 4, 8, size
+    z = rng.standard_normal((s, l, h, t, t), dtype=np.float32)
+    z[..., np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] = -np.inf
+    z -= np.logaddexp.reduce(z, axis=-1, keepdims=True)
+    ds = ac.make_dataset(log_attn=z, layers=range(l), heads=range(h), query_positions=range(t),
+                         attrs={"tag": tag})
+    print("ready", flush=True)
+    ac.save(ds, target, overwrite=True)
+    print("saved", flush=True)
+    """
+)
+
+
+def _start_writer(target: Path, size: int, tag: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(target), str(size), tag],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+def _wait_for_staging(folder: Path, proc: subprocess.Popen[str], timeout: float = 60) -> bool:
+    """Poll until the writer's staging folder holds its marker (the writer is then mid-write)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        for name in _debris(folder):
+            marker = folder / name / "STAGING"
+            if marker.is_file() and marker.stat().st_size:
+                return True
+        time.sleep(0.002)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rows.zarr", "rows.nc"])
+def test_sigint_during_a_save_keeps_the_old_data_and_leaves_nothing(tmp_path, name):
+    target = tmp_path / name
+    first = _start_writer(target, 64, "old")
+    assert first.wait(timeout=300) == 0
+    proc = _start_writer(target, 384, "new")  # ~75 MB of rows: a write of about a second
+    hit = _wait_for_staging(tmp_path, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert hit, "the save finished before it could be interrupted"
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, (out, err)
+    assert "saved" not in out  # the interrupt propagated: not swallowed
+    assert "Exception in thread" not in err  # no writer thread left running
+    assert ac.load(target).attrs["tag"] == "old"
+    assert _debris(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_save_leaves_a_staging_folder_the_next_save_removes(tmp_path):
+    target = tmp_path / "rows.zarr"
+    first = _start_writer(target, 64, "old")
+    assert first.wait(timeout=300) == 0
+    proc = _start_writer(target, 384, "new")
+    hit = _wait_for_staging(tmp_path, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert hit
+    assert _debris(tmp_path), "SIGKILL cannot clean up: a staging folder is left"
+    assert ac.load(target).attrs["tag"] == "old"
+    small = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    ac.save(small, tmp_path / "other.nc")  # a save beside it sweeps only its own name
+    assert _debris(tmp_path)
+    ac.save(ac.load(target).assign_attrs(tag="next"), target, overwrite=True)
+    assert _debris(tmp_path) == []
+    assert ac.load(target).attrs["tag"] == "next"
+
+
+def test_a_deferred_sigint_is_raised_after_the_block():
+    with pytest.raises(KeyboardInterrupt), _atomic.deferred_interrupt() as state:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs: no exception inside the block
+        assert state.pending
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# --------------------------------------------------------------------------------------------
+# damaged and corrupted data are refused, not read as NaN
+
+
+def test_a_store_with_a_variable_removed_is_refused(tmp_path, ds):
+    target = ac.save(ds, tmp_path / "cap.zarr")
+    shutil.rmtree(target / "log_attn")
+    with pytest.raises(ac.SchemaError, match="'log_attn' is listed but its folder is missing"):
+        ac.load(target)
+
+
+def test_a_store_with_a_chunk_removed_is_refused(tmp_path, ds):
+    target = ac.save(ds.chunk({"sample": 1}), tmp_path / "cap.zarr")
+    chunk = sorted((target / "sink_share").glob("1.*"))[0]
+    chunk.unlink()
+    with pytest.raises(ac.SchemaError, match="lacks 1 of 2 chunks"):
+        ac.load(target, check_values=False)
+
+
+def test_all_nan_chunks_are_written_so_they_are_not_mistaken_for_damage(tmp_path, ds):
+    nan = ds.assign(sink_share=ds.sink_share * np.nan).chunk({"sample": 1})
+    target = ac.save(nan, tmp_path / "cap.zarr")
+    back = ac.load(target)
+    assert np.isnan(back.sink_share.values).all()
+
+
+def test_a_truncated_netcdf_is_refused(tmp_path, ds):
+    target = ac.save(ds, tmp_path / "cap.nc")
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ac.SchemaError, match="cannot read"):
+        ac.load(target)
+
+
+def test_a_folder_named_nc_is_refused_on_load(tmp_path):
+    (tmp_path / "x.nc").mkdir()
+    with pytest.raises(ac.SchemaError, match="not a netCDF file"):
+        ac.load(tmp_path / "x.nc")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.assign(sink_share=d.sink_share + 1.5), "sink_share holds"),
+        (lambda d: d.assign(entropy=d.entropy - 3), "entropies are >= 0"),
+        (lambda d: d.assign(balance=d.balance + np.inf), "balances are finite"),
+        (lambda d: d.assign(log_attn=d.log_attn * np.nan), "log_attn holds NaN"),
+        (lambda d: d.assign(log_attn=d.log_attn - 1.0), "rows do not close"),
+        (lambda d: d.assign(log_attn=d.log_attn + 0.5), "values above 0"),
+        (lambda d: d.assign_coords(head=[0, 0, 1]), "repeats the value 0"),
+        (lambda d: d.assign_coords(sink_index=("sample", [0, 99])), "sink_index holds"),
+        (lambda d: d.assign(sink_share=d.sink_share.astype(np.int32)), "must hold floats"),
+    ],
+)
+def test_validate_dataset_checks_values(ds, change, message):
+    bad = change(ds.copy(deep=True))
+    with pytest.raises(ac.SchemaError, match=message):
+        ac.validate_dataset(bad)
+
+
+def test_corrupted_values_on_disk_are_refused_on_load(tmp_path, ds):
+    import xarray as xr
+
+    target = tmp_path / "cap.nc"
+    ds.assign(sink_share=ds.sink_share + 2.0).to_netcdf(target, engine="h5netcdf")
+    with pytest.raises(ac.SchemaError, match="shares lie in"):
+        ac.load(target)
+    assert ac.load(target, check_values=False).sink_share.max() > 1  # the opt-out
+    assert isinstance(xr.open_dataset(target, engine="h5netcdf"), xr.Dataset)
+
+
+def test_learned_sink_rows_close_with_the_learned_share():
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((1, 1, 2, 3, 4))
+    sink = rng.standard_normal((1, 1, 2, 3))
+    lse = np.logaddexp(np.logaddexp.reduce(z, axis=-1), sink)
+    ds = ac.make_dataset(
+        log_attn=z - lse[..., None],
+        learned_sink_log_attn=sink - lse,
+        layers=[0],
+        heads=[0, 1],
+        query_positions=range(3),
+    )
+    ac.validate_dataset(ds)
+    with pytest.raises(ac.SchemaError, match="do not close"):
+        ac.validate_dataset(ds.drop_vars("learned_sink_log_attn"))
+
+
+# --------------------------------------------------------------------------------------------
+# appending only what matches
+
+
+def test_append_refuses_mismatched_captures(tmp_path, ds):
+    target = ac.save(ds, tmp_path / "cap.zarr")
+    other = ac.synthetic_rows(n_samples=2, n_layers=3, n_heads=3, length=6)
+    with pytest.raises(ac.SchemaError, match="layer coordinate differs"):
+        ac.save(other, target, append=True)
+    longer = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=8)
+    with pytest.raises(ac.SchemaError, match="coordinate differs"):
+        ac.save(longer, target, append=True)
+    with pytest.raises(ac.SchemaError, match="model_id differs"):
+        ac.save(ds.assign_attrs(model_id="another-model"), target, append=True)
+    with pytest.raises(ac.SchemaError, match="it holds"):
+        ac.save(ds.drop_vars("log_attn"), target, append=True)
+    assert ac.load(target).sizes["sample"] == 2  # nothing was appended
+
+
+def test_append_renumbers_samples_and_refuses_a_foreign_store(tmp_path, ds):
+    target = ac.save(ds, tmp_path / "cap.zarr")
+    ac.save(ds, target, append=True)
+    back = ac.load(target)
+    assert back["sample"].values.tolist() == [0, 1, 2, 3]
+    foreign = tmp_path / "foreign.zarr"
+    foreign.mkdir()
+    (foreign / "data.bin").write_bytes(b"\0")
+    with pytest.raises(ac.OutputExistsError, match="cannot append"):
+        ac.save(ds, foreign, append=True)
+    assert (foreign / "data.bin").exists()
+    with pytest.raises(ac.SchemaError, match="zarr store"):
+        ac.save(ds, tmp_path / "cap.nc", append=True)
+
+
+# --------------------------------------------------------------------------------------------
+# output folders (analysis, demo, studies)
+
+
+def test_an_output_folder_of_user_files_is_never_replaced(tmp_path):
+    from attncoda._report import analyze
+
+    out = tmp_path / "analysis"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    for overwrite in (False, True):
+        with pytest.raises(ac.OutputExistsError):
+            analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=overwrite)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_an_analysis_folder_is_replaced_only_with_overwrite_and_only_when_all_ours(tmp_path):
+    from attncoda._report import analyze
+
+    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    out = tmp_path / "analysis"
+    analyze(rows, out, n_boot=0, progress=False, figures=False)
+    stamp = json.loads((out / _atomic.STAMP).read_text())
+    assert "analysis.json" in stamp["files"]
+    with pytest.raises(ac.OutputExistsError, match="overwrite=True"):
+        analyze(rows, out, n_boot=0, progress=False, figures=False)
+    analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
+    (out / "notes.txt").write_text("a note the user added")
+    with pytest.raises(ac.OutputExistsError, match=r"notes\.txt"):
+        analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
+    assert (out / "notes.txt").exists()
+    assert _debris(tmp_path) == []
+
+
+def test_a_failing_analysis_leaves_no_folder_and_no_debris(tmp_path):
+    from attncoda._report import analyze
+
+    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    with (
+        mock.patch("attncoda._report._entropy_section", side_effect=RuntimeError("boom")),
+        pytest.raises(RuntimeError, match="boom"),
+    ):
+        analyze(rows, tmp_path / "analysis", n_boot=0, progress=False, figures=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"metrics": []}, "no metric"),
+        ({"metrics": ["nosuch"]}, "unknown metric"),
+        ({"n_boot": -1}, "n_boot"),
+        ({"n_boot": 1.5}, "n_boot"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"threshold": True}, "threshold"),
+    ],
+)
+def test_analysis_options_are_refused_before_any_file(tmp_path, kwargs, message):
+    from attncoda._report import analyze
+
+    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    with pytest.raises(ac.AttncodaError, match=message):
+        analyze(rows, tmp_path / "a", progress=False, figures=False, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rows_without_rows_are_refused_before_any_file(tmp_path):
+    from attncoda._report import analyze
+
+    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    summaries = rows.drop_vars("log_attn").assign(
+        **{k: rows.log_attn.isel(key=0) * 0 + 0.5 for k in ac.SUMMARY_VARIABLES}
+    )
+    with pytest.raises(ac.AttncodaError, match="holds no rows"):
+        analyze(summaries, tmp_path / "a", rows=summaries, progress=False, figures=False)
+    assert list(tmp_path.iterdir()) == []
