@@ -264,17 +264,41 @@ def broadcast_mask(
         ) from exc
 
 
-def broadcast_pair(a: Array, b: Array, xp: Any, what: str = "x and y") -> tuple[Array, Array]:
-    """``a`` and ``b`` broadcast to one shape, or :class:`ShapeMismatchError`."""
-    if tuple(a.shape) == tuple(b.shape):
-        return a, b
+def pair_shape(
+    a: Array, b: Array, axis: int | None = None, what: str = "x and y"
+) -> tuple[int, ...]:
+    """The shape ``a`` and ``b`` broadcast to, or :class:`ShapeMismatchError`.
+
+    With ``axis`` (the parts axis of each), both must also have their parts on the same axis of
+    that shape, with the same number of parts (parts are never broadcast).
+    """
+    sa, sb = tuple(a.shape), tuple(b.shape)
     try:
-        shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))
+        shape = tuple(np.broadcast_shapes(sa, sb))
     except ValueError:
         raise ShapeMismatchError(
-            f"{what} have shapes {tuple(a.shape)} and {tuple(b.shape)}, which do not broadcast; "
-            "give arrays of the same shape (parts on the same axis)"
+            f"{what} have shapes {sa} and {sb}, which do not broadcast; give arrays of the same "
+            "shape (parts on the same axis)"
         ) from None
+    if axis is not None and sa != sb:
+        own_a, own_b = normalize_axis(axis, len(sa)), normalize_axis(axis, len(sb))
+        same_axis = len(sa) - own_a == len(sb) - own_b  # counted from the right, as broadcasting
+        if not same_axis or sa[own_a] != sb[own_b]:
+            raise ShapeMismatchError(
+                f"{what} of shapes {sa} and {sb} do not have the same parts on axis={axis}; "
+                "give them the same number of dims (or use axis=-1) and the same parts"
+            )
+    return shape
+
+
+def broadcast_pair(
+    a: Array, b: Array, xp: Any, axis: int | None = None, what: str = "x and y"
+) -> tuple[Array, Array]:
+    """``a`` and ``b`` broadcast to one shape (views), or :class:`ShapeMismatchError`; with
+    ``axis``, checked to share their parts axis (see :func:`pair_shape`)."""
+    if tuple(a.shape) == tuple(b.shape):
+        return a, b
+    shape = pair_shape(a, b, axis, what)
     return xp.broadcast_to(a, shape), xp.broadcast_to(b, shape)
 
 

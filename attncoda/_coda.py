@@ -58,6 +58,7 @@ from ._array import (
     logsumexp,
     namespace,
     normalize_axis,
+    pair_shape,
     parts_last,
     to_kind,
     tolerance,
@@ -1021,13 +1022,19 @@ def _ndim(a: Array) -> int:
 # Aitchison geometry
 
 
-def _pair(x: Array, y: Array, mask: Array | None) -> tuple[Any, Array, Array]:
+def _pair(x: Array, y: Array, mask: Array | None, axis: int) -> tuple[Any, Array, Array]:
     """``x`` and ``y`` as arrays of one kind (torch on the first tensor's device if any of
-    ``x``, ``y``, ``mask`` is a tensor), without changing their dtypes."""
+    ``x``, ``y``, ``mask`` is a tensor), without changing their dtypes, checked to broadcast.
+
+    They are only broadcast (as views) when a mask must fit both; otherwise each keeps its shape,
+    so that e.g. one reference row is transformed once, not once per row it is compared with.
+    """
     xp = namespace(x, y, mask)
     like = first_tensor(x, y, mask)
     x, y = to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y")
-    x, y = broadcast_pair(x, y, xp)  # views; rows of a broadcast operand are recomputed
+    if mask is not None:
+        return xp, *broadcast_pair(x, y, xp, axis)
+    pair_shape(x, y, axis)
     return xp, x, y
 
 
@@ -1052,10 +1059,10 @@ def perturb(
     >>> ac.perturb([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])
     array([0.4, 0.4, 0.2])
     """
-    xp, x, y = _pair(x, y, mask)
+    xp, x, y = _pair(x, y, mask, axis)
     like = first_tensor(x, y)
     xf, yf = as_float(x, xp, like), as_float(y, xp, like, what="y")
-    xf, yf = broadcast_pair(xf, yf, xp)
+    xf, yf = broadcast_pair(xf, yf, xp, axis)
     if validate:  # each factor on its own: two negative parts would multiply to a positive one
         for arr, name in ((xf, "x"), (yf, "y")):
             _, a, vis, _ = parts_last(arr, axis, mask, what=name)
@@ -1084,9 +1091,9 @@ def perturb_inv(
     >>> ac.perturb_inv([0.4, 0.4, 0.2], [0.25, 0.5, 0.25])
     array([0.5 , 0.25, 0.25])
     """
-    xp, x, y = _pair(x, y, mask)
+    xp, x, y = _pair(x, y, mask, axis)
     like = first_tensor(x, y)
-    x, y = broadcast_pair(as_float(x, xp, like), as_float(y, xp, like, what="y"), xp)
+    x, y = broadcast_pair(as_float(x, xp, like), as_float(y, xp, like, what="y"), xp, axis)
     lc_y = log_composition(y, axis, mask=mask, validate=validate, what="y")
     with np.errstate(over="ignore"):
         inv = lc_y.restore(lc_y.zero_invisible(lc_y.xp.exp(-lc_y.log)))
@@ -1178,7 +1185,7 @@ def inner(
     >>> float(ac.inner([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])).__round__(6)
     0.320302
     """
-    xp, x, y = _pair(x, y, mask)
+    xp, x, y = _pair(x, y, mask, axis)
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
     return xp.sum(cx * cy, axis=normalize_axis(axis, cx.ndim))
@@ -1237,7 +1244,7 @@ def aitchison_distance(
     >>> round(float(ac.aitchison_distance([0.5, 0.25, 0.25], [0.25, 0.5, 0.25])), 6)
     0.980258
     """
-    xp, x, y = _pair(x, y, mask)
+    xp, x, y = _pair(x, y, mask, axis)
     cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
     cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
     d = cx - cy
@@ -1316,7 +1323,7 @@ def gram_distances(
             a -= mean
         else:
             a = a - mean
-    if same:
+    if b is None:
         b = a
     na = _row_norms2(xp, a)[..., :, None]
     nb = na[..., 0][..., None, :] if same else _row_norms2(xp, b)[..., None, :]

@@ -822,11 +822,12 @@ def group_decompose(
 # Aitchison distance split
 
 
-def _pair(x: Array, y: Array, *others: Any) -> tuple[Array, Array]:
-    """``x`` and ``y`` as arrays of the call's kind (see :mod:`attncoda._array`), broadcast."""
-    xp = namespace(x, y, *others)
-    like = first_tensor(x, y, *others)
-    return broadcast_pair(to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y"), xp)
+def _pair(x: Array, y: Array, mask: Array | None, sink: Any, axis: int) -> tuple[Array, Array]:
+    """``x`` and ``y`` as arrays of the call's kind (see :mod:`attncoda._array`), broadcast
+    (views) in the caller's layout, with the same parts on ``axis``."""
+    xp = namespace(x, y, mask, sink)
+    like = first_tensor(x, y, mask, sink)
+    return broadcast_pair(to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y"), xp, axis)
 
 
 @dataclass(frozen=True)
@@ -904,7 +905,7 @@ def aitchison_split(
     >>> bool(np.isclose(sp.total, ac.aitchison_distance(x, y) ** 2))
     True
     """
-    x, y = _pair(x, y, mask, sink)
+    x, y = _pair(x, y, mask, sink, axis)
     xp, bx, sx, cx, vx = _channels(x, sink, axis, validate, mask, from_logits)
     _, by, sy, cy, vy = _channels(y, sink, axis, validate, mask, from_logits)
     if not bool(xp.all(vx == vy)):
