@@ -560,10 +560,15 @@ def log_composition(
                 total = xp.sum(x, axis=-1, keepdims=True)
             if all_finite(xp, total):
                 return LogComposition(xp, x, None, ax, rowsum=total)
-        if validate and not bool(xp.all(x < math.inf)):  # False for NaN and +inf
-            raise NonFiniteError(
-                "logits contain NaN or +inf; only -inf is allowed (it marks an invisible key)"
-            )
+        if validate:
+            ok = x < math.inf  # False for NaN and +inf
+            if visible is not None:  # what mask= hides is never read (e.g. NaN padding)
+                ok = ok | ~visible
+            if not bool(xp.all(ok)):
+                raise NonFiniteError(
+                    "logits contain NaN or +inf at visible parts; only -inf is allowed (it marks "
+                    "an invisible key), or hide padding with mask="
+                )
         finite = x > -math.inf
         if visible is None:
             visible = None if bool(xp.all(finite)) else finite

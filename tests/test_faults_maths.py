@@ -966,3 +966,22 @@ def test_multi_replace_within_range():
     out = ac.multi_replace([0.5, 0.5, 0.0], delta=0.01)
     np.testing.assert_allclose(out, [0.495, 0.495, 0.01])
     np.testing.assert_allclose(ac.multi_replace([0.5, 0.5, 0.0], delta=np.float32(0.01)), out)
+
+
+def test_hidden_parts_are_never_read():
+    """NaN padding under mask= (xarray's ragged layout) is ignored, for logits as for
+    probabilities; a NaN at a visible part is refused."""
+    z = np.array([[1.0, 2.0, np.nan], [0.5, 0.1, 0.3]])
+    mask = ~np.isnan(z)
+    padded = np.where(mask, z, -np.inf)
+    for fn in (ac.clr, ac.ilr, ac.alr, ac.aitchison_norm, ac.entropy):
+        np.testing.assert_array_equal(
+            fn(z, mask=mask, from_logits=True), fn(padded, from_logits=True), err_msg=fn.__name__
+        )
+    d = ac.decompose(z, mask=mask, from_logits=True)
+    np.testing.assert_allclose(d.entropy, ac.entropy(padded, from_logits=True), atol=1e-12)
+    p = ac.closure(np.where(mask, np.exp(np.nan_to_num(z)), np.nan), mask=mask)
+    np.testing.assert_allclose(ac.clr(p, mask=mask), ac.clr(padded, from_logits=True), atol=1e-12)
+    visible_nan = mask.copy()
+    visible_nan[0, 2] = True
+    _refused(lambda: ac.clr(z, mask=visible_nan, from_logits=True), NF, "visible parts")
