@@ -18,7 +18,9 @@ Array kinds
     results are tensors. Otherwise it computes in numpy and returns numpy arrays. A tensor is
     never converted to numpy (nothing leaves its device, no autograd history is dropped);
     tensors on different devices raise :class:`~attncoda.DeviceMismatchError`, and numpy data
-    that torch cannot hold (``float128``) is refused.
+    that torch cannot hold (``float128``) is refused. The basis builders (``pivot_basis``,
+    ``sbp_basis``, ``group_basis``) take no data and always return small numpy tables; ``ilr``
+    moves a basis to the data's device.
 Dtypes
     Data must be real numbers. Floats keep their dtype (float16 and bfloat16 are computed in
     float32); **integer arrays are accepted as counts** (converted to float64, as in

@@ -588,7 +588,8 @@ def sbp_basis(sbp: Array) -> np.ndarray:
     Returns
     -------
     numpy.ndarray, shape (D-1, D)
-        Rows are orthonormal clr vectors.
+        Rows are orthonormal clr vectors (numpy even for a tensor ``sbp``: a basis is a small
+        table, which :func:`ilr` moves to the data's device).
 
     Raises
     ------
