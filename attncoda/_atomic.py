@@ -98,7 +98,7 @@ def folder_is_ours(folder: Path) -> str | None:
     try:
         listed = set(json.loads(stamp.read_text(encoding="utf-8"))["files"])
     except (OSError, ValueError, KeyError, TypeError):
-        return f"it holds files attncoda did not write (no readable {STAMP} stamp)"
+        listed = set()  # no stamp: nothing in it is known to be attncoda's
     foreign = [p for p in present if p != STAMP and p not in listed]
     if foreign:
         shown = ", ".join(foreign[:3]) + (

@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -103,13 +104,48 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    """``--threads``: a whole number from 1 to the machine's CPU count."""
+    value = _positive(text)
+    cpus = os.cpu_count() or 1
+    if value > cpus:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {cpus} (this machine's CPUs), got {value}"
+        )
+    return value
+
+
 def _add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
-        type=_positive,
+        type=_threads,
         metavar="N",
-        help="torch CPU threads (default: 1 when the machine is busy, else torch's default)",
+        help="torch CPU threads, 1 to the number of CPUs (default: 1 when the machine is "
+        "busy, else torch's default)",
     )
+
+
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output (only one that attncoda wrote; anything else is "
+        "never touched)",
+    )
+
+
+def _check_out_folder(path: str | Path, force: bool, what: str = "--out") -> Path:
+    """Refuse, before any work, an output folder that may not or cannot be written."""
+    import attncoda as ac
+
+    return ac.check_output(path, overwrite=force, kind="folder", what=what)
+
+
+def _check_model(name: str) -> str:
+    """Refuse, before anything loads, a MODEL that is none of the accepted forms."""
+    from attncoda.hooks import zoo
+
+    return zoo.check_model(name)
 
 
 def _add_quiet(p: argparse.ArgumentParser) -> None:
@@ -265,24 +301,20 @@ def register_demo(subparsers: Any) -> None:
         metavar="N",
         help="bootstrap replicates of the flip-rate intervals (default: 200)",
     )
+    _add_force(p)
     _add_threads(p)
     _add_quiet(p)
     p.set_defaults(func=_cmd_demo, _parser=p)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from attncoda.hooks import assets
-    from attncoda.hooks.demo import DemoConfig, run_demo
+    from attncoda.hooks.demo import DemoConfig, document_known, run_demo
 
     if Path(args.text).is_file():
         corpus, doc = args.text, ""
     else:
         corpus, _, doc = args.text.partition(":")
-        if assets.get_asset(corpus).kind != "corpus":
-            raise _usage(
-                f"--text needs a corpus (austen, mobydick, wikipedia) or a text file, got "
-                f"{corpus!r}"
-            )
+    document_known(corpus, doc or None)
     changes = {
         "passages": args.passages,
         "max_tokens": args.max_tokens,
@@ -294,10 +326,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = DemoConfig.quick(**base, **changes) if args.quick else DemoConfig(**base, **changes)
     if cfg.row_passages > cfg.passages:
         cfg = DemoConfig(**{**_fields(cfg), "row_passages": cfg.passages})
-    try:
-        run_demo(args.out, cfg, progress=not args.quiet, command=_command_line(args))
-    except ValueError as exc:
-        raise _fail(str(exc)) from exc
+    _check_out_folder(args.out, args.force)
+    run_demo(
+        args.out, cfg, progress=not args.quiet, command=_command_line(args), overwrite=args.force
+    )
     return 0
 
 
@@ -377,12 +409,13 @@ def register_capture(subparsers: Any) -> None:
         default="capture.nc",
         help="output dataset, .nc or .zarr (default: %(default)s)",
     )
+    _add_force(p)
     _add_threads(p)
     _add_quiet(p)
     p.set_defaults(func=_cmd_capture, _parser=p)
 
 
-def _parse_sink(text: str) -> Any:
+def _parse_sink(text: str, max_tokens: int) -> Any:
     if text in ("first", "learned"):
         return text
     try:
@@ -391,7 +424,29 @@ def _parse_sink(text: str) -> Any:
         raise _usage(f"--sink must be first, learned or key positions, got {text!r}") from None
     if not items:
         raise _usage("--sink is empty")
+    if min(items) < 0:
+        raise _usage(f"--sink positions count from 0, got {min(items)}")
+    if max(items) >= max_tokens:
+        raise _usage(
+            f"--sink position {max(items)} is beyond --max-tokens {max_tokens}: no passage has it"
+        )
+    if len(set(items)) != len(items):
+        raise _usage(f"--sink lists a position twice: {text!r}")
     return items[0] if len(items) == 1 else items
+
+
+def _check_queries(queries: Any, max_tokens: int) -> None:
+    """Query positions that no passage of at most ``max_tokens`` tokens can have."""
+    if not isinstance(queries, list):
+        return  # None (all) or a slice: clipped to each passage, as Python slices are
+    bad = [q for q in queries if not -max_tokens <= q < max_tokens]
+    if bad:
+        raise _usage(
+            f"--queries {bad[0]} is outside the passages (at most --max-tokens {max_tokens} "
+            f"tokens: positions {-max_tokens}..{max_tokens - 1})"
+        )
+    if len(set(queries)) != len(queries):
+        raise _usage("--queries lists a position twice")
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
@@ -400,7 +455,10 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".nc", ".zarr"):
         raise _usage(f"--out must end in .nc or .zarr, got {args.out!r}")
-    sink = _parse_sink(args.sink)
+    ac.check_save(out, overwrite=args.force)  # before any work: exists? writable?
+    sink = _parse_sink(args.sink, args.max_tokens)
+    _check_queries(args.queries, args.max_tokens)
+    _check_model(args.model)
     texts = _read_texts(args.texts, args.corpus)
     from attncoda.hooks import CaptureError
     from attncoda.hooks.demo import capture_passages, encode_passages, select_passages
@@ -433,7 +491,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
         raise _usage(str(exc)) from exc
     ds.attrs["command"] = _command_line(args)
     ds.attrs["texts"] = ", ".join(label for label, _ in texts)
-    path = ac.save(ds, out)
+    path = ac.save(ds, out, overwrite=args.force)
     sizes = ", ".join(f"{k} {v}" for k, v in ds.sizes.items())
     print(f"wrote {path} ({sizes}; {time.perf_counter() - started:.0f} s)")
     if not args.quiet:
@@ -505,6 +563,7 @@ def register_analyze(subparsers: Any) -> None:
     )
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--report", action="store_true", help="also write report.html")
+    _add_force(p)
     _add_quiet(p)
     p.set_defaults(func=_cmd_analyze, _parser=p)
 
@@ -518,17 +577,21 @@ def _analysis_out(dataset: str, out: str | None, suffix: str = "") -> Path:
 
 def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
     import attncoda as ac
-    from attncoda._report import ReportError, analyze, write_report
+    from attncoda._report import analyze, write_report
 
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if not metrics:
+        raise _usage(f"--metrics is empty; choose from {', '.join(ac.METRICS)}")
+    for m in metrics:
+        if m.lower() not in ac.METRICS:
+            raise _usage(f"unknown metric {m!r} in --metrics; choose from {', '.join(ac.METRICS)}")
+    if not 0 < args.threshold < 1:
+        raise _usage(f"--threshold must lie in (0, 1), got {args.threshold}")
+    force = getattr(args, "force", False)
+    _check_out_folder(folder, force, "analysis folder")
     ds = _load_dataset(args.dataset)
     rows = _load_dataset(args.rows) if getattr(args, "rows", None) else None
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     try:
-        for m in metrics:
-            if m.lower() not in ac.METRICS:
-                raise ac.UnknownMetricError(f"unknown metric {m!r}; choose from {ac.METRICS}")
-        if not 0 < args.threshold < 1:
-            raise _usage(f"--threshold must lie in (0, 1), got {args.threshold}")
         result = analyze(
             ds,
             folder,
@@ -540,9 +603,8 @@ def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
             progress=not args.quiet,
             meta={"command": _command_line(args), "dataset": str(args.dataset)},
             device=getattr(args, "device", None),
+            overwrite=force,
         )
-    except (ReportError, ac.AnalysisError, ac.SchemaError) as exc:
-        raise _usage(str(exc)) from exc
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("matplotlib", "sklearn"):
             raise _fail(
@@ -583,17 +645,20 @@ def register_report(subparsers: Any) -> None:
     )
     p.add_argument("--rows", metavar="DATASET", help="with a capture: a second capture of rows")
     p.add_argument("--n-boot", type=_non_negative, default=200, metavar="N", help=argparse.SUPPRESS)
+    _add_force(p)
     _add_quiet(p)
     p.set_defaults(func=_cmd_report, _parser=p)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from attncoda._report import MANIFEST, ReportError, write_report
+    from attncoda._report import MANIFEST, check_report, write_report
 
     path = Path(args.path)
     if not path.exists():
         raise _usage(f"no such folder or dataset: {args.path}")
     is_capture = path.suffix in (".nc", ".zarr") and not (path / MANIFEST).is_file()
+    if args.out is not None:
+        check_report(args.out, overwrite=args.force)
     if is_capture:
         folder = _analysis_out(args.path, None, "-report")
         ns = argparse.Namespace(
@@ -604,16 +669,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             threshold=0.3,
             no_figures=False,
             quiet=args.quiet,
+            force=args.force,
         )
         _run_analysis(ns, folder, report=False)
     else:
         if args.rows:
             raise _usage("--rows only applies to a capture, not to an analysis folder")
         folder = path
-    try:
-        target = write_report(folder, args.out)
-    except ReportError as exc:
-        raise _usage(str(exc)) from exc
+    target = write_report(folder, args.out, overwrite=args.force)
     print(f"report: {target}")
     return 0
 
@@ -639,6 +702,7 @@ def register_audit_rpa(targets: Any) -> None:
     p.add_argument("run", metavar="RUN_DIR", help="a run folder (checkpoints/, audit_ids.pt)")
     p.add_argument("--baseline", metavar="RUN_DIR", help="a baseline run to put side by side")
     p.add_argument("--out", metavar="DIR", help="output folder (default: RUN_DIR/audit)")
+    _add_force(p)
     _add_threads(p)
     _add_quiet(p)
     p.set_defaults(func=_cmd_audit_rpa, _parser=p)
@@ -648,12 +712,13 @@ def _cmd_audit_rpa(args: argparse.Namespace) -> int:
     for flag, value in (("RUN_DIR", args.run), ("--baseline", args.baseline)):
         if value is not None and not Path(value).is_dir():
             raise _usage(f"{flag}: no such run folder: {value}")
+    out = Path(args.out) if args.out else Path(args.run) / "audit"
+    _check_out_folder(out, args.force)
     _set_threads(args.threads)
     from attncoda.hooks import rpa
 
-    out = Path(args.out) if args.out else Path(args.run) / "audit"
     try:
-        result = rpa.audit_rpa(args.run, baseline_dir=args.baseline, out=out)
+        result = rpa.audit_rpa(args.run, baseline_dir=args.baseline, out=out, overwrite=args.force)
     except FileNotFoundError as exc:
         raise _usage(str(exc)) from exc
     except rpa.RPAError as exc:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from attncoda import (
     EXIT_FAILURE,
@@ -35,6 +35,9 @@ from attncoda import (
     __version__,
 )
 from attncoda._front import (
+    _add_force,
+    _add_threads,
+    _check_out_folder,
     register_analyze,
     register_audit_rpa,
     register_capture,
@@ -301,12 +304,8 @@ def _register_prune(subparsers: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random score (default: 0)")
     p.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")
-    p.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="torch CPU threads (default: torch's choice; 1 is faster on a crowded machine)",
-    )
+    _add_threads(p)
+    _add_force(p)
     p.add_argument(
         "--quick",
         action="store_true",
@@ -334,17 +333,20 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--fractions must be comma-separated numbers: {exc}", EXIT_USAGE
         ) from exc
+    if not fractions or not all(0 < f < 1 for f in fractions):
+        raise CommandError(
+            f"--fractions must be numbers between 0 and 1 (exclusive), got {args.fractions!r}",
+            EXIT_USAGE,
+        )
     scores = (
         [s.strip() for s in args.scores.split(",") if s.strip()]
-        if args.scores
+        if args.scores is not None
         else list(gates.SCORES)
     )
-    if args.threads is not None:
-        if args.threads < 1:
-            raise CommandError(f"--threads must be positive, got {args.threads}", EXIT_USAGE)
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if not scores:
+        raise CommandError(f"--scores is empty; choose from {', '.join(gates.SCORES)}", EXIT_USAGE)
+    for name in scores:
+        gates.score_info(name)  # GateError (usage) for an unknown score
     for name, value in (
         ("--window", args.window),
         ("--calibration-windows", args.calibration_windows),
@@ -357,6 +359,11 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     if asset.kind != "model":
         raise CommandError(f"{args.model!r} is a corpus, not a model", EXIT_USAGE)
     out = args.out or f"prune-{args.model}"
+    _check_out_folder(out, args.force)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     started = time.perf_counter()
     model, tokenizer = assets.load_model(args.model)
     if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
@@ -420,7 +427,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         texts={n: list(gates.STUDY_TEXTS[n]) for n in ("emma", "mobydick", "prideprejudice")},
         wall_s=round(time.perf_counter() - started, 1),
     )
-    paths = gates.write_study(result, out)
+    paths = gates.write_study(result, out, overwrite=args.force)
     if not args.quiet:
         ks = result.meta["ks"]
         print(
@@ -509,12 +516,8 @@ def _register_audit_arach(targets: Any) -> None:
         default="same",
         help="hub position ids (default: %(default)s)",
     )
-    p.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="torch threads (default: torch's; 1 is often much faster on a loaded machine)",
-    )
+    _add_threads(p)
+    _add_force(p)
     p.add_argument("--no-figures", action="store_true", help="write tables only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_audit_arach)
@@ -544,21 +547,20 @@ def _cmd_audit_arach(args: argparse.Namespace) -> int:
             changes[field] = value
     if "contexts" in changes:
         changes["sweep_ppl_context"] = changes["contexts"][0]
-    plan = dataclasses.replace(plan, **changes)
+    plan = dataclasses.replace(plan, **changes)  # EvalPlan checks every size (usage errors)
     out = args.out or f"arach-{args.model}"
+    _check_out_folder(out, args.force)
     options = {"hub_embedding": args.hub_embedding, "hub_positions": args.hub_positions}
-    try:
-        res = arach.run_evaluation(
-            args.model,
-            out,
-            plan=plan,
-            arach_options=options,
-            figures=not args.no_figures,
-            threads=args.threads,
-            progress=None if args.quiet else print,
-        )
-    except (arach.ArachError, ValueError) as exc:
-        raise CommandError(str(exc)) from exc
+    res = arach.run_evaluation(
+        args.model,
+        out,
+        plan=plan,
+        arach_options=options,
+        figures=not args.no_figures,
+        threads=args.threads,
+        progress=None if args.quiet else print,
+        overwrite=args.force,
+    )
     if not args.quiet:
         print(f"wrote {out}/results.json ({res['seconds']:.0f} s)")
     return EXIT_OK
@@ -582,9 +584,20 @@ _REGISTER: tuple[Callable[[Any], None], ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (``attncoda: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        hint = f"; see `{self.prog} --help`"
+        _error(f"{where}{' '.join(message.split())}{hint}")
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``attncoda`` argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Attention rows as compositional data: capture, decompose, compare.",
         epilog="exit codes:\n" + "\n".join(f"  {code:<4}{meaning}" for code, meaning in EXIT_CODES),

@@ -62,6 +62,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from attncoda import InputError
+
 if TYPE_CHECKING:
     from .rpa import RPAPrior
 
@@ -135,13 +137,13 @@ class GuardianConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.tau_min <= self.tau_max:
-            raise ValueError(f"need 0 < tau_min <= tau_max, got {self.tau_min}, {self.tau_max}")
+            raise InputError(f"need 0 < tau_min <= tau_max, got {self.tau_min}, {self.tau_max}")
         if self.reward_baseline not in ("ema", "none"):
-            raise ValueError(
+            raise InputError(
                 f"reward_baseline must be 'ema' or 'none', got {self.reward_baseline!r}"
             )
         if self.ramp_steps < 1:
-            raise ValueError("ramp_steps must be >= 1")
+            raise InputError("ramp_steps must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,7 @@ class Guardian(nn.Module):
         cfg = self.config
         loss = float(signals.val_loss)
         if not math.isfinite(loss):
-            raise ValueError(f"the Guardian got a non-finite validation loss {loss}")
+            raise InputError(f"the Guardian got a non-finite validation loss {loss}")
         reward = self.reward(loss)
         advantage = self._learn(reward) if self._pending is not None else 0.0
         self._prev_loss = loss
@@ -330,9 +332,9 @@ class ContextGameConfig:
 
     def __post_init__(self) -> None:
         if not self.lengths or any(int(c) < 2 for c in self.lengths):
-            raise ValueError(f"lengths must be >= 2, got {self.lengths}")
+            raise InputError(f"lengths must be >= 2, got {self.lengths}")
         if not 0 <= self.min_share * len(self.lengths) < 1:
-            raise ValueError("min_share * number of lengths must be below 1")
+            raise InputError("min_share * number of lengths must be below 1")
 
 
 class ContextGame:
@@ -425,7 +427,7 @@ def lr_factor(
     1.0
     """
     if total < 1:
-        raise ValueError("total must be >= 1")
+        raise InputError("total must be >= 1")
     warm = max(1, round(warmup_frac * total))
     if step < warm:
         return (step + 1) / warm
@@ -438,7 +440,7 @@ def lr_factor(
         if step < start:
             return 1.0
     else:
-        raise ValueError(f"unknown schedule {schedule!r}")
+        raise InputError(f"unknown schedule {schedule!r}")
     progress = min(1.0, (step - start) / max(1, total - start))
     return end + (1.0 - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -501,7 +503,7 @@ class WeightEMA:
 
     def __init__(self, modules: list[nn.Module], decay: float) -> None:
         if not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be in [0, 1), got {decay}")
+            raise InputError(f"decay must be in [0, 1), got {decay}")
         self.modules = modules
         self.decay = decay
         self.shadow = {n: p.detach().clone() for n, p in _float_params(modules)}
@@ -627,7 +629,7 @@ class TokenData:
         self, train: torch.Tensor, control: torch.Tensor, validation: torch.Tensor
     ) -> None:
         if train.dim() != 1 or control.dim() != 2 or validation.dim() != 2:
-            raise ValueError("train must be 1-D, control and validation 2-D (chunks, length)")
+            raise InputError("train must be 1-D, control and validation 2-D (chunks, length)")
         self.train = train.long()
         self.control = control.long()
         self.validation = validation.long()
@@ -636,7 +638,7 @@ class TokenData:
         """``(batch, length)`` random contiguous chunks of the training stream."""
         n = self.train.numel() - length
         if n <= 0:
-            raise ValueError(f"the training stream ({self.train.numel()}) is shorter than {length}")
+            raise InputError(f"the training stream ({self.train.numel()}) is shorter than {length}")
         starts = torch.randint(0, n, (batch,), generator=generator)
         return torch.stack([self.train[s : s + length] for s in starts.tolist()])
 
@@ -694,7 +696,7 @@ def evaluate(
     finally:
         model.train(was)
     if count == 0:
-        raise ValueError("no chunks to evaluate")
+        raise InputError("no chunks to evaluate")
     return total / count
 
 
@@ -803,7 +805,7 @@ def checkpoint_steps(steps: int, n: int, spacing: Literal["linear", "log"] = "li
     elif spacing == "log":
         pts = np.concatenate([[0.0], np.geomspace(1, steps, n - 1)])
     else:
-        raise ValueError(f"checkpoint spacing must be 'linear' or 'log', got {spacing!r}")
+        raise InputError(f"checkpoint spacing must be 'linear' or 'log', got {spacing!r}")
     return sorted({round(float(x)) for x in pts})
 
 
@@ -891,12 +893,12 @@ def train(
     cfg = config
     out = Path(out_dir) if out_dir is not None else None
     if cfg.guardian is not None and prior is None:
-        raise ValueError("the Guardian controls the RPA prior: pass a prior or guardian=None")
+        raise InputError("the Guardian controls the RPA prior: pass a prior or guardian=None")
     lengths = cfg.context_game.lengths if cfg.context_game is not None else (cfg.context,)
     if max(lengths) > cfg.context:
-        raise ValueError("context-game lengths must not exceed the evaluation context")
+        raise InputError("context-game lengths must not exceed the evaluation context")
     if cfg.tokens_per_step < max(lengths):
-        raise ValueError("tokens_per_step must be at least the longest context")
+        raise InputError("tokens_per_step must be at least the longest context")
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     device = next(model.parameters()).device

@@ -63,6 +63,7 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -74,7 +75,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from attncoda import AttncodaError
+from attncoda import AttncodaError, InputError, require_int, require_real
 
 from ._registry import ATTENTION_NAME, AttentionPlugin, can_switch, plugged, register_attention
 
@@ -163,7 +164,7 @@ class ArachConfig:
         if isinstance(off, bool) or not isinstance(off, (int, float, np.floating, np.integer)):
             raise TypeError(f"offset must be a real number, got {off!r}")
         if math.isnan(float(off)) or float(off) == math.inf:
-            raise ValueError(f"offset must be finite or -inf, got {off!r}")
+            raise InputError(f"offset must be finite or -inf, got {off!r}")
         object.__setattr__(self, "offset", float(off))
         _choice("hub_embedding", self.hub_embedding, ("token", "mean", "zeros"))
         _choice("hub_positions", self.hub_positions, ("same", "none"))
@@ -174,13 +175,13 @@ class ArachConfig:
         ):
             raise TypeError(f"hub_token_id must be an int, got {self.hub_token_id!r}")
         if self.hub_token_id is not None and self.hub_embedding != "token":
-            raise ValueError("hub_token_id is only used with hub_embedding='token'")
+            raise InputError("hub_token_id is only used with hub_embedding='token'")
         if self.layers is not None:
             if isinstance(self.layers, (str, bytes)) or not isinstance(self.layers, Iterable):
                 raise TypeError(f"layers must be None or an iterable of ints, got {self.layers!r}")
             items = tuple(self.layers)
             if not items:
-                raise ValueError("layers= is empty; use offset=float('-inf') to switch hubs off")
+                raise InputError("layers= is empty; use offset=float('-inf') to switch hubs off")
             if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in items):
                 raise TypeError(f"layers must hold ints, got {self.layers!r}")
             object.__setattr__(self, "layers", tuple(int(i) for i in items))
@@ -193,7 +194,7 @@ class ArachConfig:
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        raise InputError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def dense_mask(
     (-0.5, 0.0)
     """
     if not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be a positive int, got {length!r}")
+        raise InputError(f"length must be a positive int, got {length!r}")
     neg = torch.finfo(dtype).min
     i = torch.arange(length, device=device)
     vis = i[None, :] <= i[:, None]
@@ -527,7 +528,7 @@ def _hub_layers(model: Any, config: ArachConfig) -> frozenset[int] | None:
     out = set()
     for i in config.layers:
         if not -n <= i < n:
-            raise ValueError(f"layer {i} is out of range: the model has {n} layers")
+            raise InputError(f"layer {i} is out of range: the model has {n} layers")
         out.add(i % n)
     return frozenset(out)
 
@@ -644,7 +645,7 @@ class Arach:
                 tid = 0
         vocab = self.model.get_input_embeddings().weight.shape[0]
         if not 0 <= int(tid) < vocab:
-            raise ValueError(f"hub_token_id {tid} is outside the vocabulary (0..{vocab - 1})")
+            raise InputError(f"hub_token_id {tid} is outside the vocabulary (0..{vocab - 1})")
         return int(tid)
 
     def _absolute_positions(self) -> Any:
@@ -690,25 +691,25 @@ class Arach:
         ((1, 6, 32), [[0, 1, 2, 0, 1, 2]])
         """
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("give exactly one of input_ids and inputs_embeds")
+            raise InputError("give exactly one of input_ids and inputs_embeds")
         embed = self.model.get_input_embeddings()
         if inputs_embeds is None:
             assert input_ids is not None
             if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must be (batch, length), got {tuple(input_ids.shape)}")
+                raise InputError(f"input_ids must be (batch, length), got {tuple(input_ids.shape)}")
             verbal = embed(input_ids)
         else:
             if inputs_embeds.dim() != 3:
-                raise ValueError("inputs_embeds must be (batch, length, hidden)")
+                raise InputError("inputs_embeds must be (batch, length, hidden)")
             verbal = inputs_embeds
         b, t, _ = verbal.shape
         if t < 1:
-            raise ValueError("the input is empty")
+            raise InputError("the input is empty")
         device = verbal.device
         key_valid: torch.Tensor | None = None
         if attention_mask is not None:
             if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (b, t):
-                raise ValueError(
+                raise InputError(
                     "attention_mask must be a 2-D padding mask (batch, length) matching the "
                     f"input; got {tuple(attention_mask.shape)} (ARACH builds its own 4-D mask)"
                 )
@@ -797,7 +798,7 @@ class Arach:
         if kwargs.pop("use_cache", None):
             raise ArachError("ARACH does not run with use_cache=True (no KV cache support)")
         if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
-            raise ValueError("labels need the logits of every position (logits_to_keep=0)")
+            raise InputError("labels need the logits of every position (logits_to_keep=0)")
         inputs = self.build(
             input_ids, attention_mask, inputs_embeds=inputs_embeds, position_ids=position_ids
         )
@@ -805,13 +806,13 @@ class Arach:
         device = inputs["inputs_embeds"].device
         if isinstance(logits_to_keep, int):
             if logits_to_keep < 0 or logits_to_keep > t:
-                raise ValueError(f"logits_to_keep must lie in 0..{t}, got {logits_to_keep}")
+                raise InputError(f"logits_to_keep must lie in 0..{t}, got {logits_to_keep}")
             start = t - logits_to_keep if logits_to_keep else 0
             keep = torch.arange(start, t, device=device)
         else:
             keep = logits_to_keep.to(device)
             if keep.dim() not in (1, 2) or keep.dtype == torch.bool:
-                raise ValueError(
+                raise InputError(
                     "logits_to_keep must be an int, or a 1-D or (batch, k) integer tensor of "
                     "positions"
                 )
@@ -938,7 +939,7 @@ class Arach:
         (1, 7)
         """
         if max_new_tokens < 0:
-            raise ValueError("max_new_tokens must be >= 0")
+            raise InputError("max_new_tokens must be >= 0")
         ids = input_ids
         mask = attention_mask
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -1105,15 +1106,15 @@ def score_tokens(
     pre = torch.as_tensor(list(prefix), dtype=torch.long)
     n_pre = len(pre)
     if ids.dim() != 1 or ids.numel() + n_pre < 2:
-        raise ValueError("input_ids must be one sequence of at least 2 tokens (prefix included)")
+        raise InputError("input_ids must be one sequence of at least 2 tokens (prefix included)")
     span = context - n_pre
     if span < (1 if n_pre else 2):
-        raise ValueError(f"context={context} leaves no room for text after the prefix")
+        raise InputError(f"context={context} leaves no room for text after the prefix")
     stride = span if stride is None else stride
     if not 1 <= stride <= span:
-        raise ValueError(f"stride must lie in 1..{span}, got {stride}")
+        raise InputError(f"stride must lie in 1..{span}, got {stride}")
     if arach is not None and arach.model is not model:
-        raise ValueError("arach= was built for a different model")
+        raise InputError("arach= was built for a different model")
     device = next(model.parameters()).device
     n = ids.numel()
     spans = []  # (start, end, first scored text index)
@@ -1221,9 +1222,9 @@ def paired_bootstrap(
     a = np.asarray(off, dtype=np.float64)
     b = np.asarray(on, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
-        raise ValueError("off and on must be 1-D arrays of the same, non-zero length")
+        raise InputError("off and on must be 1-D arrays of the same, non-zero length")
     if not 0 < level < 1:
-        raise ValueError("level must lie in (0, 1)")
+        raise InputError("level must lie in (0, 1)")
     stat = statistic if statistic is not None else (lambda x: float(np.mean(x)))
     rng = np.random.default_rng(seed)
     if clusters is None:
@@ -1232,7 +1233,7 @@ def paired_bootstrap(
     else:
         labels = np.asarray(clusters)
         if labels.shape != a.shape:
-            raise ValueError("clusters must have one label per item")
+            raise InputError("clusters must have one label per item")
         uniq = np.unique(labels)
         groups = [np.flatnonzero(labels == u) for u in uniq]
         index_sets = groups
@@ -1278,7 +1279,7 @@ def perplexity_interval(
     (7.389, 6.686)
     """
     if not np.array_equal(off.position, on.position):
-        raise ValueError("the two scorings must cover the same tokens (same windows)")
+        raise InputError("the two scorings must cover the same tokens (same windows)")
     clusters = np.arange(len(off.nll)) // block
     return paired_bootstrap(
         off.nll,
@@ -1361,7 +1362,7 @@ def cloze_items(
     from .assets import paragraphs
 
     if n < 1 or window < 1:
-        raise ValueError("n and window must be positive")
+        raise InputError("n and window must be positive")
     candidates: list[ClozeItem] = []
     for source, text in texts.items():
         words = " ".join(paragraphs(text)).split()
@@ -1378,7 +1379,7 @@ def cloze_items(
                 continue
             candidates.append(ClozeItem(" ".join(words[k - window : k]), target, source, k))
     if len(candidates) < n:
-        raise ValueError(f"only {len(candidates)} candidate items; ask for fewer")
+        raise InputError(f"only {len(candidates)} candidate items; ask for fewer")
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(candidates), size=n, replace=False).tolist())
     return [candidates[i] for i in chosen]
@@ -1416,7 +1417,7 @@ def cloze_accuracy(
     >>> res = arach.cloze_accuracy(model, tok, items, arach=arach.Arach(model))  # doctest: +SKIP
     """
     if arach is not None and arach.model is not model:
-        raise ValueError("arach= was built for a different model")
+        raise InputError("arach= was built for a different model")
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     encoded = []
@@ -1531,7 +1532,7 @@ def audit(
         ids = torch.as_tensor(sample).reshape(1, -1).to(next(model.parameters()).device)
         t = ids.shape[1]
         if t <= first_query:
-            raise ValueError(f"a sample of {t} tokens has no query >= first_query={first_query}")
+            raise InputError(f"a sample of {t} tokens has no query >= first_query={first_query}")
         with torch.no_grad():
             with capture(model, what="rows") as cap_off:
                 model(input_ids=ids)
@@ -1563,7 +1564,7 @@ def audit(
             sums[name] = sums.get(name, 0) + m
         count += 1
     if count == 0:
-        raise ValueError("audit() needs at least one sample")
+        raise InputError("audit() needs at least one sample")
     mean = {k: v / count for k, v in sums.items()}
     lh = ("layer", "head")
     lhg = ("layer", "head", "group")
@@ -1774,6 +1775,38 @@ class EvalPlan:
     n_boot: int = 2000
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """Every size is checked here, so a bad plan fails before a model loads."""
+        if not isinstance(self.contexts, tuple) or not self.contexts:
+            raise InputError(f"contexts must be a non-empty tuple of ints, got {self.contexts!r}")
+        for ctx in self.contexts:
+            require_int(ctx, "contexts", low=8)
+        require_int(self.ppl_tokens, "ppl_tokens", low=2)
+        if self.ppl_tokens < max(self.contexts):
+            raise InputError(
+                f"ppl_tokens ({self.ppl_tokens}) must be at least the longest context "
+                f"({max(self.contexts)}): no window would fit"
+            )
+        if not isinstance(self.offsets, tuple) or not self.offsets:
+            raise InputError(f"offsets must be a non-empty tuple, got {self.offsets!r}")
+        for b in self.offsets:
+            if require_real(b, "offsets", finite=False) == math.inf:
+                raise InputError("offsets must be finite or -inf, got inf")
+        require_int(self.sweep_ppl_context, "sweep_ppl_context", low=8)
+        if self.sweep_ppl_context not in self.contexts:
+            raise InputError(
+                f"sweep_ppl_context ({self.sweep_ppl_context}) must be one of contexts "
+                f"{self.contexts}"
+            )
+        for ab in self.ablations:
+            _parse_ablation(ab)
+        require_int(self.cloze_n, "cloze_n", low=1)
+        require_int(self.cloze_batch, "cloze_batch", low=1)
+        require_int(self.audit_samples, "audit_samples", low=1)
+        require_int(self.audit_length, "audit_length", low=4)
+        require_int(self.n_boot, "n_boot", low=0)
+        require_int(self.seed, "seed", low=0)
+
     @classmethod
     def quick(cls) -> EvalPlan:
         """A smoke-test plan (about a minute for SmolLM2 on one CPU thread)."""
@@ -1799,7 +1832,7 @@ def _text(corpus: str) -> str:
     if corpus == "austen":
         text = load_text("austen", "emma")
         return text[text.find("Emma Woodhouse") :]
-    raise ValueError(f"unknown corpus {corpus!r}")
+    raise InputError(f"unknown corpus {corpus!r}")
 
 
 def _corpus_ids(tokenizer: Any, corpus: str, n_tokens: int) -> torch.Tensor:
@@ -1809,7 +1842,7 @@ def _corpus_ids(tokenizer: Any, corpus: str, n_tokens: int) -> torch.Tensor:
     paras = paragraphs(_text(corpus)[: n_tokens * 8])
     ids = tokenizer("\n\n".join(paras), add_special_tokens=False).input_ids[:n_tokens]
     if len(ids) < n_tokens:
-        raise ValueError(f"not enough {corpus} text for {n_tokens} tokens")
+        raise InputError(f"not enough {corpus} text for {n_tokens} tokens")
     return torch.tensor(ids)
 
 
@@ -1833,13 +1866,13 @@ def _audit_samples(tokenizer: Any, n: int, length: int) -> list[torch.Tensor]:
             out.append(torch.tensor(ids[:length]))
         if len(out) == n:
             return out
-    raise ValueError(f"fewer than {n} Emma paragraphs of {length} tokens")
+    raise InputError(f"fewer than {n} Emma paragraphs of {length} tokens")
 
 
 def _parse_ablation(text: str) -> dict[str, Any]:
-    key, _, value = text.partition("=")
+    key, _, value = str(text).partition("=")
     if not value:
-        raise ValueError(f"an ablation is 'option=value', got {text!r}")
+        raise InputError(f"an ablation is 'option=value', got {text!r}")
     val: Any = value
     if key == "hub_token_id":
         val = int(value)
@@ -1855,6 +1888,7 @@ def run_evaluation(
     figures: bool = True,
     threads: int | None = None,
     progress: Callable[[str], None] | None = print,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """The paired ARACH evaluation of one offline model: same weights, ARACH off vs on.
 
@@ -1885,6 +1919,15 @@ def run_evaluation(
         one thread can be many times faster than two.
     progress : callable, optional
         Receives one line per step (default ``print``).
+    overwrite : bool, default False
+        Replace an existing output folder (only one attncoda wrote). The folder is written
+        beside its place and swapped in when complete.
+
+    Raises
+    ------
+    InputError, UnknownAssetError, OutputExistsError
+        Before anything loads: a bad option, an unknown or non-causal model, an output folder
+        that may not be written.
 
     Examples
     --------
@@ -1892,24 +1935,38 @@ def run_evaluation(
     >>> sorted(res)[:3]  # doctest: +SKIP
     ['ablations', 'arach', 'audit']
     """
-    from .assets import load_corpus, load_model
+    import attncoda as ac
+
+    from .assets import get_asset, load_corpus, load_model
 
     plan = plan or EvalPlan()
     opts = dict(arach_options or {})
     if "offset" in opts:
-        raise ValueError("the offset is swept; give the other options in arach_options")
-    base = ArachConfig(**opts)
-    ablations = [_parse_ablation(a) for a in plan.ablations]
-    for ab in ablations:
-        dataclasses.replace(base, **ab)  # bad ablations fail before any work
+        raise InputError("the offset is swept; give the other options in arach_options")
+    try:
+        base = ArachConfig(**opts)
+        ablations = [_parse_ablation(a) for a in plan.ablations]
+        for ab in ablations:
+            dataclasses.replace(base, **ab)  # bad ablations fail before any work
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, AttncodaError):
+            raise
+        raise InputError(f"bad ARACH option: {exc}") from exc
+    asset = get_asset(model_name)
+    if asset.kind != "model" or model_name == "minilm-l6":
+        raise InputError(f"{model_name!r} is not a causal LM; use smollm2-135m or gemma3-270m")
+    if threads is not None:
+        require_int(threads, "threads", low=1, high=os.cpu_count() or 1)
     say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    ac.check_output(out_dir, overwrite=overwrite, kind="folder")
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _run(model_name, out, plan, base, ablations, figures, say, load_model, load_corpus)
+        with ac.atomic_output(out_dir, overwrite=overwrite, kind="folder", stamp="arach") as out:
+            return _run(
+                model_name, out, plan, base, ablations, figures, say, load_model, load_corpus
+            )
     finally:
         torch.set_num_threads(previous_threads)
 

@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 import xarray as xr
 
+from attncoda import InputError
+
 __all__ = [
     "DEFAULT_OUT",
     "DemoConfig",
@@ -94,6 +96,27 @@ class DemoConfig:
     n_boot: int = 200
     threads: int | None = None
 
+    def __post_init__(self) -> None:
+        from attncoda import require_int
+
+        from .zoo import check_model
+
+        check_model(self.model)
+        if not isinstance(self.corpus, str) or not self.corpus:
+            raise InputError(f"corpus must be a corpus name or a text file, got {self.corpus!r}")
+        require_int(self.passages, "passages", low=1)
+        require_int(self.max_tokens, "max_tokens", low=2)
+        require_int(self.min_words, "min_words", low=1)
+        require_int(self.row_passages, "row_passages", low=1)
+        require_int(self.n_boot, "n_boot", low=0)
+        if self.threads is not None:
+            require_int(self.threads, "threads", low=1, high=os.cpu_count() or 1)
+        if self.row_layers is not None:
+            if not isinstance(self.row_layers, tuple) or not self.row_layers:
+                raise InputError(f"row_layers must be a non-empty tuple, got {self.row_layers!r}")
+            for layer in self.row_layers:
+                require_int(layer, "row_layers", low=0)
+
     @classmethod
     def quick(cls, **overrides: Any) -> DemoConfig:
         """A smoke run: 8 passages of 64 tokens, rows of 4 of them, 50 bootstrap replicates."""
@@ -129,7 +152,7 @@ def select_passages(text: str, n: int, *, min_words: int = 40) -> list[str]:
 
     paras = paragraphs(text, min_words=min_words)
     if not paras:
-        raise ValueError(f"the text has no paragraph of at least {min_words} words")
+        raise InputError(f"the text has no paragraph of at least {min_words} words")
     if n >= len(paras):
         return paras
     if n == 1:
@@ -219,7 +242,7 @@ def load_any(name: str) -> tuple[Any, Any]:
         try:
             return zoo.tiny_twin(name.split(":", 1)[1]), None
         except KeyError as exc:
-            raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from exc
+            raise InputError(str(exc.args[0]) if exc.args else str(exc)) from exc
     return zoo.load(name)
 
 
@@ -246,13 +269,16 @@ def run_demo(
     progress: bool = True,
     echo: Callable[[str], Any] = print,
     command: str | None = None,
+    overwrite: bool = False,
 ) -> Any:
     """Run the main job and write the report folder ``out``.
 
     Parameters
     ----------
     out : path
-        The report folder (created; files in it are replaced).
+        The report folder: new, empty, or (``overwrite=True``) a demo folder attncoda wrote.
+        It is built beside its final place and swapped in when complete: a failed or
+        interrupted run leaves the previous folder as it was.
     config : DemoConfig, optional
         Sizes; default :class:`DemoConfig()`.
     progress : bool, default True
@@ -261,24 +287,62 @@ def run_demo(
         Receives the lines of the terminal summary.
     command : str, optional
         The command line, recorded in the report.
+    overwrite : bool, default False
+        Replace an existing demo folder (only one attncoda wrote).
 
     Returns
     -------
     attncoda._report.Analysis
         What the report shows; ``result.meta["wall_s"]`` is the run time.
     """
+    import attncoda as ac
+
+    cfg = config or DemoConfig()
+    ac.check_output(out, overwrite=overwrite, kind="folder", what="demo folder")
+    document_known(cfg.corpus, cfg.document)
+    with ac.atomic_output(
+        out, overwrite=overwrite, kind="folder", stamp="demo", what="demo folder"
+    ) as folder:
+        result = _run_demo_into(folder, Path(out), cfg, progress, command, echo)
+    for line in result.summary:
+        echo(line)
+    return result
+
+
+def document_known(corpus: str, document: str | None) -> None:
+    """Refuse, before any work, a text that is neither a file nor a corpus (and document)."""
+    from . import assets
+
+    if Path(corpus).is_file():
+        return
+    asset = assets.get_asset(corpus)  # UnknownAssetError (usage) for an unknown name
+    if asset.kind != "corpus":
+        raise InputError(f"{corpus!r} is a model, not a corpus or a text file")
+    known = asset.details.get("documents")  # a corpus built from a dump knows them once fetched
+    if document is not None and known is not None and document not in known:
+        raise InputError(
+            f"corpus {corpus!r} has no document {document!r}; documents: {', '.join(known)}"
+        )
+
+
+def _run_demo_into(
+    folder: Path,
+    final: Path,
+    cfg: DemoConfig,
+    progress: bool,
+    command: str | None,
+    echo: Callable[[str], Any],
+) -> Any:
+    """The body of :func:`run_demo`, writing into ``folder`` (the staging folder of ``final``)."""
     import torch
 
     import attncoda as ac
-    from attncoda._report import analyze, write_report
+    from attncoda._report import MANIFEST, analyze, write_report
 
     from . import assets
 
-    cfg = config or DemoConfig()
     started = time.perf_counter()
     timings: dict[str, float] = {}
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
 
     def lap(name: str, t0: float) -> float:
         timings[name] = round(time.perf_counter() - t0, 1)
@@ -320,9 +384,6 @@ def run_demo(
         desc=f"capture rows (layers {', '.join(map(str, layers))})",
     )
     t = lap("capture_rows", t)
-    ac.save(summaries, folder / "summaries.nc")
-    ac.save(rows, folder / "rows.nc")
-    t = lap("save", t)
 
     # 4. analysis and report ---------------------------------------------------------------------
     doc = (
@@ -353,6 +414,12 @@ def run_demo(
         progress=progress,
     )
     t = lap("analysis", t)
+    # the analysis fills the (empty) staging folder first; the captures go in beside it
+    for name, ds in (("summaries.nc", summaries), ("rows.nc", rows)):
+        ac.save(ds, folder / name)
+        result.files.append(name)
+    result.files.sort()
+    t = lap("save", t)
     wall = round(time.perf_counter() - started, 1)
     result.meta["timings_s"] = ", ".join(f"{k} {v}" for k, v in timings.items())
     result.meta["wall_s"] = wall
@@ -361,13 +428,9 @@ def run_demo(
         f"{cfg.model} on {len(passages)} passages of {doc} ({n_tokens:,} tokens, up to "
         f"{cfg.max_tokens} per passage)",
     )
-    result.summary.append(f"report: {folder / 'report.html'}  ({wall:.0f} s)")
-    from attncoda._report import MANIFEST
-
+    result.summary.append(f"report: {final / 'report.html'}  ({wall:.0f} s)")
     (folder / MANIFEST).write_text(result.to_json(), encoding="utf-8")
     write_report(folder)
-    for line in result.summary:
-        echo(line)
     return result
 
 

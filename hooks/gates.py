@@ -1253,31 +1253,45 @@ def read_study(folder: str | Path) -> StudyResult:
     return StudyResult(rows, scores, orders, meta)
 
 
-def write_study(result: StudyResult, out: str | Path) -> dict[str, Path]:
+def write_study(
+    result: StudyResult, out: str | Path, *, overwrite: bool = False
+) -> dict[str, Path]:
     """Write a study's tables and figure into a folder.
 
     Files: ``perplexity.csv`` (the rows), ``head_scores.csv`` (every head statistic),
     ``prune_order.csv`` (each score's order), ``meta.json`` and ``perplexity_vs_heads.png``.
+    The folder is new, empty, or (``overwrite=True``) one attncoda wrote; it is written beside
+    its place and swapped in when complete.
 
     Returns
     -------
     dict of str to Path
-        The written files by kind.
+        The written files by kind (at their final place).
     """
-    import csv
-    import json
+    import attncoda as ac
 
-    import matplotlib.pyplot as plt
+    with ac.atomic_output(out, overwrite=overwrite, kind="folder", stamp="prune") as folder:
+        _write_study_into(result, folder)
+    return {kind: Path(out) / path.name for kind, path in _study_paths(Path(out)).items()}
 
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {
+
+def _study_paths(folder: Path) -> dict[str, Path]:
+    return {
         "perplexity": folder / "perplexity.csv",
         "head_scores": folder / "head_scores.csv",
         "prune_order": folder / "prune_order.csv",
         "meta": folder / "meta.json",
         "figure": folder / "perplexity_vs_heads.png",
     }
+
+
+def _write_study_into(result: StudyResult, folder: Path) -> None:
+    import csv
+    import json
+
+    import matplotlib.pyplot as plt
+
+    paths = _study_paths(folder)
     cols = [
         "score",
         "channel",
@@ -1322,4 +1336,3 @@ def write_study(result: StudyResult, out: str | Path) -> dict[str, Path]:
     paths["meta"].write_text(json.dumps(result.meta, indent=2) + "\n")
     fig = plot_study(result, paths["figure"])
     plt.close(fig)
-    return paths

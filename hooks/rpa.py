@@ -1580,6 +1580,7 @@ def audit_rpa(
     baseline_dir: str | os.PathLike[str] | None = None,
     out: str | os.PathLike[str] | None = None,
     input_ids: torch.Tensor | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Audit a training run folder written by the RPA case study (for ``attncoda audit rpa``).
 
@@ -1598,15 +1599,22 @@ def audit_rpa(
     baseline_dir : path, optional
         A baseline run folder to put side by side.
     out : path, optional
-        Folder for ``*.nc`` and ``audit.md``.
+        Folder for ``*.nc`` and ``audit.md``: new, empty, or (``overwrite=True``) one attncoda
+        wrote; written beside its place and swapped in when complete.
     input_ids : torch.Tensor, optional
         Token ids to use instead of ``audit_ids.pt``.
+    overwrite : bool, default False
+        Replace an existing audit folder (only one attncoda wrote).
 
     Returns
     -------
     dict of str to xarray.Dataset
     """
+    import attncoda as ac
+
     run = Path(run_dir)
+    if out is not None:
+        ac.check_output(out, overwrite=overwrite, kind="folder")
     ids = input_ids if input_ids is not None else _audit_ids(run)
     result: dict[str, Any] = {"trajectory": entropy_trajectory(_run_checkpoints(run), ids)}
     final = _final_checkpoint(run)
@@ -1618,11 +1626,10 @@ def audit_rpa(
             _run_checkpoints(Path(baseline_dir)), ids
         )
     if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, ds in result.items():
-            ds.to_netcdf(folder / f"{name}.nc")
-        (folder / "audit.md").write_text(audit_markdown(result))
+        with ac.atomic_output(out, overwrite=overwrite, kind="folder", stamp="rpa-audit") as folder:
+            for name, ds in result.items():
+                ds.to_netcdf(folder / f"{name}.nc")
+            (folder / "audit.md").write_text(audit_markdown(result))
     return result
 
 

@@ -46,9 +46,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from attncoda import AttncodaError
+from attncoda import EXIT_USAGE, AttncodaError
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +60,8 @@ __all__ = [
     "PYTHIA_REVISIONS",
     "ModelEntry",
     "ModelUnavailableError",
+    "UnknownModelError",
+    "check_model",
     "get_entry",
     "list_models",
     "load",
@@ -918,6 +920,75 @@ def tiny_batch(
 # --------------------------------------------------------------------------------------------
 
 
+class UnknownModelError(AttncodaError, ValueError):
+    """A model name is none of the forms :func:`check_model` accepts."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+def check_model(name: str) -> str:
+    """Check a MODEL argument without loading anything; return which form it is.
+
+    The forms, in the order they are tried: ``twin:FAMILY`` (a tiny random twin,
+    :func:`tiny_twin`), a registry name or hub id of a registry entry (:func:`list_models`; an
+    entry with an offline asset loads from the cache), a local checkpoint directory (holding
+    ``config.json`` or one ``.gguf`` file), and any other hub id ``org/name``.
+
+    Returns
+    -------
+    {"twin", "registry", "local", "hub"}
+
+    Raises
+    ------
+    UnknownModelError
+        For anything else, with the closest registry names; for a path that is not a
+        checkpoint directory; for an unknown twin family.
+
+    Examples
+    --------
+    >>> check_model("smollm2-135m"), check_model("twin:llama"), check_model("org/model")
+    ('registry', 'twin', 'hub')
+    >>> check_model("smolm2")
+    Traceback (most recent call last):
+    ...
+    attncoda.hooks.zoo.UnknownModelError: unknown model 'smolm2'. Did you mean 'smollm2-135m'? ...
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UnknownModelError(f"a model name must be a non-empty string, got {name!r}")
+    key = name.strip()
+    if key.startswith("twin:"):
+        family = key.split(":", 1)[1]
+        try:
+            resolved = resolve_family(family)
+        except KeyError:
+            resolved = ""
+        if resolved not in _TWINS:
+            raise UnknownModelError(
+                f"unknown twin family {family!r}; families: {', '.join(FAMILIES)}"
+            )
+        return "twin"
+    if _BY_NAME.get(key.lower()) or _BY_HUB_ID.get(key.lower()):
+        return "registry"
+    path = Path(key).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and len(list(path.glob("*.gguf"))) != 1:
+            raise UnknownModelError(
+                f"{key!r} is not a checkpoint directory: it has no config.json and not exactly "
+                "one .gguf file (save one with model.save_pretrained(DIR))"
+            )
+        return "local"
+    looks_like_path = key.startswith(("/", ".", "~")) or key.endswith("/") or key.count("/") > 1
+    if looks_like_path or path.exists():
+        raise UnknownModelError(f"no checkpoint directory at {key!r}")
+    if key.count("/") == 1:
+        return "hub"
+    raise UnknownModelError(
+        _unknown_message(key, "model")
+        + " Pass a registry name, twin:FAMILY, a hub id 'org/name' or a local checkpoint "
+        "directory."
+    )
+
+
 class ModelUnavailableError(AttncodaError, OSError):
     """A model could be found neither in the offline assets nor on a reachable hub."""
 
@@ -1011,11 +1082,8 @@ def load(
             str(path), None, dtype, device, attn_implementation, local=True, **kwargs
         )
     if entry is None:
-        if key.count("/") != 1 or key.startswith(("/", ".", "~")) or key.endswith("/"):
-            raise ValueError(
-                _unknown_message(key, "model")
-                + " Pass a registry name, a hub id 'org/name' or a local checkpoint directory."
-            )
+        if check_model(key) != "hub":  # raises UnknownModelError for anything else
+            raise UnknownModelError(f"{key!r} is not a hub id")
         if source == "asset":
             raise ValueError(f"{key!r} has no offline asset")
         return _load_hub(key, None, revision, dtype, device, attn_implementation, **kwargs)

@@ -1,0 +1,394 @@
+"""Faults against the ``attncoda`` command: every option is checked before a model loads or a
+file is written; errors are one line with the documented exit code (2 bad usage, 1 failed run,
+70 a bug, 130 interrupted); no output of the user's is replaced and no half-done output is left.
+
+Each "before any work" case also checks that nothing was loaded: the model loaders are replaced
+by functions that fail the test if called.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import attncoda as ac
+from attncoda.cli import main
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    paras = [f"Paragraph {i}. " + " ".join(f"word{j}" for j in range(50)) for i in range(6)]
+    path = tmp_path / "book.txt"
+    path.write_text("\n\n".join(paras), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any command loads a model (the error must come first)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad option was refused")
+
+    from attncoda.hooks import assets, demo
+
+    monkeypatch.setattr(demo, "load_any", refuse)
+    monkeypatch.setattr(assets, "load_model", refuse)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(err: str, needle: str) -> None:
+    assert err.startswith("attncoda: error: "), err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert needle in err, err
+
+
+# --------------------------------------------------------------------------------------------
+# capture
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--queries=-100"], "--queries -100 is outside the passages"),
+        (["--queries", "3,100"], "--queries 100 is outside"),
+        (["--queries", "3,3"], "twice"),
+        (["--sink", "99"], "beyond --max-tokens"),
+        (["--sink=-1"], "count from 0"),
+        (["--sink", "0,0"], "twice"),
+        (["--sink", "x"], "--sink must be"),
+        (["--threads", "100000"], "must be at most"),
+        (["--threads", "0"], "must be at least 1"),
+        (["--out", "{tmp}/x.csv"], "must end in .nc or .zarr"),
+        (["--out", "/proc/attncoda-test.nc"], "cannot be written"),
+        (["--out", "{text}/x.nc"], "not a folder"),
+    ],
+)
+def test_capture_options_are_refused_before_the_model_loads(
+    extra, needle, tmp_path, text_file, capsys, no_model_loads
+):
+    argv = ["capture", "twin:llama", str(text_file), "--max-tokens", "16"]
+    argv += [a.format(tmp=tmp_path, text=text_file) for a in extra]
+    if "--out" not in extra:
+        argv += ["--out", str(tmp_path / "cap.nc")]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert not (tmp_path / "cap.nc").exists()
+
+
+@pytest.mark.parametrize("model", ["nosuch", "twin:nosuch", "/no/such/checkpoint", "./x"])
+def test_an_unknown_model_is_refused_before_anything_loads(
+    model, tmp_path, text_file, capsys, no_model_loads
+):
+    code, _, err = _run(["capture", model, str(text_file), "--out", str(tmp_path / "c.nc")], capsys)
+    assert code == 2
+    needle = {"nosuch": "unknown model", "twin:nosuch": "twin family"}.get(model, "checkpoint")
+    _one_line_error(err, needle)
+
+
+def test_capture_never_replaces_a_folder_of_user_files(tmp_path, text_file, capsys, no_model_loads):
+    target = tmp_path / "d.nc"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    for force in ([], ["--force"]):
+        code, _, err = _run(
+            ["capture", "twin:llama", str(text_file), "--out", str(target), *force], capsys
+        )
+        assert code == 2
+        _one_line_error(err, "d.nc")
+    assert (target / "notes.txt").read_text() == "mine"
+
+
+def test_capture_replaces_its_own_output_only_with_force(tmp_path, text_file, capsys):
+    target = tmp_path / "cap.nc"
+    argv = ["capture", "twin:llama", str(text_file), "--passages", "2", "--max-tokens", "12"]
+    assert _run([*argv, "--out", str(target), "-q"], capsys)[0] == 0
+    first = ac.load(target).attrs["command"]
+    code, _, err = _run([*argv, "--passages", "3", "--out", str(target), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, "--force")
+    assert ac.load(target).attrs["command"] == first
+    assert _run([*argv, "--passages", "3", "--out", str(target), "-q", "--force"], capsys)[0] == 0
+    assert ac.load(target).sizes["sample"] == 3
+
+
+def test_a_query_beyond_a_short_passage_fails_before_its_work(tmp_path, capsys):
+    """--queries inside --max-tokens, but a passage is shorter: refused at that forward."""
+    text = tmp_path / "short.txt"
+    text.write_text("\n\n".join(" ".join(f"w{j}" for j in range(45)) for _ in range(2)))
+    out = tmp_path / "cap.nc"
+    argv = ["capture", "twin:llama", str(text), "--min-words", "40", "--max-tokens", "4000"]
+    code, _, err = _run([*argv, "--queries", "3000", "--out", str(out), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, "3000")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# analyze and report
+
+
+@pytest.fixture
+def summaries(tmp_path: Path) -> Path:
+    rows = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    dec = ac.decompose(rows.log_attn.values, from_logits=True, degenerate="nan")
+    summ = ac.make_dataset(
+        summaries={
+            "sink_share": dec.sink_share,
+            "sink_logodds": dec.sink_logodds,
+            "balance": dec.balance,
+            "entropy": dec.entropy,
+            "content_entropy": dec.content_entropy,
+        },
+        layers=[0, 1],
+        heads=[0, 1, 2],
+        query_positions=range(6),
+    )
+    return ac.save(summ, tmp_path / "summ.nc")
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--rows", "{summ}"], "holds no rows"),
+        (["--metrics", ""], "--metrics is empty"),
+        (["--metrics", "cosine,nosuch"], "unknown metric 'nosuch'"),
+        (["--threshold", "1.5"], "--threshold"),
+        (["--device", "gpu0"], "not a torch device"),
+    ],
+)
+def test_analyze_refuses_before_writing_anything(extra, needle, tmp_path, summaries, capsys):
+    out = tmp_path / "an2"
+    argv = ["analyze", str(summaries), "--out", str(out), "-q"]
+    code, _, err = _run([*argv, *[a.format(summ=summaries) for a in extra]], capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if ".attncoda-" in p.name] == []
+
+
+def test_analyze_refuses_a_damaged_store(tmp_path, capsys):
+    import shutil
+
+    store = ac.save(ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3), tmp_path / "r.zarr")
+    shutil.rmtree(store / "log_attn")
+    code, _, err = _run(["analyze", str(store), "--out", str(tmp_path / "a"), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, "damaged")
+    assert not (tmp_path / "a").exists()
+
+
+def test_analyze_and_report_replace_their_own_outputs_only_with_force(tmp_path, summaries, capsys):
+    out = tmp_path / "an"
+    argv = ["analyze", str(summaries), "--out", str(out), "--n-boot", "0", "-q", "--no-figures"]
+    assert _run(argv, capsys)[0] == 0
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    _one_line_error(err, "--force")
+    assert _run([*argv, "--force"], capsys)[0] == 0
+    assert _run(["report", str(out), "-q"], capsys)[0] == 0
+    code, _, err = _run(["report", str(out), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, "report.html")
+    assert _run(["report", str(out), "-q", "--force"], capsys)[0] == 0
+    (out / "mine.txt").write_text("notes")
+    code, _, err = _run([*argv, "--force"], capsys)
+    assert code == 2
+    _one_line_error(err, "mine.txt")
+    assert (out / "mine.txt").read_text() == "notes"
+    elsewhere = tmp_path / "page.html"
+    elsewhere.write_text("<html>my page</html>")
+    code, _, err = _run(["report", str(out), "--out", str(elsewhere), "--force"], capsys)
+    assert code == 2
+    _one_line_error(err, "not an attncoda report")
+    assert elsewhere.read_text() == "<html>my page</html>"
+
+
+# --------------------------------------------------------------------------------------------
+# demo, prune, audit
+
+
+def test_demo_with_an_unknown_model_leaves_no_folder(tmp_path, capsys, no_model_loads):
+    out = tmp_path / "demo"
+    code, _, err = _run(["demo", "--model", "nosuch", "--out", str(out), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, "unknown model 'nosuch'")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--text", "austen:nosuch"], "no document 'nosuch'"),
+        (["--text", "smollm2-135m"], "is a model"),
+        (["--threads", "100000"], "must be at most"),
+    ],
+)
+def test_demo_options_are_refused_before_any_work(extra, needle, tmp_path, capsys, no_model_loads):
+    out = tmp_path / "demo"
+    code, _, err = _run(["demo", *extra, "--out", str(out), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert not out.exists()
+
+
+def test_demo_never_replaces_a_folder_of_user_files(tmp_path, capsys, no_model_loads):
+    out = tmp_path / "attncoda-demo"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    code, _, err = _run(["demo", "--model", "twin:llama", "--out", str(out), "--force"], capsys)
+    assert code == 2
+    _one_line_error(err, "thesis.tex")
+    assert (out / "thesis.tex").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--threads", "0"], "must be at least 1"),
+        (["--threads", "100000"], "must be at most"),
+        (["--ppl-tokens=-1"], "ppl_tokens must be >= 2"),
+        (["--ppl-tokens", "100"], "at least the longest context"),
+        (["--cloze-items", "0"], "cloze_n must be >= 1"),
+        (["--audit-samples", "0"], "audit_samples must be >= 1"),
+        (["--contexts", "4"], "contexts must be >= 8"),
+        (["--offsets", "nan"], "offsets must be a finite number"),
+        (["--out", "/proc/attncoda-test"], "cannot be written"),
+    ],
+)
+def test_audit_arach_options_are_refused_before_the_model_loads(
+    extra, needle, tmp_path, capsys, no_model_loads
+):
+    argv = ["audit", "arach", "smollm2-135m", "--out", str(tmp_path / "a"), *extra]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--threads", "100000"], "must be at most"),
+        (["--fractions", "0.1,1.5"], "between 0 and 1"),
+        (["--fractions", ""], "between 0 and 1"),
+        (["--scores", "nosuch"], "unknown score 'nosuch'"),
+        (["--scores", ","], "--scores is empty"),
+        (["--window", "2"], "--window is too small"),
+    ],
+)
+def test_prune_options_are_refused_before_the_model_loads(
+    extra, needle, tmp_path, capsys, no_model_loads
+):
+    argv = ["prune", "smollm2-135m", "--out", str(tmp_path / "p"), *extra]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prune_never_replaces_a_folder_of_user_files(tmp_path, capsys, no_model_loads):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "data.csv").write_text("mine")
+    code, _, err = _run(["prune", "smollm2-135m", "--out", str(out), "--force"], capsys)
+    assert code == 2
+    _one_line_error(err, "data.csv")
+
+
+# --------------------------------------------------------------------------------------------
+# exit codes
+
+
+def test_exit_codes_are_listed_in_help(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for code in ("0", "1", "2", "70", "130"):
+        assert f"\n  {code} " in out, out
+
+
+def test_a_bug_exits_70_with_its_traceback(monkeypatch, capsys, tmp_path, summaries):
+    """An unexpected exception is neither bad usage nor a failed run: 70 and a traceback."""
+    import attncoda._front as front
+
+    def crash(path):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(front, "_load_dataset", crash)
+    code = main(["analyze", str(summaries), "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert code == 70
+    assert "Traceback" in err and "ZeroDivisionError: a bug" in err
+    assert err.strip().splitlines()[-1].startswith("attncoda: error: internal error")
+
+
+def test_a_failed_run_exits_1(monkeypatch, capsys, tmp_path, text_file):
+    """A full disk while saving: a one-line error and 1, the run failed."""
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ac, "save", full)
+    argv = ["capture", "twin:llama", str(text_file), "--passages", "1", "--max-tokens", "8"]
+    code, _, err = _run([*argv, "--out", str(tmp_path / "c.nc"), "-q"], capsys)
+    assert code == 1
+    _one_line_error(err, "No space left on device")
+
+
+# --------------------------------------------------------------------------------------------
+# interrupts: real subprocesses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+def test_sigint_during_a_cli_save_exits_130_and_keeps_the_old_output(tmp_path, suffix):
+    paras = [" ".join(f"w{i}x{j}" for j in range(120)) for i in range(200)]
+    text = tmp_path / "long.txt"
+    text.write_text("\n\n".join(paras))
+    target = tmp_path / f"r{suffix}"
+    base = [sys.executable, "-m", "attncoda.cli", "capture", "twin:llama", str(text)]
+    base += ["--what", "rows", "--max-tokens", "64", "--out", str(target), "-q"]
+    first = subprocess.run([*base, "--passages", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [*base, "--passages", "200", "--force"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    deadline = time.monotonic() + 300
+    hit = False
+    while time.monotonic() < deadline and proc.poll() is None and not hit:
+        for p in tmp_path.iterdir():
+            marker = p / "STAGING"
+            if ".attncoda-" in p.name and marker.is_file() and marker.stat().st_size:
+                hit = True
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert hit, "the save ended before the interrupt could land"
+    assert proc.returncode == 130, (out, err)
+    assert "wrote" not in out
+    assert "interrupted" in err and "Exception in thread" not in err
+    assert ac.load(target).sizes["sample"] == 2
+    assert [p.name for p in tmp_path.iterdir() if ".attncoda-" in p.name] == []
