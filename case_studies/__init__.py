@@ -9,10 +9,12 @@ from pathlib import Path
 def run_per_model(
     command: Sequence[str], models: Sequence[str], extra: Sequence[str], out: Path
 ) -> int:
-    """``attncoda COMMAND MODEL --out out/MODEL EXTRA`` for each model; the first non-zero status.
+    """``attncoda COMMAND MODEL --out out/MODEL EXTRA --force`` for each model; the first
+    non-zero status.
 
     The output folder is passed relative to the working directory where it can be, so that the
-    command recorded in each folder's metadata reads the same on every machine.
+    command recorded in each folder's metadata reads the same on every machine. ``--force``: a
+    study regenerates its own result folders (attncoda still refuses any file it did not write).
     """
     from attncoda.cli import main as attncoda_main
 
@@ -22,7 +24,7 @@ def run_per_model(
             folder = folder.relative_to(Path.cwd())
         except ValueError:
             pass
-        status = attncoda_main([*command, model, "--out", str(folder), *extra])
+        status = attncoda_main([*command, model, "--out", str(folder), *extra, "--force"])
         if status:
             return status
     return 0
