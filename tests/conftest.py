@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +64,15 @@ def per_layer_masks(model, masks):
 
         handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     return handles
+
+
+@pytest.fixture
+def text_file(tmp_path: Path) -> Path:
+    """Six paragraphs of fifty words: passages for capture and demo on tiny twins."""
+    paras = [f"Paragraph {i}. " + " ".join(f"word{j}" for j in range(50)) for i in range(6)]
+    path = tmp_path / "book.txt"
+    path.write_text("\n\n".join(paras), encoding="utf-8")
+    return path
 
 
 @pytest.fixture

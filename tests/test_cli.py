@@ -68,14 +68,6 @@ def test_parse_index() -> None:
             parse_index(bad)
 
 
-@pytest.fixture
-def text_file(tmp_path: Path) -> Path:
-    paras = [f"Paragraph {i}. " + " ".join(f"word{j}" for j in range(50)) for i in range(6)]
-    path = tmp_path / "book.txt"
-    path.write_text("\n\n".join(paras), encoding="utf-8")
-    return path
-
-
 def test_capture_analyze_report_on_a_twin(
     tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,14 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def text_file(tmp_path: Path) -> Path:
-    paras = [f"Paragraph {i}. " + " ".join(f"word{j}" for j in range(50)) for i in range(6)]
-    path = tmp_path / "book.txt"
-    path.write_text("\n\n".join(paras), encoding="utf-8")
-    return path
-
-
-@pytest.fixture
 def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if any command loads a model (the error must come first)."""
 
