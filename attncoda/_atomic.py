@@ -207,9 +207,8 @@ def check_output(
     empty_folder = kind == "folder" and path.is_dir() and not any(path.iterdir())
     if path.exists() and not empty_folder:
         if not overwrite:
-            raise OutputExistsError(
-                f"{what} {str(path)!r} exists; pass overwrite=True (--force) to replace it"
-            )
+            how = "--force" if what.startswith("--") else "overwrite=True (--force)"
+            raise OutputExistsError(f"{what} {str(path)!r} exists; pass {how} to replace it")
         reason: str | None
         want_dir = kind != "file"
         if path.is_dir() != want_dir:
