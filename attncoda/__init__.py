@@ -105,6 +105,7 @@ from ._plot import (
     plot_sink_vs_content,
     save_figure,
 )
+from ._tables import read_table, write_table
 
 try:
     __version__ = version("attncoda")
@@ -192,6 +193,7 @@ __all__ = [
     "plot_sink_grid",
     "plot_sink_vs_content",
     "power",
+    "read_table",
     "require_int",
     "require_real",
     "save",
@@ -201,4 +203,5 @@ __all__ = [
     "synthetic_rows",
     "validate_dataset",
     "verdict_flips",
+    "write_table",
 ]
