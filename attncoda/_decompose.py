@@ -66,6 +66,7 @@ __all__ = [
     "attribute_entropy_change",
     "attribute_grouped_entropy_change",
     "binary_entropy",
+    "binary_entropy_from_logs",
     "decompose",
     "entropy",
     "entropy_change",
@@ -180,6 +181,27 @@ def _check_shares(xp: Any, s: Array, what: str) -> None:
 
 def _binary_from_logs(xp: Any, log_s: Array, log_1ms: Array) -> Array:
     return _neg_plogp(xp, log_s) + _neg_plogp(xp, log_1ms)
+
+
+def binary_entropy_from_logs(log_s: Array, log_1ms: Array) -> Array:
+    """Binary entropy ``H_b(s)`` from ``log s`` and ``log(1 - s)`` (nats; ``0 log 0 = 0``).
+
+    For shares known only in log space (a sink share from its log-odds, ``log s =
+    -softplus(-z)``, ``log(1 - s) = -softplus(z)``): no cancellation where ``s`` is near 0 or
+    1, and no check of the inputs (callers hold log-probabilities they computed).
+
+    See Also
+    --------
+    binary_entropy
+
+    Examples
+    --------
+    >>> import numpy as np, attncoda as ac
+    >>> bool(np.isclose(ac.binary_entropy_from_logs(np.log(0.25), np.log(0.75)),
+    ...                 ac.binary_entropy(0.25)))
+    True
+    """
+    return _binary_from_logs(namespace(log_s, log_1ms), log_s, log_1ms)
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,30 +21,53 @@ exception.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
 import os
 import weakref
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import xarray as xr
 
 import attncoda
-from attncoda import EXIT_USAGE, AttncodaError
-from attncoda._array import namespace
-from attncoda._data import SUMMARY_VARIABLES, load, make_dataset, save
-from attncoda._decompose import _binary_from_logs
+from attncoda import SUMMARY_VARIABLES, load, make_dataset, save
 
+from ._fallback import fallback_capture
 from ._registry import ATTENTION_NAME, attention_modules, can_switch, observed, visible_mask
+from ._session import (
+    _call_positions,
+    _check_call,
+    _finish,
+    _Forward,
+    _Record,
+    _rollback,
+    _Segment,
+    _Session,
+    _sink_index,
+    _sink_mask,
+    _Snapshot,
+    _summaries_from_logits,
+)
+from ._spec import (
+    CaptureError,
+    CaptureSpec,
+    What,
+    _fixed_sinks,
+    _is_int,
+    _kind,
+    _resolve,
+    _selection,
+    _show,
+    _show_sel,
+    _sink_choice,
+)
 
 __all__ = [
     "ATTENTION_NAME",
@@ -53,487 +76,6 @@ __all__ = [
     "CaptureSpec",
     "capture",
 ]
-
-
-What = Literal["summaries", "rows", "both"]
-SinkChoice = Literal["first", "learned"] | int | Sequence[int]
-
-
-class CaptureError(AttncodaError, RuntimeError):
-    """A capture cannot be set up, or would return nothing."""
-
-    exit_code: ClassVar[int] = EXIT_USAGE
-
-
-# --------------------------------------------------------------------------------------------
-# the capture specification
-
-
-def _is_int(value: Any) -> bool:
-    """A Python or numpy integer; bools (``True`` is an int to Python) are not."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _show(value: Any) -> str:
-    """A short one-line repr of a user's value for error messages."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _show_sel(sel: Any) -> str:
-    """A normalised selection as the user would write it (tuples as lists)."""
-    return _show(list(sel) if isinstance(sel, tuple) else sel)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return "a bool"
-    if isinstance(value, (float, np.floating)):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple, range, np.ndarray)):
-        return "a nested sequence"
-    return f"of type {type(value).__name__}"
-
-
-_HINT = {
-    "layers": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
-    "heads": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
-    "queries": "pass an int, a list/tuple/range of ints, a slice of ints, or None/'all'",
-    "sink": "pass 'first', 'learned', a key position (an int >= 0) or a list of them",
-}
-
-
-def _int_items(value: Any, name: str) -> tuple[int, ...]:
-    """The ints of a flat list/tuple/range/1-D integer array; refuses anything else."""
-    hint = _HINT[name]
-    if isinstance(value, np.ndarray):
-        if value.ndim != 1 or not np.issubdtype(value.dtype, np.integer):
-            raise CaptureError(
-                f"{name}={_show(value)} is a {value.ndim}-D {value.dtype} array; {hint}"
-            )
-        items = tuple(int(v) for v in value)
-    elif isinstance(value, (list, tuple, range)):
-        for v in value:
-            if not _is_int(v):
-                raise CaptureError(f"{name}={_show(value)} holds {_show(v)}, {_kind(v)}; {hint}")
-        items = tuple(int(v) for v in value)
-    else:
-        raise CaptureError(f"{name}={_show(value)} is {_kind(value)}; {hint}")
-    if not items:
-        raise CaptureError(f"{name}={_show(value)} is empty, so nothing would be captured; {hint}")
-    counts = Counter(items)
-    twice = sorted(i for i, c in counts.items() if c > 1)
-    if twice:
-        raise CaptureError(
-            f"{name}={_show(value)} names {', '.join(map(str, twice))} more than once; "
-            "name each once"
-        )
-    return items
-
-
-def _selection(value: Any, name: str) -> tuple[int, ...] | slice | None:
-    """Normalise a layers/heads/queries selection (types only; ranges are checked later)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if value == "all":
-            return None
-        raise CaptureError(f"{name}={value!r} is not a selection; {_HINT[name]}")
-    if _is_int(value):
-        return (int(value),)
-    if isinstance(value, slice):
-        parts = []
-        for part in (value.start, value.stop, value.step):
-            if part is not None and not _is_int(part):
-                raise CaptureError(
-                    f"{name}={_show(value)} has the bound {_show(part)}, {_kind(part)}; pass a "
-                    "slice of ints or None"
-                )
-            parts.append(None if part is None else int(part))
-        if parts[2] == 0:
-            raise CaptureError(f"{name}={_show(value)} has step 0; use a non-zero step or None")
-        return slice(*parts)
-    return _int_items(value, name)
-
-
-def _resolve(sel: tuple[int, ...] | slice | None, n: int, name: str) -> list[int]:
-    """Indices in ``0..n-1`` of a layers/heads selection; negative ones count from the end."""
-    if sel is None:
-        return list(range(n))
-    if isinstance(sel, slice):
-        out = sorted(set(range(n)[sel]))
-        if not out:
-            raise CaptureError(
-                f"{name}s={_show(sel)} selects none of the model's {n} {name}s (the selection is "
-                "empty); nothing would be captured"
-            )
-        return out
-    seen: dict[int, int] = {}
-    for i in sel:
-        if not -n <= i < n:
-            raise CaptureError(
-                f"{name}s={_show_sel(sel)}: {name} index {i} is out of range: the model has {n} "
-                f"{name}s; pass indices in {-n}..{n - 1}"
-            )
-        j = i % n
-        if j in seen:
-            raise CaptureError(
-                f"{name}s={_show(list(sel))} names {name} {j} twice ({seen[j]} and {i}); name "
-                f"each {name} once"
-            )
-        seen[j] = i
-    return sorted(seen)
-
-
-def _sink_choice(value: Any) -> str | int | tuple[int, ...]:
-    """Normalise ``sink=``: 'first', 'learned', a key position >= 0 or a tuple of them."""
-    if isinstance(value, str):
-        if value in ("first", "learned"):
-            return value
-        raise CaptureError(f"sink={value!r} is not a sink; {_HINT['sink']}")
-    if _is_int(value):
-        items: tuple[int, ...] = (int(value),)
-    elif isinstance(value, (list, tuple, range, np.ndarray)):
-        items = _int_items(value, "sink")
-    else:
-        raise CaptureError(f"sink={_show(value)} is {_kind(value)}; {_HINT['sink']}")
-    negative = [i for i in items if i < 0]
-    if negative:
-        raise CaptureError(
-            f"sink={_show(value)}: key position(s) {_show(negative)} are negative; fixed sinks "
-            "count from the first key, so pass positions >= 0 (or sink='first')"
-        )
-    return items[0] if _is_int(value) else items
-
-
-def _fixed_sinks(spec: CaptureSpec) -> tuple[int, ...] | None:
-    if isinstance(spec.sink, int):
-        return (spec.sink,)
-    if isinstance(spec.sink, tuple):
-        return spec.sink
-    return None
-
-
-@dataclass(frozen=True)
-class CaptureSpec:
-    """What to capture. Serialised as JSON into the dataset's ``capture_spec`` attribute.
-
-    Parameters
-    ----------
-    layers, heads, queries
-        ``None`` (all), an int, a tuple of distinct ints or a slice (of ints). ``queries`` are
-        token positions; negative values count from the end of each forward call (``-1`` is
-        the last token) and are never wrapped (see :func:`capture`).
-    what : {"summaries", "rows", "both"}
-    sink : "first", "learned", int or tuple of ints
-        ``"first"``: the first valid key of each sample (BOS, or the first token without BOS,
-        the first non-padding token under left padding). ``"learned"``: the learned sink logit
-        of GPT-OSS style models, added back as an extra part. An int or tuple: fixed key
-        positions, counted from the first key (``>= 0``).
-    chunk_size : int
-        Query rows per chunk when recomputing logits (memory ~ chunk x keys x heads x 4 bytes).
-    """
-
-    layers: tuple[int, ...] | slice | None = None
-    heads: tuple[int, ...] | slice | None = None
-    queries: tuple[int, ...] | slice | None = None
-    what: What = "summaries"
-    sink: Any = "first"
-    chunk_size: int = 256
-
-    def to_json(self) -> str:
-        def enc(v: Any) -> Any:
-            if isinstance(v, slice):
-                return {"slice": [v.start, v.stop, v.step]}
-            if isinstance(v, tuple):
-                return list(v)
-            return v
-
-        return json.dumps({f.name: enc(getattr(self, f.name)) for f in dataclasses.fields(self)})
-
-
-# --------------------------------------------------------------------------------------------
-# per-row reductions (fp32, chunked)
-
-
-def _summaries_from_logits(
-    logits: torch.Tensor, visible: torch.Tensor, sink: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Sink/content summaries of rows of fp32 logits; works in place on ``logits``.
-
-    ``visible`` marks visible keys, ``sink`` the sink keys (a subset, broadcastable). Uses the
-    grouping rule so the full-row softmax is never formed: only content logits are exponentiated.
-    """
-    sink_vis = sink & visible
-    content = visible & ~sink_vis
-    neg_inf = torch.tensor(-math.inf, dtype=logits.dtype, device=logits.device)
-    # sink channel: log-sum-exp over (usually one) sink key(s)
-    sink_logits = torch.where(sink_vis, logits, neg_inf)
-    lse_s = torch.logsumexp(sink_logits, dim=-1)
-    n_s = sink_vis.sum(-1)
-    sum_s = torch.where(sink_vis, logits, 0.0).sum(-1)
-    del sink_logits
-    # content channel
-    logits.masked_fill_(~content, -math.inf)
-    m_c = logits.amax(-1, keepdim=True)
-    m_c = torch.where(torch.isfinite(m_c), m_c, torch.zeros_like(m_c))
-    e = (logits - m_c).exp_()
-    logits.masked_fill_(~content, 0.0)
-    z_c = e.sum(-1)
-    el = torch.linalg.vecdot(e, logits)
-    sum_c = logits.sum(-1)
-    del e
-    n_c = content.sum(-1).to(logits.dtype)
-    lse_c = m_c[..., 0] + torch.log(z_c)
-    h_c = torch.where(n_c > 0, lse_c - el / z_c, torch.full_like(z_c, math.nan))
-    logodds = lse_s - lse_c  # +inf without content, -inf without a visible sink
-    log_s = -torch.nn.functional.softplus(-logodds)
-    log_1ms = -torch.nn.functional.softplus(logodds)
-    share = torch.exp(log_s)
-    hb = binary_entropy_from_logs(log_s, log_1ms)
-    entropy = hb + torch.exp(log_1ms) * torch.nan_to_num(h_c, nan=0.0)
-    n_sf = n_s.to(logits.dtype)
-    ok = (n_c > 0) & (n_sf > 0)
-    safe_c = torch.where(ok, n_c, torch.ones_like(n_c))
-    safe_s = torch.where(ok, n_sf, torch.ones_like(n_sf))
-    balance = torch.sqrt(safe_s * safe_c / (safe_s + safe_c)) * (sum_s / safe_s - sum_c / safe_c)
-    balance = torch.where(ok, balance, torch.full_like(balance, math.nan))
-    empty = ~visible.any(-1).expand_as(share)  # padding queries: no row at all
-    nan = torch.full_like(share, math.nan)
-    out = {
-        "sink_share": share,
-        "sink_logodds": logodds,
-        "balance": balance,
-        "entropy": entropy,
-        "content_entropy": h_c,
-    }
-    return {k: torch.where(empty, nan, v) for k, v in out.items()}
-
-
-def binary_entropy_from_logs(log_s: torch.Tensor, log_1ms: torch.Tensor) -> torch.Tensor:
-    """``H_b(s)`` from ``log s`` and ``log(1 - s)``: the core's definition (0 log 0 = 0)."""
-    return _binary_from_logs(namespace(log_s), log_s, log_1ms)
-
-
-# --------------------------------------------------------------------------------------------
-# the session: collects records from the attention function
-
-
-@dataclass
-class _Record:
-    layer: int
-    call: int
-    query_pos: np.ndarray  # positions of the captured queries in the kv sequence
-    kv_len: int
-    summaries: dict[str, np.ndarray] | None  # (batch, heads, queries)
-    rows: np.ndarray | None  # (batch, heads, queries, kv)
-    learned_sink_rows: np.ndarray | None = None  # (batch, heads, queries)
-
-
-# (queries, keys, independent forward, cache object given): what decides a call's positions
-_CallKey = tuple[int, int, bool, bool]
-
-
-@dataclass
-class _Segment:
-    """One independent forward pass, continued by cached generate() steps (appended on query)."""
-
-    number: int = 0  # 0, 1, ...: the independent forward passes of the block, in order
-    records: list[_Record] = field(default_factory=list)
-    calls: dict[int, int] = field(default_factory=dict)  # layer -> calls so far
-    inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
-    sink_index: torch.Tensor | None = None  # (batch,)
-    keys: set[_CallKey] = field(default_factory=set)  # the calls captured layers saw
-
-
-@dataclass
-class _Forward:
-    """What the model's forward pre-hook learnt about the forward pass now running."""
-
-    independent: bool  # not continuing a cache that holds earlier positions
-    cache_given: bool  # a cache object was passed: later cached steps may continue this pass
-    past: int | None  # positions already in the cache (None: unknown)
-
-
-@dataclass
-class _Snapshot:
-    """A segment's state before a forward pass, to drop what a failed pass left behind."""
-
-    segment: _Segment
-    records: int
-    inputs: int
-    calls: dict[int, int]
-    keys: set[_CallKey]
-    sink_index: torch.Tensor | None
-
-
-@dataclass
-class _Session:
-    model: Any
-    spec: CaptureSpec
-    layers: list[int]
-    heads: list[int]
-    n_heads: int
-    segments: list[_Segment] = field(default_factory=list)
-    layer_of: dict[int, int] = field(default_factory=dict)  # id(module) -> layer (fallback)
-    store: Any = None  # a zarr path to stream finished segments to
-    info: dict[str, Any] = field(default_factory=dict)  # provenance attributes
-    fallback: bool = False
-    generation: int = 0  # bumped whenever the captured data changes
-    closed: bool = False  # the capture block has ended
-    forward: _Forward | None = None  # the model's forward pass now running
-    pending: _Snapshot | None = None  # set while a forward runs; cleared when it returns
-    positions: dict[_CallKey, list[int]] = field(default_factory=dict)  # validated calls
-
-    def current(self) -> _Segment:
-        if not self.segments:
-            self.segments.append(_Segment())
-        return self.segments[-1]
-
-    def add(self, record: _Record) -> None:
-        self.current().records.append(record)
-        self.generation += 1
-
-    @property
-    def records(self) -> list[_Record]:
-        return self.current().records
-
-    @property
-    def calls(self) -> dict[int, int]:
-        return self.current().calls
-
-    @property
-    def inputs(self) -> list[dict[str, torch.Tensor | None]]:
-        return self.current().inputs
-
-    @property
-    def sink_index(self) -> torch.Tensor | None:
-        return self.current().sink_index
-
-    @sink_index.setter
-    def sink_index(self, value: torch.Tensor | None) -> None:
-        self.current().sink_index = value
-
-
-def _call_positions(session: _Session, layer: int, q_len: int, kv_len: int) -> list[int]:
-    """Captured query positions (in kv coordinates) of one layer call; validated once per call.
-
-    The checks run the first time a (queries, keys) shape is seen, i.e. once per forward pass
-    (the model's pre-hook usually did them before any layer ran), never per layer or chunk.
-    """
-    fwd = session.forward
-    if fwd is None:  # a layer called outside the model's own forward (e.g. its inner model)
-        fwd = _Forward(independent=q_len == kv_len, cache_given=q_len != kv_len, past=None)
-    if fwd.past is not None and kv_len != fwd.past + q_len:
-        raise CaptureError(
-            f"layer {layer} holds {kv_len} keys for {fwd.past + q_len} positions (a static or "
-            "sliding-window KV cache), so captured positions would be wrong; capture one forward "
-            "over the whole sequence, or only layers whose cache keeps every position"
-        )
-    key = (q_len, kv_len, fwd.independent, fwd.cache_given)
-    positions = session.positions.get(key)
-    if positions is None:
-        positions = _check_call(session.spec, *key)
-        session.positions[key] = positions
-    session.current().keys.add(key)
-    return positions
-
-
-def _check_call(
-    spec: CaptureSpec, q_len: int, kv_len: int, independent: bool, cache_given: bool
-) -> list[int]:
-    """Validate the spec against one call of ``q_len`` queries over ``kv_len`` keys.
-
-    Returns the captured positions among the call's queries (the last ``q_len`` of the
-    ``kv_len`` positions). Raises when a fixed sink is not a key of the call, a query value lies
-    outside ``[-kv_len, kv_len)`` (never wrapped), or, for a forward that no cached step can
-    continue (no cache object given), a requested position or slice does not occur in it.
-    """
-    fixed = _fixed_sinks(spec)
-    if fixed is not None and max(fixed) >= kv_len:
-        beyond = [s for s in fixed if s >= kv_len]
-        raise CaptureError(
-            f"sink={_show_sel(spec.sink)}: key position(s) {_show(beyond)} do not exist in a "
-            f"forward call over {kv_len} keys (0..{kv_len - 1}); pass sink positions below {kv_len}"
-        )
-    first = kv_len - q_len
-    if spec.queries is None:
-        return list(range(first, kv_len))
-    if isinstance(spec.queries, slice):
-        out = [p for p in sorted(set(range(kv_len)[spec.queries])) if p >= first]
-        if not out and independent and not cache_given:
-            raise CaptureError(
-                f"queries={_show_sel(spec.queries)} selects no position of a forward pass of "
-                f"{kv_len} tokens (0..{kv_len - 1}); pass a slice that selects some"
-            )
-        return out
-    low = [q for q in spec.queries if q < -kv_len]
-    if low:
-        listed = ", ".join(map(str, low[:8])) + (" ..." if len(low) > 8 else "")
-        raise CaptureError(
-            f"queries={_show_sel(spec.queries)}: {listed} lie(s) outside "
-            f"{-kv_len}..{kv_len - 1} for a forward call of {kv_len} tokens (negative positions "
-            f"count from the end and are never wrapped); pass positions in {-kv_len}..{kv_len - 1}"
-        )
-    high = [q for q in spec.queries if q >= kv_len]
-    if high and not cache_given:
-        raise CaptureError(
-            f"queries={_show_sel(spec.queries)}: position(s) {_show(high)} do not exist in a "
-            f"forward pass of {kv_len} tokens (0..{kv_len - 1}); pass positions below {kv_len}, "
-            "or a KV cache (as generate() does) to capture positions of later cached steps"
-        )
-    resolved = [q + kv_len if q < 0 else q for q in spec.queries if q < kv_len]
-    if independent and len(set(resolved)) < len(resolved):
-        counts = Counter(resolved)
-        twice = sorted(p for p, c in counts.items() if c > 1)
-        names = [q for q in spec.queries if q < kv_len and (q + kv_len if q < 0 else q) in twice]
-        raise CaptureError(
-            f"queries={_show_sel(spec.queries)}: {_show(names)} all name position(s) "
-            f"{_show(twice)} in a forward pass of {kv_len} tokens; name each position once"
-        )
-    return sorted({p for p in resolved if p >= first})
-
-
-def _finish(session: _Session, seg: _Segment) -> None:
-    """Refuse a forward pass (with its cached steps) that missed requested query positions."""
-    if not seg.keys:
-        return
-    spec = session.spec
-    seen: set[int] = set()
-    for key in seg.keys:
-        seen.update(session.positions[key])
-    tokens = max(key[1] for key in seg.keys)
-    if isinstance(spec.queries, tuple):
-        missing = sorted({q for q in spec.queries if q >= 0} - seen)
-        if missing:
-            raise CaptureError(
-                f"queries={_show_sel(spec.queries)}: position(s) {_show(missing)} never "
-                f"occurred in forward pass {seg.number} of the block (it reached {tokens} "
-                f"tokens); pass positions below {tokens}, or generate further"
-            )
-    if not seen:
-        raise CaptureError(
-            f"queries={_show_sel(spec.queries)} selected no position of forward pass "
-            f"{seg.number} of the block ({tokens} tokens); pass queries that occur in every "
-            "forward pass"
-        )
-
-
-def _rollback(session: _Session) -> None:
-    """Drop what a forward pass that started but never returned left in the session."""
-    snap = session.pending
-    if snap is None:
-        return
-    session.pending = None
-    seg = snap.segment
-    del seg.records[snap.records :]
-    del seg.inputs[snap.inputs :]
-    seg.calls = snap.calls
-    seg.keys = snap.keys
-    seg.sink_index = snap.sink_index
-    session.generation += 1
 
 
 def _capture_layer(
@@ -710,7 +252,7 @@ def _fast_summaries(
     h_c = lse_c - mean_pl
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
-    entropy = binary_entropy_from_logs(log_s, log_1ms) + c * h_c
+    entropy = attncoda.binary_entropy_from_logs(log_s, log_1ms) + c * h_c
     safe_nc = n_c.clamp_min(1.0)
     mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
     balance = torch.sqrt(safe_nc / (safe_nc + 1)) * (z_s - mean_c)
@@ -781,47 +323,6 @@ def _explicit(
 def _has_future_keys(mask: torch.Tensor | None) -> bool:
     """A float custom mask may make keys after the query visible (e.g. ARACH hubs)."""
     return mask is not None and mask.dtype != torch.bool
-
-
-def _sink_index(
-    session: _Session,
-    spec: CaptureSpec,
-    attention_mask: torch.Tensor | None,
-    batch: int,
-    kv_len: int,
-    q_len: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """First valid key per sample, taken once per capture from the model inputs or the mask."""
-    if session.sink_index is not None and len(session.sink_index) == batch:
-        return session.sink_index.to(device)
-    first: torch.Tensor | None = None
-    recorded = session.inputs[-1].get("attention_mask") if session.inputs else None
-    if recorded is not None and recorded.dim() == 2:  # a custom 4-D mask is not per-token
-        first = recorded.to(torch.int8).argmax(-1)
-    elif attention_mask is not None:
-        vis = (
-            attention_mask
-            if attention_mask.dtype == torch.bool
-            else (attention_mask > torch.finfo(attention_mask.dtype).min / 2)
-        )
-        first = vis[:, 0].any(dim=-2).to(torch.int8).argmax(-1)
-    if first is None:
-        first = torch.zeros(batch, dtype=torch.long, device=device)
-    if len(first) != batch:
-        first = first.expand(batch)
-    session.sink_index = first.to(device)
-    return session.sink_index
-
-
-def _sink_mask(
-    spec: CaptureSpec, sink_index: torch.Tensor, kv_len: int, device: torch.device
-) -> torch.Tensor:
-    keys = torch.arange(kv_len, device=device)
-    if spec.sink == "first":
-        return (keys[None, :] == sink_index[:, None])[:, None, None, :]
-    fixed = [spec.sink] if isinstance(spec.sink, int) else list(spec.sink)
-    return torch.isin(keys, torch.tensor(fixed, device=device))[None, None, None, :]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1198,8 +699,6 @@ def capture(
                 cap = Capture(session, info, fallback=False)
                 yield cap
         else:
-            from ._fallback import fallback_capture
-
             with fallback_capture(model, session):
                 cap = Capture(session, info, fallback=True)
                 yield cap

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._capture import (
-    CaptureError,
+from ._registry import attention_modules
+from ._session import (
     _call_positions,
     _Record,
     _Session,
@@ -26,7 +26,7 @@ from ._capture import (
     _sink_mask,
     _summaries_from_logits,
 )
-from ._registry import attention_modules
+from ._spec import CaptureError
 
 
 @contextmanager
