@@ -63,6 +63,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import xarray as xr
 
+from ._coda import row_gram
 from ._data import DIMS, SUMMARY_VARIABLES, SchemaError, make_dataset
 from ._decompose import attribute_entropy_change, binary_entropy, decompose
 from ._errors import EXIT_USAGE, AttncodaError, ShapeMismatchError
@@ -182,13 +183,14 @@ def _view_label(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# backend: matrix products through torch when installed (MKL is several times faster than the
-# BLAS numpy wheels ship), elementwise work in numpy (its SIMD log/exp are the fastest here);
-# with a torch device (a GPU) both the products and the per-pair js/tv passes run there
+# backend: matrix products through attncoda's one GEMM backend (:func:`._coda.row_gram`: torch
+# when installed, whose MKL is several times faster than the BLAS numpy wheels ship), elementwise
+# work in numpy (its SIMD log/exp are the fastest here); with a torch device (a GPU) both the
+# products and the per-pair js/tv passes run there
 
 
 class _Backend:
-    """Matrix products and per-pair passes over float arrays, with numpy or torch (on a device)."""
+    """Where matrix products and per-pair passes run: numpy or torch (on a device)."""
 
     def __init__(self, name: str, device: Any = None) -> None:
         if name not in ("torch", "numpy"):
@@ -203,25 +205,19 @@ class _Backend:
             backend = "torch" if torch_found or device is not None else "numpy"
         return _Backend(backend, device)
 
-    def _tensor(self, a: np.ndarray) -> Any:
-        import torch
-
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        return t if self.device is None else t.to(self.device)
-
     def gram(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         """``a @ b.T`` (``b = a`` by default) as float64."""
-        if self.name == "torch":
-            ta = self._tensor(a)
-            tb = ta if b is None else self._tensor(b)
-            return (ta @ tb.T).cpu().numpy().astype(np.float64)
-        return np.asarray(a @ (a if b is None else b).T, dtype=np.float64)
+        g = row_gram(a, b, backend=self.name, device=self.device)
+        return np.asarray(g, dtype=np.float64)
 
     def pairwise_rows(self, a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:
         """:func:`_pairwise_rows` on the device when one is set, else in numpy."""
         if self.device is None:
             return _pairwise_rows(a, kind, budget)
-        return _pairwise_rows_torch(self._tensor(a), kind, budget)
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        return _pairwise_rows_torch(t, kind, budget)
 
 
 def _torch_device(device: Any, backend: str) -> Any:

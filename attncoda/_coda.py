@@ -1259,6 +1259,50 @@ def _row_norms2(xp: Any, a: Array) -> Array:
     return xp.sum(a * a, axis=-1)
 
 
+def row_gram(
+    a: np.ndarray,
+    b: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    *,
+    backend: str = "auto",
+    device: Any = None,
+) -> np.ndarray:
+    """``a @ b^T`` over the last two axes of numpy arrays (``b = a`` by default), as numpy.
+
+    The one matrix-product backend behind every all-pairs computation of attncoda
+    (:func:`pairwise_aitchison` here, the head comparisons of the analysis).
+    Stacks of matrices broadcast as in :func:`numpy.matmul`; ``out`` receives the result.
+
+    ``backend="auto"`` uses torch where it is installed, numpy otherwise; ``"torch"`` and
+    ``"numpy"`` choose. torch shares the numpy memory (no copy) and writes into ``out``: numpy's
+    stacked matmul calls BLAS once per matrix of the stack, and each call synchronises the BLAS
+    threads, so as soon as other jobs share the cores it collapses (10x slower on a busy 2-core
+    machine, benchmarks/bench_coda.py), while torch's batched GEMM splits the whole stack across
+    its threads once (and its MKL is several times faster than the BLAS numpy wheels ship).
+    Operands torch cannot take as they are (mixed dtypes, which numpy promotes; negative
+    strides; integers) stay with numpy, on the CPU. ``device`` (a :class:`torch.device`, checked
+    by the caller) runs the product there and brings the result back to the CPU.
+    """
+    views = None if backend == "numpy" else _torch_views(a, a if b is None else b)
+    if views is None:
+        bt = np.swapaxes(a if b is None else b, -1, -2)
+        return np.matmul(a, bt, out=out)
+    import torch
+
+    ta, tb = views
+    if device is not None:
+        ta = ta.to(device)
+        tb = ta if b is None else tb.to(device)
+    if out is not None and device is None and out.flags.c_contiguous and out.flags.writeable:
+        torch.matmul(ta, tb.transpose(-1, -2), out=torch.from_numpy(out))
+        return out
+    res = torch.matmul(ta, tb.transpose(-1, -2)).cpu().numpy()
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
 def _torch_views(a: np.ndarray, b: np.ndarray) -> tuple[Any, Any] | None:
     """``a`` and ``b`` as torch tensors sharing their memory, or None where torch is missing or
     cannot take them as they are (mixed dtypes, which numpy promotes; negative strides)."""
@@ -1272,32 +1316,6 @@ def _torch_views(a: np.ndarray, b: np.ndarray) -> tuple[Any, Any] | None:
         return torch.from_numpy(a), torch.from_numpy(b)
     except ValueError:  # negative strides
         return None
-
-
-def _stacked_gram(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """``a @ b^T`` for stacks of matrices.
-
-    numpy's stacked matmul calls BLAS once per matrix of the stack, and each call synchronises
-    the BLAS threads: as soon as other jobs share the cores that collapses (10x slower on a busy
-    2-core machine, benchmarks/bench_coda.py), while torch's batched GEMM splits the whole stack
-    across its threads once. torch, where installed, shares the numpy memory (no copy) and writes
-    into ``out``; operands it cannot take as they are (mixed dtypes, which numpy promotes, or
-    negative strides) stay with numpy.
-    """
-    views = _torch_views(a, b)
-    if views is None:
-        return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
-    import torch
-
-    ta, tb = views
-    if out is not None and out.flags.c_contiguous and out.flags.writeable:
-        torch.matmul(ta, tb.transpose(-1, -2), out=torch.from_numpy(out))
-        return out
-    res = (ta @ tb.transpose(-1, -2)).numpy()
-    if out is None:
-        return res
-    out[...] = res
-    return out
 
 
 def gram_distances(
@@ -1329,12 +1347,12 @@ def gram_distances(
     na = _row_norms2(xp, a)[..., :, None]
     nb = na[..., 0][..., None, :] if same else _row_norms2(xp, b)[..., None, :]
     # d2 = na + nb - 2 a.b, built inside the matmul's result (the only full-size array)
-    if isinstance(a, np.ndarray) and a.ndim > 2:
-        d2 = _stacked_gram(a, b, out)
-    elif out is not None:
-        d2 = np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    if isinstance(a, np.ndarray):
+        # stacks through torch's batched GEMM; one matrix is one BLAS call in numpy either way
+        d2 = row_gram(a, b, out, backend="auto" if a.ndim > 2 else "numpy")
     else:
         d2 = a @ xp.matrix_transpose(b)
+
     if can_overwrite(d2):
         return _distances_from_gram(d2, na, nb, same=same, squared=squared)
     d2 = na + nb - 2 * d2
@@ -1573,7 +1591,7 @@ def _pairwise_summed_blocks(
         else:
             b = clr(np.ascontiguousarray(yt[:, s0:s1]), -1, validate, from_logits=from_logits)
             b = b.reshape(m, -1)
-        g = _stacked_gram(a[None], b[None], None)[0]
+        g = row_gram(a, b)
         na, nb = np.einsum("ij,ij->i", a, a), np.einsum("ij,ij->i", b, b)
         if gram is None:
             gram, norms_a, norms_b = g, na, nb
