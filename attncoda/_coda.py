@@ -15,7 +15,12 @@ three additions:
     ever needs replacing and nothing underflows.
 ``ref=`` / ``sink=``
     The reference part defaults to the *sink*, the first visible part of each row (under left
-    padding that is not index 0). R's ``compositions::alr`` uses the *last* part instead.
+    padding that is not index 0). :func:`alr` and :func:`alr_inv` also take scikit-bio's
+    ``ref_idx=`` and composition-stats' ``denominator_idx=`` for it. R's ``compositions::alr``
+    uses the *last* part instead.
+
+:func:`inner` is the Gram matrix of all pairs of rows, as in scikit-bio and composition-stats;
+:func:`paired_inner` is the product of matching rows.
 
 Precision: float64 inputs are exact to rounding (identities hold to 1e-10); float32 inputs are
 computed in float32 and hold to about 1e-5 relative; float16/bfloat16 are computed in float32.
@@ -86,6 +91,7 @@ __all__ = [
     "ilr_inv",
     "inner",
     "multi_replace",
+    "paired_inner",
     "pairwise_aitchison",
     "perturb",
     "perturb_inv",
@@ -409,16 +415,25 @@ def alr(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    ref_idx: int | None = None,
+    denominator_idx: int | None = None,
 ) -> Array:
     r"""Additive log-ratio transform against a reference part, :math:`\log(x_j / x_{ref})`.
 
-    The reference defaults to the **sink**: the first *visible* part of each row. This differs
-    from R's ``compositions::alr`` (last part) and, under left padding, from scikit-bio's
-    positional ``ref_idx=0``.
+    The reference defaults to the **sink**: the first *visible* part of each row. Where every
+    part is visible that is position 0, the default of scikit-bio (``ref_idx=0``) and
+    composition-stats (``denominator_idx=0``), with the same ``D - 1`` coordinates. The two
+    deliberate differences (see :doc:`gotchas`):
+
+    - with hidden parts (``mask=``, or ``-inf`` logits with ``from_logits``), position 0 may be
+      padding, so the default reference is each row's first *visible* part, and the parts axis
+      keeps its ``D`` positions (rows have their reference at different places);
+    - R's ``compositions::alr`` (``ivar``) and ``coda.base`` use the *last* part by default.
 
     Parameters
     ----------
     x : array_like or torch.Tensor
+        Any leading shape (composition-stats takes 1-D or 2-D input only).
     ref : int, optional
         Index of the reference part along ``axis``; default: first visible part per row.
     axis : int, default -1
@@ -426,6 +441,9 @@ def alr(
     mask : array_like of bool, optional
     from_logits : bool, default False
         With logits ``z`` the result is ``z_j - z_ref``.
+    ref_idx, denominator_idx : int, optional
+        Aliases of ``ref``: scikit-bio's name (since 0.7) and composition-stats' (and older
+        scikit-bio's). Give the reference under one name only.
 
     Returns
     -------
@@ -439,24 +457,42 @@ def alr(
     ShapeMismatchError
         ``ref`` is not an integer (bools are refused) or out of range, or (with ``validate``)
         the reference part is invisible in some rows.
+    CompositionError
+        The reference is given under two names (e.g. ``ref`` and ``ref_idx``).
     ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
         With ``validate``: as in :func:`clr`.
+
+    See Also
+    --------
+    alr_inv : The inverse.
+    skbio.stats.composition.alr : ``alr(mat, ref_idx=0, axis=-1, validate=True)``.
+    composition_stats.alr : ``alr(mat, denominator_idx=0)``, 1-D or 2-D numpy input.
+
+    References
+    ----------
+    J. Aitchison, *The Statistical Analysis of Compositional Data*, Chapman & Hall, 1986.
+
+    scikit-bio, ``skbio.stats.composition.alr``,
+    https://scikit.bio/docs/latest/generated/skbio.stats.composition.alr.html
 
     Examples
     --------
     >>> import attncoda as ac
     >>> ac.alr([0.5, 0.25, 0.25]).round(4)
     array([-0.6931, -0.6931])
+    >>> ac.alr([0.5, 0.25, 0.25], ref_idx=1).round(4)  # scikit-bio's name for ref
+    array([0.6931, 0.    ])
     >>> ac.alr([[0.0, 0.5, 0.5]], mask=[[False, True, True]])
     array([[0., 0., 0.]])
     """
+    ref, ref_name = _reference(ref, ref_idx, denominator_idx)
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
     if validate:
         lc.require_parts(2)
     xp = lc.xp
     n = lc.n_parts
     if ref is not None:
-        ref = check_index(ref, n, "ref")
+        ref = check_index(ref, n, ref_name)
         ref_log = lc.log[..., ref : ref + 1]
         if validate and lc.visible is not None and not bool(xp.all(lc.visible[..., ref])):
             raise ShapeMismatchError(f"the reference part {ref} is invisible in some rows")
@@ -477,13 +513,28 @@ def alr_inv(
     validate: bool = True,
     *,
     mask: Array | None = None,
+    ref_idx: int | None = None,
+    denominator_idx: int | None = None,
 ) -> Array:
     """Inverse of :func:`alr`.
 
     Without ``mask``, ``y`` has ``D - 1`` coordinates and a zero is inserted at ``ref``
-    (default 0). With ``mask``, ``y`` keeps all ``D`` positions (as :func:`alr` returns them) and
-    the reference (default: first visible part) is taken to be 0 whatever ``y`` holds there.
-    A ``-inf`` coordinate is a zero part.
+    (default 0, as in scikit-bio and composition-stats). With ``mask``, ``y`` keeps all ``D``
+    positions (as :func:`alr` returns them) and the reference (default: first visible part) is
+    taken to be 0 whatever ``y`` holds there. A ``-inf`` coordinate is a zero part.
+
+    Parameters
+    ----------
+    y : array_like or torch.Tensor
+        alr coordinates, any leading shape.
+    ref : int, optional
+        Position of the reference part in the result.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+        Visible parts of the result (then ``y`` has ``D`` positions).
+    ref_idx, denominator_idx : int, optional
+        Aliases of ``ref`` (scikit-bio's and composition-stats' names); give one name only.
 
     Raises
     ------
@@ -494,6 +545,18 @@ def alr_inv(
         end), or (with ``mask`` and ``validate``) the reference part is invisible in some rows.
     TooFewPartsError
         With ``mask`` and ``validate``: a row has no visible part.
+    CompositionError
+        The reference is given under two names.
+
+    See Also
+    --------
+    alr : The transform.
+    skbio.stats.composition.alr_inv : ``alr_inv(mat, ref_idx=0, axis=-1)``.
+    composition_stats.alr_inv : ``alr_inv(mat, denominator_idx=0)``, 1-D or 2-D numpy input.
+
+    References
+    ----------
+    J. Aitchison, *The Statistical Analysis of Compositional Data*, Chapman & Hall, 1986.
 
     Examples
     --------
@@ -501,11 +564,14 @@ def alr_inv(
     >>> x = ac.closure([3.0, 1.0, 4.0, 1.0])
     >>> bool(abs(ac.alr_inv(ac.alr(x)) - x).max() < 1e-12)
     True
+    >>> bool(abs(ac.alr_inv(ac.alr(x, denominator_idx=2), denominator_idx=2) - x).max() < 1e-12)
+    True
     """
+    ref, ref_name = _reference(ref, ref_idx, denominator_idx)
     xp, y_last, visible, ax = parts_last(y, axis, mask, what="y")
     if mask is None:
         n = int(y_last.shape[-1]) + 1
-        r = 0 if ref is None else check_index(ref, n, "ref")
+        r = 0 if ref is None else check_index(ref, n, ref_name)
         zero = xp.zeros((*y_last.shape[:-1], 1), dtype=y_last.dtype, device=device_of(y_last))
         log = xp.concat([y_last[..., :r], zero, y_last[..., r:]], axis=-1)
     else:
@@ -519,16 +585,39 @@ def alr_inv(
         if ref is None:
             is_ref = positions == xp.argmax(xp.astype(visible, xp.int8), axis=-1, keepdims=True)
         else:
-            r = check_index(ref, n, "ref")
+            r = check_index(ref, n, ref_name)
             if validate and not bool(xp.all(visible[..., r])):
                 raise ShapeMismatchError(
-                    f"the reference part {r} is invisible in some rows; use ref=None for the "
-                    "first visible part of each row"
+                    f"the reference part {r} is invisible in some rows; use {ref_name}=None for "
+                    "the first visible part of each row"
                 )
             is_ref = xp.broadcast_to(positions == r, tuple(y_last.shape))
         neg_inf = xp.full((), -math.inf, dtype=y_last.dtype, device=device_of(y_last))
         log = xp.where(is_ref, xp.zeros_like(y_last), xp.where(visible, y_last, neg_inf))
     return xp.moveaxis(_softmax_checked(xp, log, validate, "alr coordinates"), -1, ax)
+
+
+def _reference(
+    ref: int | None, ref_idx: int | None, denominator_idx: int | None
+) -> tuple[int | None, str]:
+    """The reference part of :func:`alr` / :func:`alr_inv` given under one of its three names
+    (ours, scikit-bio's, composition-stats'), and that name (for error messages)."""
+    given = [
+        (name, value)
+        for name, value in (
+            ("ref", ref),
+            ("ref_idx", ref_idx),
+            ("denominator_idx", denominator_idx),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        names = " and ".join(f"{name}={value!r}" for name, value in given)
+        raise CompositionError(
+            f"{names} name the same reference part (ref_idx and denominator_idx are aliases of "
+            "ref, for scikit-bio and composition-stats code); give it once"
+        )
+    return (given[0][1], given[0][0]) if given else (None, "ref")
 
 
 def _softmax_checked(xp: Any, log: Array, validate: bool, what: str) -> Array:
@@ -1169,9 +1258,123 @@ def inner(
     mask: Array | None = None,
     from_logits: bool = False,
 ) -> Array:
+    r"""Aitchison inner products of every row of ``x`` with every row of ``y`` (the Gram matrix).
+
+    :math:`\langle x, y \rangle_a = \langle \mathrm{clr}\,x, \mathrm{clr}\,y \rangle =
+    \frac{1}{2D} \sum_{i,j} \ln\frac{x_i}{x_j} \ln\frac{y_i}{y_j}`, for all pairs of rows, as
+    ``skbio.stats.composition.inner`` and ``composition_stats.inner`` return it:
+    ``clr(x) @ clr(y).T``. The product of *matching* rows is :func:`paired_inner`.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor, shape (..., N, D) or (D,)
+        Rows on the second-to-last axis once the parts ``axis`` is moved last; a 1-D ``x`` is one
+        row, and its axis is dropped from the result (as :func:`numpy.matmul` does).
+    y : array_like or torch.Tensor, shape (..., M, D) or (D,)
+        The same number of parts ``D``; leading axes broadcast against ``x``'s.
+    axis : int, default -1
+        The parts axis of each of ``x`` and ``y``.
+    validate : bool, default True
+    mask : array_like of bool, optional
+        Visible parts, the same for every row (e.g. shape ``(D,)``): compositions are only
+        compared over the same parts.
+    from_logits : bool, default False
+        ``x`` and ``y`` hold logits or log-probabilities.
+
+    Returns
+    -------
+    Array of shape (..., N, M): ``(N,)`` or ``(M,)`` when one input is 1-D, a 0-d value when
+    both are.
+
+    Raises
+    ------
+    ShapeMismatchError
+        ``x`` and ``y`` have different numbers of parts, leading axes that do not broadcast, or
+        a mask that differs between rows.
+    ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
+        With ``validate``: as in :func:`clr`.
+
+    See Also
+    --------
+    paired_inner : The inner product of matching rows (``x[i]`` with ``y[i]``).
+    pairwise_aitchison : All-pairs Aitchison distances, through the same Gram matrices.
+    skbio.stats.composition.inner, composition_stats.inner : The same Gram matrix, for 2-D numpy
+        input only (their ``.T`` reverses every axis of a 3-D input).
+
+    Notes
+    -----
+    ``inner`` used to return the products of matching rows; that function is now
+    :func:`paired_inner`, and ``inner`` means what it means in scikit-bio and composition-stats.
+
+    References
+    ----------
+    J. Aitchison, *The Statistical Analysis of Compositional Data*, Chapman & Hall, 1986.
+
+    scikit-bio, ``skbio.stats.composition.inner``,
+    https://scikit.bio/docs/latest/generated/skbio.stats.composition.inner.html
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> x = ac.closure([[2.0, 2.0, 6.0], [4.0, 4.0, 2.0]])
+    >>> ac.inner(x, x).round(6)
+    array([[ 0.804633, -0.507667],
+           [-0.507667,  0.320302]])
+    >>> ac.inner(x, x[1]).round(6)  # a 1-D y: one column
+    array([-0.507667,  0.320302])
+    """
+    xp = namespace(x, y, mask)
+    like = first_tensor(x, y, mask)
+    x, y = to_kind(x, xp, like, "x"), to_kind(y, xp, like, "y")
+    x_1d, y_1d = _ndim(x) == 1, _ndim(y) == 1
+    ax_x, ax_y = normalize_axis(axis, _ndim(x)), normalize_axis(axis, _ndim(y))
+    nx, ny = int(x.shape[ax_x]), int(y.shape[ax_y])
+    if nx != ny:
+        raise ShapeMismatchError(
+            f"x {tuple(x.shape)} and y {tuple(y.shape)} must have the same parts on axis={axis} "
+            f"({nx} != {ny}): compositions are only compared over the same parts"
+        )
+    if mask is not None:
+        for arr in (x, y):
+            _check_shared_mask(mask, arr, axis)
+    cx = xp.moveaxis(clr(x, axis, validate, mask=mask, from_logits=from_logits), ax_x, -1)
+    cy = xp.moveaxis(clr(y, axis, validate, mask=mask, from_logits=from_logits), ax_y, -1)
+    a, b = (cx[None] if x_1d else cx), (cy[None] if y_1d else cy)
+    try:
+        np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        raise ShapeMismatchError(
+            f"x {tuple(x.shape)} and y {tuple(y.shape)} have leading axes (before the rows and "
+            "parts) that do not broadcast"
+        ) from None
+    if isinstance(a, np.ndarray):
+        g = row_gram(a, b)
+    else:
+        g = a @ xp.matrix_transpose(b)
+    if y_1d:
+        g = g[..., 0]
+    if x_1d:
+        g = g[..., 0, :] if not y_1d else g[..., 0]
+    return g
+
+
+def paired_inner(
+    x: Array,
+    y: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    from_logits: bool = False,
+) -> Array:
     """Aitchison inner product ``<clr(x), clr(y)>`` of matching rows (any leading shape).
 
-    ``x`` and ``y`` broadcast against each other; rows are compared over the same parts.
+    ``x`` and ``y`` broadcast against each other (e.g. one reference row for every row of
+    ``x``); rows are compared over the same parts. The name follows scikit-learn's
+    ``paired_distances`` (row ``i`` with row ``i``) beside ``pairwise_distances`` (every row with
+    every row), which is what :func:`inner` returns here as in scikit-bio and composition-stats;
+    ``paired_inner(x, y)`` is the diagonal of ``inner(x, y)`` for 2-D inputs, without the
+    ``N x M`` matrix.
 
     Raises
     ------
@@ -1180,10 +1383,15 @@ def inner(
     ZeroPartError, NegativePartError, NonFiniteError, TooFewPartsError
         With ``validate``: as in :func:`clr`.
 
+    See Also
+    --------
+    inner : The Gram matrix of every row of ``x`` with every row of ``y``.
+    aitchison_distance : The distance between matching rows.
+
     Examples
     --------
     >>> import attncoda as ac
-    >>> float(ac.inner([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])).__round__(6)
+    >>> round(float(ac.paired_inner([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])), 6)
     0.320302
     """
     xp, x, y = _pair(x, y, mask, axis)
@@ -1270,7 +1478,7 @@ def row_gram(
     """``a @ b^T`` over the last two axes of numpy arrays (``b = a`` by default), as numpy.
 
     The one matrix-product backend behind every all-pairs computation of attncoda
-    (:func:`pairwise_aitchison` here, the head comparisons of the analysis).
+    (:func:`pairwise_aitchison` and :func:`inner` here, the head comparisons of the analysis).
     Stacks of matrices broadcast as in :func:`numpy.matmul`; ``out`` receives the result.
 
     ``backend="auto"`` uses torch where it is installed, numpy otherwise; ``"torch"`` and
@@ -1352,7 +1560,6 @@ def gram_distances(
         d2 = row_gram(a, b, out, backend="auto" if a.ndim > 2 else "numpy")
     else:
         d2 = a @ xp.matrix_transpose(b)
-
     if can_overwrite(d2):
         return _distances_from_gram(d2, na, nb, same=same, squared=squared)
     d2 = na + nb - 2 * d2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from conftest import requires_composition_stats, requires_skbio
@@ -94,6 +96,26 @@ def test_unmasked_inverses(rng):
     np.testing.assert_allclose(ac.ilr_inv(ac.ilr(x, basis), basis), x, atol=TIGHT)
 
 
+def test_alr_reference_aliases_of_scikit_bio_and_composition_stats(rng):
+    x = random_compositions(rng, (7, 9))
+    mask = np.ones((7, 9), bool)
+    mask[:, 0] = False
+    for kw in ({"ref_idx": 4}, {"denominator_idx": 4}):
+        np.testing.assert_array_equal(ac.alr(x, **kw), ac.alr(x, ref=4))
+        np.testing.assert_array_equal(ac.alr(x, mask=mask, **kw), ac.alr(x, 4, mask=mask))
+        y = ac.alr(x, ref=4)
+        np.testing.assert_array_equal(ac.alr_inv(y, **kw), ac.alr_inv(y, 4))
+        ym = ac.alr(x, ref=4, mask=mask)
+        np.testing.assert_array_equal(ac.alr_inv(ym, mask=mask, **kw), ac.alr_inv(ym, 4, mask=mask))
+    for fn, arg in ((ac.alr, x), (ac.alr_inv, x[:, 1:])):
+        with pytest.raises(ac.CompositionError, match=r"ref=4 and ref_idx=4 .*give it once"):
+            fn(arg, 4, ref_idx=4)
+        with pytest.raises(ac.CompositionError, match="ref_idx=1 and denominator_idx=2"):
+            fn(arg, ref_idx=1, denominator_idx=2)
+        with pytest.raises(ac.ShapeMismatchError, match="denominator_idx=99 is out of range"):
+            fn(arg, denominator_idx=99)
+
+
 def test_any_axis_and_leading_shape(rng):
     x = random_compositions(rng, (2, 3, 5, 4))  # parts last
     moved = np.moveaxis(x, -1, 1)
@@ -132,12 +154,69 @@ def test_perturbation_power_inner_are_a_vector_space(rng):
     np.testing.assert_allclose(ac.clr(ac.power(x, 2.5)), 2.5 * ac.clr(x), atol=TIGHT)
     a = rng.normal(size=4)
     np.testing.assert_allclose(ac.clr(ac.power(x, a)), a[:, None] * ac.clr(x), atol=TIGHT)
-    np.testing.assert_allclose(ac.inner(x, y), (ac.clr(x) * ac.clr(y)).sum(-1), atol=TIGHT)
+    np.testing.assert_allclose(ac.paired_inner(x, y), (ac.clr(x) * ac.clr(y)).sum(-1), atol=TIGHT)
     np.testing.assert_allclose(
         ac.aitchison_distance(x, y) ** 2,
-        ac.inner(x, x) + ac.inner(y, y) - 2 * ac.inner(x, y),
+        ac.paired_inner(x, x) + ac.paired_inner(y, y) - 2 * ac.paired_inner(x, y),
         atol=1e-9,
     )
+
+
+def test_inner_is_the_gram_matrix_of_all_row_pairs(rng):
+    x, y = random_compositions(rng, (4, 6)), random_compositions(rng, (3, 6))
+    g = ac.inner(x, y)
+    assert g.shape == (4, 3)
+    np.testing.assert_allclose(g, ac.clr(x) @ ac.clr(y).T, atol=TIGHT)
+    for i, j in itertools.product(range(4), range(3)):
+        np.testing.assert_allclose(g[i, j], ac.paired_inner(x[i], y[j]), atol=TIGHT)
+    # its diagonal is the paired product; distances follow from the Gram matrices
+    np.testing.assert_allclose(np.diag(ac.inner(x, x[::-1])), ac.paired_inner(x, x[::-1]))
+    gxx, gyy = ac.inner(x, x), ac.inner(y, y)
+    np.testing.assert_allclose(
+        np.diag(gxx)[:, None] + np.diag(gyy)[None, :] - 2 * g,
+        ac.pairwise_aitchison(x, y, squared=True),
+        atol=1e-9,
+    )
+    # 1-D inputs drop their row axis, as numpy's matmul and scikit-bio's inner do
+    assert ac.inner(x[0], y).shape == (3,) and ac.inner(x, y[0]).shape == (4,)
+    assert np.ndim(ac.inner(x[0], y[0])) == 0
+    np.testing.assert_allclose(ac.inner(x[0], y[1]), g[0, 1], atol=TIGHT)
+    np.testing.assert_allclose(ac.inner(x[0], y), g[0], atol=TIGHT)
+    np.testing.assert_allclose(ac.inner(x, y[2]), g[:, 2], atol=TIGHT)
+    # stacks: one Gram matrix per leading index; leading axes broadcast; parts on any axis
+    xs, ys = random_compositions(rng, (5, 4, 6)), random_compositions(rng, (5, 3, 6))
+    np.testing.assert_allclose(
+        ac.inner(xs, ys),
+        np.stack([ac.inner(a, b) for a, b in zip(xs, ys, strict=True)]),
+        atol=TIGHT,
+    )
+    np.testing.assert_allclose(ac.inner(xs, y), np.stack([ac.inner(a, y) for a in xs]), atol=TIGHT)
+    np.testing.assert_allclose(
+        ac.inner(np.swapaxes(xs, 1, 2), np.swapaxes(ys, 1, 2), axis=1), ac.inner(xs, ys), atol=TIGHT
+    )
+    # logits, masks shared by every row, torch
+    z = np.log(x)
+    np.testing.assert_allclose(ac.inner(z, z, from_logits=True), ac.inner(x, x), atol=TIGHT)
+    mask = np.array([True, True, False, True, True, True])
+    np.testing.assert_allclose(
+        ac.inner(x, y, mask=mask), ac.inner(x[:, mask], y[:, mask]), atol=TIGHT
+    )
+    got = ac.inner(torch.tensor(xs), torch.tensor(ys))
+    assert isinstance(got, torch.Tensor)
+    np.testing.assert_allclose(got.numpy(), ac.inner(xs, ys), atol=TIGHT)
+    assert ac.inner(torch.tensor(x[0]), torch.tensor(y)).shape == (3,)
+
+
+def test_inner_refuses_mismatched_parts_leading_axes_and_masks(rng):
+    x = random_compositions(rng, (4, 6))
+    with pytest.raises(ac.ShapeMismatchError, match="same parts"):
+        ac.inner(x, x[:, :5])
+    with pytest.raises(ac.ShapeMismatchError, match="do not broadcast"):
+        ac.inner(random_compositions(rng, (2, 4, 6)), random_compositions(rng, (3, 4, 6)))
+    varying = np.ones((4, 6), bool)
+    varying[1, 2] = False
+    with pytest.raises(ac.ShapeMismatchError, match="same visible keys"):
+        ac.inner(x, x, mask=varying)
 
 
 def test_pairwise_matches_loop(rng):
@@ -301,6 +380,12 @@ def test_oracle_scikit_bio(rng):
     # scikit-bio's alr reference is positional ref_idx (default 0 = our sink without padding)
     np.testing.assert_allclose(ac.alr(x), skc.alr(x), atol=TIGHT)
     np.testing.assert_allclose(ac.alr(x, ref=5), skc.alr(x, ref_idx=5), atol=TIGHT)
+    np.testing.assert_allclose(ac.alr(x, ref_idx=5), skc.alr(x, ref_idx=5), atol=TIGHT)
+    np.testing.assert_allclose(
+        ac.alr_inv(skc.alr(x, ref_idx=5), ref_idx=5),
+        skc.alr_inv(skc.alr(x, ref_idx=5), ref_idx=5),
+        atol=TIGHT,
+    )
     np.testing.assert_allclose(
         ac.alr_inv(ac.alr(x, ref=5), ref=5),
         skc.alr_inv(skc.alr(x, ref_idx=5), ref_idx=5),
@@ -318,7 +403,10 @@ def test_oracle_scikit_bio(rng):
     np.testing.assert_allclose(ac.perturb(x, y), skc.perturb(x, y), atol=TIGHT)
     np.testing.assert_allclose(ac.perturb_inv(x, y), skc.perturb_inv(x, y), atol=TIGHT)
     np.testing.assert_allclose(ac.power(x, 1.7), skc.power(x, 1.7), atol=TIGHT)
-    np.testing.assert_allclose(ac.inner(x[:3], y[:3]), np.diag(skc.inner(x[:3], y[:3])), atol=1e-9)
+    np.testing.assert_allclose(ac.inner(x, y), skc.inner(x, y), atol=1e-9)
+    np.testing.assert_allclose(ac.inner(x[0], y[1]), skc.inner(x[0], y[1]), atol=1e-9)
+    np.testing.assert_allclose(ac.inner(x[0], y), skc.inner(x[0], y), atol=1e-9)
+    np.testing.assert_allclose(ac.paired_inner(x, y), np.diag(skc.inner(x, y)), atol=1e-9)
     # multiplicative replacement: same default delta 1/D^2
     z = x.copy()
     z[:, [1, 4]] = 0
@@ -346,6 +434,15 @@ def test_oracle_composition_stats(rng):
     np.testing.assert_allclose(ac.closure(x * 3), cs.closure(x * 3), atol=TIGHT)
     np.testing.assert_allclose(ac.clr(x), cs.clr(x), atol=TIGHT)
     np.testing.assert_allclose(ac.alr(x), cs.alr(x), atol=TIGHT)  # denominator_idx=0 as ours
+    np.testing.assert_allclose(
+        ac.alr(x, denominator_idx=4), cs.alr(x, denominator_idx=4), atol=TIGHT
+    )
+    np.testing.assert_allclose(
+        ac.alr_inv(cs.alr(x, denominator_idx=4), denominator_idx=4),
+        cs.alr_inv(cs.alr(x, denominator_idx=4), denominator_idx=4),
+        atol=TIGHT,
+    )
+    np.testing.assert_allclose(ac.inner(x, x[:5]), cs.inner(x, x[:5]), atol=1e-9)
     np.testing.assert_allclose(ac.ilr_inv(ac.ilr(x)), cs.ilr_inv(cs.ilr(x)), atol=TIGHT)
     # composition-stats' default ilr basis (Egozcue's) differs from our pivot basis, but both are
     # isometric: distances agree
@@ -441,8 +538,9 @@ def test_bad_logits_and_masks():
 
 def test_mixed_devices_raise():
     meta = torch.ones(3, device="meta")
-    with pytest.raises(ac.DeviceMismatchError, match="different devices"):
-        ac.inner(torch.ones(3) / 3, meta / 3)
+    for fn in (ac.inner, ac.paired_inner):
+        with pytest.raises(ac.DeviceMismatchError, match="different devices"):
+            fn(torch.ones(3) / 3, meta / 3)
 
 
 def test_inputs_never_modified(rng):

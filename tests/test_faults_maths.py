@@ -266,8 +266,8 @@ REFUSALS = [
     ("power-complex", CE, "real numbers", lambda: ac.power(X3, 2j)),
     ("power-bool", CE, "boolean", lambda: ac.power(X3, True)),
     ("power-shape", SM, "broadcast", lambda: ac.power(X, np.array([1.0, 2.0, 3.0]))),
-    ("inner-shapes", SM, "broadcast", lambda: ac.inner(X, np.ones(4))),
-    ("inner-parts-on-other-axis", SM, "same parts", lambda: ac.inner(X, X3, axis=0)),
+    ("inner-shapes", SM, "broadcast", lambda: ac.paired_inner(X, np.ones(4))),
+    ("inner-parts-on-other-axis", SM, "same parts", lambda: ac.paired_inner(X, X3, axis=0)),
     ("perturb-parts-on-other-axis", SM, "same parts", lambda: ac.perturb(X, X3, axis=0)),
     ("distance-parts-broadcast", SM, "same parts", lambda: ac.aitchison_distance(X, X[:, :1])),
     ("split-parts-on-other-axis", SM, "same parts", lambda: ac.aitchison_split(X, X3, axis=0)),
@@ -923,7 +923,7 @@ def test_broadcasting_pairs_equals_explicit_pairs():
     yy = np.broadcast_to(y, X.shape)
     np.testing.assert_allclose(ac.perturb(X, y), ac.perturb(X, yy))
     np.testing.assert_allclose(ac.perturb_inv(X, y), ac.perturb_inv(X, yy))
-    np.testing.assert_allclose(ac.inner(X, y), ac.inner(X, yy))
+    np.testing.assert_allclose(ac.paired_inner(X, y), ac.paired_inner(X, yy))
     np.testing.assert_allclose(ac.aitchison_distance(X, y), ac.aitchison_distance(X, yy))
     np.testing.assert_allclose(ac.aitchison_split(X, y).total, ac.aitchison_distance(X, y) ** 2)
 
