@@ -135,6 +135,13 @@ def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
         ``axis`` is not an integer or out of range, ``x`` is a scalar, or ``mask`` does not
         broadcast to ``x``.
 
+    See Also
+    --------
+    skbio.stats.composition.closure : The same, without ``mask``.
+    composition_stats.closure : 1-D or 2-D input only (it refuses ``ndim > 2``, which attncoda
+        accepts: captures are ``sample x layer x head x query x key``), and squeezes its output
+        (attncoda keeps the input's shape).
+
     Examples
     --------
     >>> import attncoda as ac
@@ -678,7 +685,8 @@ def sbp_basis(sbp: Array) -> np.ndarray:
     -------
     numpy.ndarray, shape (D-1, D)
         Rows are orthonormal clr vectors (numpy even for a tensor ``sbp``: a basis is a small
-        table, which :func:`ilr` moves to the data's device).
+        table, which :func:`ilr` moves to the data's device), as scikit-bio returns them;
+        composition-stats returns ``clr_inv`` of these rows (compositions) instead.
 
     Raises
     ------
@@ -887,11 +895,21 @@ def ilr(
     ZeroPartError, NegativePartError, TooFewPartsError
         With ``validate``: as in :func:`clr`.
 
+    See Also
+    --------
+    skbio.stats.composition.ilr, composition_stats.ilr
+
     Notes
     -----
     These are scikit-bio's basis checks (``skbio.stats.composition.ilr`` refuses a basis that is
     not orthonormal), plus ``B 1 = 0``, without which ``B`` is not an isometry of the clr
     space; a basis given in float32 limits the result to float32 precision.
+
+    Two deliberate differences from composition-stats (and the first from scikit-bio): the
+    default basis is the pivot basis, whose first coordinate is the sink-vs-content balance,
+    not Gram-Schmidt's (both are orthonormal, so norms and distances agree); and a basis is
+    given as clr vectors, as scikit-bio takes it, not as compositions (composition-stats applies
+    clr to the basis rows itself).
 
     Examples
     --------
