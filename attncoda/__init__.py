@@ -1,11 +1,14 @@
 """attncoda: attention rows as compositional data.
 
 The public namespace is flat (``import attncoda as ac; ac.clr(...)``); modules behind it are
-private. See the documentation for the maths, the xarray schema and capture.
+private, except :mod:`attncoda.testing` (sample data and fault injectors for your own tests, as
+:mod:`xarray.testing`) and :mod:`attncoda.hooks` (the model side). See the documentation for the
+maths, the xarray schema and capture.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from . import testing as testing
 from ._accessor import CodaAccessor
 from ._analysis import (
     CONVENTIONS,
@@ -24,7 +27,6 @@ from ._analysis import (
     head_distances,
     head_profiles,
     sink_rate,
-    synthetic_rows,
     verdict_flips,
 )
 from ._atomic import atomic_output, check_output
@@ -204,7 +206,6 @@ __all__ = [
     "save_figure",
     "sbp_basis",
     "sink_rate",
-    "synthetic_rows",
     "validate_dataset",
     "verdict_flips",
     "write_table",

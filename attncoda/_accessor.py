@@ -7,7 +7,7 @@ name in :mod:`attncoda` with the dataset as first argument.
 Examples
 --------
 >>> import attncoda as ac
->>> ds = ac.synthetic_rows(n_layers=2, n_heads=4)
+>>> ds = ac.testing.synthetic_rows(n_layers=2, n_heads=4)
 >>> float(ds.coda.sink_rate(0.3))
 0.5
 >>> ds.coda.head_distances("cosine", "dropped").dims
@@ -46,7 +46,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.synthetic_rows().coda.profiles().sink_share.dims
+        >>> ac.testing.synthetic_rows().coda.profiles().sink_share.dims
         ('layer', 'head')
         """
         return an.head_profiles(self._ds, **kwargs)
@@ -57,7 +57,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.synthetic_rows(n_layers=1, n_heads=4).coda.sink_rate(0.3).item()
+        >>> ac.testing.synthetic_rows(n_layers=1, n_heads=4).coda.sink_rate(0.3).item()
         0.5
         """
         return an.sink_rate(self._ds, threshold, **kwargs)
@@ -68,7 +68,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.synthetic_rows().coda.comparisons("tv").view.values.tolist()
+        >>> ac.testing.synthetic_rows().coda.comparisons("tv").view.values.tolist()
         ['kept', 'dropped', 'sink']
         """
         return an.head_comparisons(self._ds, metrics, **kwargs)
@@ -81,7 +81,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.synthetic_rows(n_heads=3).coda.head_distances("js", "split").dims
+        >>> ac.testing.synthetic_rows(n_heads=3).coda.head_distances("js", "split").dims
         ('term', 'unit_a', 'unit_b')
         """
         return an.head_distances(self._ds, metric, convention, **kwargs)
@@ -92,7 +92,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> fr = ac.synthetic_rows(n_samples=3).coda.flip_rates("cosine", n_boot=10)
+        >>> fr = ac.testing.synthetic_rows(n_samples=3).coda.flip_rates("cosine", n_boot=10)
         >>> fr.flip_rate.dims
         ('metric', 'pair', 'scope')
         """
@@ -104,7 +104,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.synthetic_rows(n_layers=2, n_heads=3).coda.cluster("js", ks=(2,)).ari.dims
+        >>> ac.testing.synthetic_rows(n_layers=2, n_heads=3).coda.cluster("js", ks=(2,)).ari.dims
         ('pair', 'k')
         """
         return an.cluster_heads(self._ds, metric, **kwargs)
@@ -115,7 +115,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> att = ac.synthetic_rows(n_layers=3).coda.attribute_entropy(along="layer")
+        >>> att = ac.testing.synthetic_rows(n_layers=3).coda.attribute_entropy(along="layer")
         >>> att.transition.values.tolist()
         ['0->1', '1->2']
         """
@@ -128,7 +128,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> fig = ac.synthetic_rows().coda.plot_sink_grid()
+        >>> fig = ac.testing.synthetic_rows().coda.plot_sink_grid()
         """
         from ._plot import plot_sink_grid
 
@@ -140,7 +140,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> fig = ac.synthetic_rows().coda.plot_sink_vs_content()
+        >>> fig = ac.testing.synthetic_rows().coda.plot_sink_vs_content()
         """
         from ._plot import plot_sink_vs_content
 
@@ -152,7 +152,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> fig = ac.synthetic_rows().coda.plot_rows(layer=0, head=3)
+        >>> fig = ac.testing.synthetic_rows().coda.plot_rows(layer=0, head=3)
         """
         from ._plot import plot_rows
 
@@ -164,7 +164,7 @@ class CodaAccessor:
         Examples
         --------
         >>> import attncoda as ac
-        >>> fig = ac.synthetic_rows(n_layers=2, n_heads=3).coda.plot_dendrograms("js")
+        >>> fig = ac.testing.synthetic_rows(n_layers=2, n_heads=3).coda.plot_dendrograms("js")
         """
         from ._plot import plot_dendrograms
 

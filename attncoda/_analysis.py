@@ -64,7 +64,7 @@ import numpy as np
 import xarray as xr
 
 from ._coda import row_gram
-from ._data import DIMS, SUMMARY_VARIABLES, SchemaError, make_dataset
+from ._data import DIMS, SUMMARY_VARIABLES, SchemaError
 from ._decompose import attribute_entropy_change, binary_entropy, decompose
 from ._errors import EXIT_USAGE, AttncodaError, ShapeMismatchError
 
@@ -85,7 +85,6 @@ __all__ = [
     "head_distances",
     "head_profiles",
     "sink_rate",
-    "synthetic_rows",
     "verdict_flips",
 ]
 
@@ -673,7 +672,7 @@ def head_comparisons(
     Examples
     --------
     >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    >>> ds = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     >>> cmp = ac.head_comparisons(ds, ["aitchison", "js"])
     >>> cmp.aitchison.sizes["unit_a"], cmp.view.values.tolist()
     (3, ['kept', 'dropped', 'sink'])
@@ -808,7 +807,7 @@ def head_distances(
     Examples
     --------
     >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=3, length=6)
+    >>> ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=3, length=6)
     >>> d = ac.head_distances(ds, "aitchison", "split")
     >>> d.term.values.tolist(), d.shape
     (['sink', 'content'], (2, 3, 3))
@@ -1018,7 +1017,7 @@ def flip_rates(
     Examples
     --------
     >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_samples=3, n_layers=1, n_heads=4, length=6)
+    >>> ds = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=4, length=6)
     >>> fr = ac.flip_rates(ds, ["cosine"], n_boot=20)
     >>> fr.flip_rate.sel(metric="cosine", pair="kept/dropped", scope="all").item() <= 1
     True
@@ -1209,7 +1208,7 @@ def cluster_heads(
     Examples
     --------
     >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=8)
+    >>> ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=8)
     >>> cl = ac.cluster_heads(ds, "js", ks=(2,))
     >>> cl.labels.dims, cl.ari.sel(pair="kept/dropped", k=2).item() <= 1
     (('convention', 'k', 'unit'), True)
@@ -1414,7 +1413,7 @@ def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 
     Examples
     --------
     >>> import attncoda as ac
-    >>> p = ac.head_profiles(ac.synthetic_rows(n_layers=2, n_heads=3))
+    >>> p = ac.head_profiles(ac.testing.synthetic_rows(n_layers=2, n_heads=3))
     >>> sorted(p.sizes.items())
     [('head', 3), ('layer', 2), ('offset', 17)]
     """
@@ -1459,7 +1458,7 @@ def sink_rate(
     Examples
     --------
     >>> import attncoda as ac
-    >>> float(ac.sink_rate(ac.synthetic_rows(n_layers=2, n_heads=4), 0.3))
+    >>> float(ac.sink_rate(ac.testing.synthetic_rows(n_layers=2, n_heads=4), 0.3))
     0.5
     """
     prof = data if "n_rows" in data.data_vars and "sample" not in data.dims else None
@@ -1524,7 +1523,7 @@ def attribute_entropy(
     Examples
     --------
     >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_layers=3, n_heads=2)
+    >>> ds = ac.testing.synthetic_rows(n_layers=3, n_heads=2)
     >>> att = ac.attribute_entropy(ds, along="layer")
     >>> att.sizes["transition"], bool(abs(att.sink + att.content - att.total).max() < 1e-12)
     (2, True)
@@ -1617,76 +1616,3 @@ def _with_fraction(out: xr.Dataset, attrs: Mapping[Hashable, Any]) -> xr.Dataset
     out.attrs["sink_fraction"] = sink / total if total != 0 else math.nan
     out.attrs["definition"] = "Shapley split of H = H_b(s) + (1 - s) H(c_hat), row by row"
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# synthetic data in the capture schema
-
-
-def synthetic_rows(
-    n_samples: int = 2,
-    n_layers: int = 2,
-    n_heads: int = 4,
-    length: int = 12,
-    *,
-    sink_logits: Any = None,
-    seed: int = 0,
-    dtype: Any = np.float32,
-    causal: bool = True,
-) -> xr.Dataset:
-    """A small synthetic capture (rows and summaries) with the schema of ``what="both"``.
-
-    Head ``h`` of layer ``l`` gets a sink logit ``sink_logits[l, h]`` on key 0 (default: spread
-    from -3 to 5 over the heads of each layer, so half the heads are sink-heavy), a head-specific
-    preference for the previous token or for recent keys, and Gaussian noise. Rows are
-    log-softmaxes over the visible keys (causal by default), ``-inf`` elsewhere.
-
-    Parameters
-    ----------
-    n_samples, n_layers, n_heads, length : int
-    sink_logits : array_like (n_layers, n_heads), optional
-    seed : int
-    dtype : numpy dtype, default float32
-    causal : bool, default True
-
-    Returns
-    -------
-    xarray.Dataset
-
-    Examples
-    --------
-    >>> import attncoda as ac
-    >>> ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
-    >>> ds.log_attn.dims
-    ('sample', 'layer', 'head', 'query', 'key')
-    """
-    rng = np.random.default_rng(seed)
-    if sink_logits is None:
-        sink_logits = np.tile(np.linspace(-3, 5, n_heads), (n_layers, 1))
-    sink_logits = np.broadcast_to(np.asarray(sink_logits, np.float64), (n_layers, n_heads))
-    q = np.arange(length)[:, None]
-    k = np.arange(length)[None, :]
-    prev = (k == q - 1).astype(np.float64)
-    recency = -np.abs(q - k) / 3.0
-    style = rng.random((n_layers, n_heads, 2)) * np.array([4.0, 2.0])
-    z = (
-        rng.standard_normal((n_samples, n_layers, n_heads, length, length))
-        + style[None, :, :, 0, None, None] * prev
-        + style[None, :, :, 1, None, None] * recency
-    )
-    z[..., 0] = sink_logits[None, :, :, None]
-    if causal:
-        z = np.where(k <= q, z, -np.inf)
-    m = z.max(-1, keepdims=True)
-    z = z - (np.log(np.exp(z - m).sum(-1, keepdims=True)) + m)
-    d = decompose(z, from_logits=True, degenerate="nan")
-    summaries = {name: getattr(d, name) for name in SUMMARY_VARIABLES}
-    return make_dataset(
-        summaries=summaries,
-        log_attn=z.astype(dtype),
-        layers=range(n_layers),
-        heads=range(n_heads),
-        query_positions=range(length),
-        token_ids=rng.integers(4, 100, (n_samples, length)),
-        attrs={"model_id": "synthetic", "family": "synthetic"},
-    )

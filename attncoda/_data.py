@@ -191,7 +191,7 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     Traceback (most recent call last):
     ...
     attncoda._data.SchemaError: dataset has neither summaries nor log_attn; is it an attncoda capture?
-    >>> ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    >>> ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
     >>> ac.validate_dataset(ds.assign(log_attn=ds.log_attn + 1.0))
     Traceback (most recent call last):
     ...

@@ -48,7 +48,7 @@ def save_figure(
     Examples
     --------
     >>> import tempfile, pathlib, attncoda as ac
-    >>> fig = ac.plot_sink_grid(ac.synthetic_rows())
+    >>> fig = ac.plot_sink_grid(ac.testing.synthetic_rows())
     >>> [p.suffix for p in ac.save_figure(fig, pathlib.Path(tempfile.mkdtemp()) / "grid")]
     ['.png', '.svg']
     """
@@ -79,7 +79,7 @@ def plot_sink_grid(
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_sink_grid(ac.synthetic_rows(n_layers=2, n_heads=3))
+    >>> fig = ac.plot_sink_grid(ac.testing.synthetic_rows(n_layers=2, n_heads=3))
     >>> len(fig.axes)
     2
     """
@@ -116,7 +116,7 @@ def plot_sink_vs_content(data: xr.Dataset, *, title: str | None = None) -> Any:
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_sink_vs_content(ac.synthetic_rows())
+    >>> fig = ac.plot_sink_vs_content(ac.testing.synthetic_rows())
     """
     prof = _profiles(data)
     s = prof["sink_share"].transpose("layer", "head")
@@ -144,7 +144,7 @@ def plot_dendrograms(
     Examples
     --------
     >>> import attncoda as ac
-    >>> cl = ac.cluster_heads(ac.synthetic_rows(n_layers=2, n_heads=3), "js", ks=(2,))
+    >>> cl = ac.cluster_heads(ac.testing.synthetic_rows(n_layers=2, n_heads=3), "js", ks=(2,))
     >>> len(ac.plot_dendrograms(cl).axes)
     2
     """
@@ -194,7 +194,7 @@ def plot_flip_table(
     Examples
     --------
     >>> import attncoda as ac
-    >>> fr = ac.flip_rates(ac.synthetic_rows(n_samples=3), n_boot=0)
+    >>> fr = ac.flip_rates(ac.testing.synthetic_rows(n_samples=3), n_boot=0)
     >>> fig = ac.plot_flip_table(fr)
     """
     if isinstance(flips, xr.Dataset):
@@ -270,7 +270,7 @@ def plot_entropy_attribution(
     Examples
     --------
     >>> import attncoda as ac
-    >>> att = ac.attribute_entropy(ac.synthetic_rows(n_layers=3), along="layer")
+    >>> att = ac.attribute_entropy(ac.testing.synthetic_rows(n_layers=3), along="layer")
     >>> fig = ac.plot_entropy_attribution(att)
     """
     if dim is None:
@@ -315,7 +315,7 @@ def plot_rows(
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_rows(ac.synthetic_rows(), layer=1, head=2)
+    >>> fig = ac.plot_rows(ac.testing.synthetic_rows(), layer=1, head=2)
     >>> len(fig.axes)
     3
     """

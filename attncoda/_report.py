@@ -22,7 +22,7 @@ Examples
 >>> import tempfile, attncoda as ac
 >>> from attncoda._report import analyze, write_report
 >>> folder = tempfile.mkdtemp()
->>> result = analyze(ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3), folder,
+>>> result = analyze(ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3), folder,
 ...                  n_boot=10, progress=False)
 >>> write_report(folder).name
 'report.html'

@@ -48,7 +48,7 @@ import xarray as xr
 
 from attncoda import EXIT_USAGE, AttncodaError
 
-__all__ = ["CaptureJob", "DieOnce", "JobError", "load_store", "plan", "run_jobs", "worker_device"]
+__all__ = ["CaptureJob", "JobError", "load_store", "plan", "run_jobs", "worker_device"]
 
 MARKERS = "_attncoda_jobs"
 
@@ -370,33 +370,6 @@ def run_jobs(
         ]
         client.gather(futures)
     return {group: load_store(store, group) for group in layout}
-
-
-class DieOnce:
-    """Fault injection for tests and drills: kill the worker process once, mid-job.
-
-    Passed as ``_before_marker``, it scribbles NaN over the job's region (a half-written job)
-    and exits the process without cleanup, the first time only (a flag file remembers).
-    """
-
-    def __init__(self, flag: str | os.PathLike[str], store: str | os.PathLike[str]) -> None:
-        self.flag = Path(flag)
-        self.store = str(store)
-
-    def __call__(self, slot: _Slot) -> None:
-        if self.flag.exists():
-            return
-        self.flag.write_text(slot.job.name)
-        garbage = load_store(self.store, slot.group).isel(
-            sample=slice(slot.start, slot.start + slot.count)
-        )
-        bad = xr.Dataset({"sink_share": xr.full_like(garbage.sink_share.load(), np.nan)})
-        bad.drop_vars([c for c in bad.coords]).to_zarr(
-            self.store,
-            group=slot.group,
-            region={"sample": slice(slot.start, slot.start + slot.count)},
-        )
-        os._exit(17)
 
 
 def load_store(store: str | os.PathLike[str], group: str) -> xr.Dataset:

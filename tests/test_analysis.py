@@ -157,7 +157,7 @@ def test_the_device_path_steps_over_anchors_like_the_numpy_kernel(monkeypatch):
     from attncoda import _analysis
 
     monkeypatch.setattr(_analysis, "_DEVICE_MIN_BUDGET", 1)  # a few anchors per step
-    ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=5, length=12, seed=3)  # float32
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=5, length=12, seed=3)  # float32
     on_device = ac.head_comparisons(ds, ["js", "tv"], device="cpu", block_elements=200)
     in_numpy = ac.head_comparisons(ds, ["js", "tv"], backend="numpy", block_elements=200)
     for metric in ("js", "tv"):
@@ -165,7 +165,7 @@ def test_the_device_path_steps_over_anchors_like_the_numpy_kernel(monkeypatch):
 
 
 def test_device_errors_say_what_to_do():
-    ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
     with pytest.raises(ac.AnalysisError, match="needs backend='torch'"):
         ac.head_comparisons(ds, "js", backend="numpy", device="cpu")
     if has_torch:
@@ -186,7 +186,7 @@ def test_device_errors_say_what_to_do():
 
 @pytest.mark.gpu
 def test_comparisons_on_a_gpu_match_numpy():
-    ds = ac.synthetic_rows(n_samples=2, n_layers=3, n_heads=6, length=64, seed=5)  # float32
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=3, n_heads=6, length=64, seed=5)  # float32
     on_gpu = ac.head_comparisons(ds, device="cuda")
     in_numpy = ac.head_comparisons(ds, backend="numpy")
     for metric in ac.METRICS:
@@ -269,7 +269,7 @@ def test_clear_errors_for_bad_input(causal):
         ac.head_distances(causal, "js", "renormalised")
     with pytest.raises(ac.UnknownConventionError):
         ac.flip_rates(causal, "js", between=("kept", "nope"), n_boot=0)
-    summaries = ac.synthetic_rows().drop_vars("log_attn")
+    summaries = ac.testing.synthetic_rows().drop_vars("log_attn")
     with pytest.raises(ac.RowsRequiredError, match="what='rows'"):
         ac.head_comparisons(summaries)
     bad = causal.copy(deep=True)
@@ -324,7 +324,9 @@ def test_flip_counting_matches_brute_force(rng):
 def comparisons_from(kept, dropped, n_rows=(5, 5, 5)):
     """A per-sample comparisons dataset with given (sample, N, N) kept and dropped values."""
     base = ac.head_comparisons(
-        ac.synthetic_rows(n_samples=len(n_rows), n_layers=2, n_heads=2), "cosine", per_sample=True
+        ac.testing.synthetic_rows(n_samples=len(n_rows), n_layers=2, n_heads=2),
+        "cosine",
+        per_sample=True,
     )
     vals = np.stack([kept, dropped, np.zeros_like(kept)])
     return base.assign(cosine=(base.cosine.dims, vals), n_rows=("sample", np.array(n_rows)))
@@ -350,7 +352,7 @@ def test_flip_rates_known_answers_and_bootstrap(rng):
 
 
 def test_flip_rates_from_rows_per_model_and_layer():
-    ds = ac.synthetic_rows(n_samples=4, n_layers=2, n_heads=4, length=8)
+    ds = ac.testing.synthetic_rows(n_samples=4, n_layers=2, n_heads=4, length=8)
     fr = ds.coda.flip_rates(
         ["cosine", "aitchison"], between=[("kept", "dropped"), ("kept", "sink")]
     )
@@ -416,7 +418,7 @@ def test_clustering_structure_from_the_sink_disappears_when_it_is_dropped():
 
 
 def test_clustering_input_checks():
-    ds = ac.synthetic_rows(n_layers=1, n_heads=3)
+    ds = ac.testing.synthetic_rows(n_layers=1, n_heads=3)
     with pytest.raises(ac.AnalysisError, match="k must"):
         ac.cluster_heads(ds, "js", ks=(5,))
     with pytest.raises(ac.UnknownConventionError):
@@ -427,8 +429,8 @@ def test_clustering_input_checks():
 
 
 def test_attribution_parts_sum_to_the_total_exactly():
-    a = ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=9, seed=1)
-    b = ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=9, seed=2)
+    a = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=9, seed=1)
+    b = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=9, seed=2)
     att = ac.attribute_entropy(a, b)
     assert att.sink.dims == ("layer", "head")
     np.testing.assert_allclose(att.sink + att.content, att.total, rtol=0, atol=1e-12)
@@ -452,7 +454,7 @@ def test_attribution_parts_sum_to_the_total_exactly():
 
 
 def test_attribution_between_layers_and_from_rows():
-    ds = ac.synthetic_rows(n_layers=3, n_heads=2)
+    ds = ac.testing.synthetic_rows(n_layers=3, n_heads=2)
     att = ds.coda.attribute_entropy(along="layer")
     assert att.transition.values.tolist() == ["0->1", "1->2"]
     np.testing.assert_allclose(att.sink + att.content, att.total, atol=1e-12)
@@ -465,9 +467,9 @@ def test_attribution_between_layers_and_from_rows():
 
 
 def test_attribution_needs_paired_rows():
-    a = ac.synthetic_rows(n_samples=2, n_heads=3)
+    a = ac.testing.synthetic_rows(n_samples=2, n_heads=3)
     with pytest.raises(ac.DatasetMismatchError, match="same rows"):
-        ac.attribute_entropy(a, ac.synthetic_rows(n_samples=2, n_heads=4))
+        ac.attribute_entropy(a, ac.testing.synthetic_rows(n_samples=2, n_heads=4))
     with pytest.raises(ac.DatasetMismatchError, match="same dims"):
         ac.attribute_entropy(a, a.isel(layer=0, drop=True))
     with pytest.raises(ac.AnalysisError, match="along="):
@@ -478,7 +480,7 @@ def test_attribution_needs_paired_rows():
 
 
 def test_profiles_are_means_over_rows_with_content():
-    ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
     prof = ds.coda.profiles()
     s = ds.sink_share.values[:, :, :, 1:]  # query 0 only sees the sink
     np.testing.assert_allclose(prof.sink_share, s.mean(axis=(0, 3)), rtol=1e-6)
@@ -532,7 +534,7 @@ def test_sink_rate_counts_heads_above_the_threshold():
 
 
 def test_the_accessor_is_registered_on_import_and_mirrors_the_functions():
-    ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3)
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3)
     assert isinstance(ds.coda, ac.CodaAccessor)
     xr.testing.assert_identical(ds.coda.profiles(), ac.head_profiles(ds))
     xr.testing.assert_identical(

@@ -135,7 +135,7 @@ def test_analyze_on_a_torch_device_and_a_bad_device(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cap = tmp_path / "rows.nc"
-    ac.save(ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=10), cap)
+    ac.save(ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=10), cap)
     bad = tmp_path / "bad"
     assert main(["analyze", str(cap), "--device", "gpu0", "--out", str(bad), "-q"]) == 2
     assert "not a torch device" in capsys.readouterr().err

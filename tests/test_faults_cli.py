@@ -138,7 +138,7 @@ def test_a_query_beyond_a_short_passage_fails_before_its_work(tmp_path, capsys):
 
 @pytest.fixture
 def summaries(tmp_path: Path) -> Path:
-    rows = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
     dec = ac.decompose(rows.log_attn.values, from_logits=True, degenerate="nan")
     summ = ac.make_dataset(
         summaries={
@@ -178,7 +178,9 @@ def test_analyze_refuses_before_writing_anything(extra, needle, tmp_path, summar
 def test_analyze_refuses_a_damaged_store(tmp_path, capsys):
     import shutil
 
-    store = ac.save(ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3), tmp_path / "r.zarr")
+    store = ac.save(
+        ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3), tmp_path / "r.zarr"
+    )
     shutil.rmtree(store / "log_attn")
     code, _, err = _run(["analyze", str(store), "--out", str(tmp_path / "a"), "-q"], capsys)
     assert code == 2

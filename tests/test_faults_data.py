@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def ds():
-    return ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    return ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
 
 
 def _debris(folder: Path) -> list[str]:
@@ -320,7 +320,7 @@ def test_sigkill_during_a_save_leaves_a_staging_folder_the_next_save_removes(tmp
     assert hit
     assert _debris(tmp_path), "SIGKILL cannot clean up: a staging folder is left"
     assert ac.load(target).attrs["tag"] == "old"
-    small = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    small = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
     ac.save(small, tmp_path / "other.nc")  # a save beside it sweeps only its own name
     assert _debris(tmp_path)
     ac.save(ac.load(target).assign_attrs(tag="next"), target, overwrite=True)
@@ -430,10 +430,10 @@ def test_learned_sink_rows_close_with_the_learned_share():
 
 def test_append_refuses_mismatched_captures(tmp_path, ds):
     target = ac.save(ds, tmp_path / "cap.zarr")
-    other = ac.synthetic_rows(n_samples=2, n_layers=3, n_heads=3, length=6)
+    other = ac.testing.synthetic_rows(n_samples=2, n_layers=3, n_heads=3, length=6)
     with pytest.raises(ac.SchemaError, match="layer coordinate differs"):
         ac.save(other, target, append=True)
-    longer = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=8)
+    longer = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=8)
     with pytest.raises(ac.SchemaError, match="coordinate differs"):
         ac.save(longer, target, append=True)
     with pytest.raises(ac.SchemaError, match="model_id differs"):
@@ -468,7 +468,7 @@ def test_an_output_folder_of_user_files_is_never_replaced(tmp_path):
     out = tmp_path / "analysis"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     for overwrite in (False, True):
         with pytest.raises(ac.OutputExistsError):
             analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=overwrite)
@@ -478,7 +478,7 @@ def test_an_output_folder_of_user_files_is_never_replaced(tmp_path):
 def test_an_analysis_folder_is_replaced_only_with_overwrite_and_only_when_all_ours(tmp_path):
     from attncoda._report import analyze
 
-    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     out = tmp_path / "analysis"
     analyze(rows, out, n_boot=0, progress=False, figures=False)
     stamp = json.loads((out / _atomic.STAMP).read_text())
@@ -496,7 +496,7 @@ def test_an_analysis_folder_is_replaced_only_with_overwrite_and_only_when_all_ou
 def test_a_failing_analysis_leaves_no_folder_and_no_debris(tmp_path):
     from attncoda._report import analyze
 
-    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     with (
         mock.patch("attncoda._report._entropy_section", side_effect=RuntimeError("boom")),
         pytest.raises(RuntimeError, match="boom"),
@@ -519,7 +519,7 @@ def test_a_failing_analysis_leaves_no_folder_and_no_debris(tmp_path):
 def test_analysis_options_are_refused_before_any_file(tmp_path, kwargs, message):
     from attncoda._report import analyze
 
-    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     with pytest.raises(ac.AttncodaError, match=message):
         analyze(rows, tmp_path / "a", progress=False, figures=False, **kwargs)
     assert list(tmp_path.iterdir()) == []
@@ -528,7 +528,7 @@ def test_analysis_options_are_refused_before_any_file(tmp_path, kwargs, message)
 def test_rows_without_rows_are_refused_before_any_file(tmp_path):
     from attncoda._report import analyze
 
-    rows = ac.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     summaries = rows.drop_vars("log_attn").assign(
         **{k: rows.log_attn.isel(key=0) * 0 + 0.5 for k in ac.SUMMARY_VARIABLES}
     )

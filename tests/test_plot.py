@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 
 @pytest.fixture(scope="module")
 def ds():
-    return ac.synthetic_rows(n_samples=3, n_layers=3, n_heads=3, length=8)
+    return ac.testing.synthetic_rows(n_samples=3, n_layers=3, n_heads=3, length=8)
 
 
 def check_saved(fig, tmp_path, name):
@@ -67,7 +67,7 @@ def test_two_panel_rows(ds, tmp_path):
 
 def test_figures_never_load_pyplot():
     code = (
-        "import sys, attncoda as ac; ds = ac.synthetic_rows();"
+        "import sys, attncoda as ac; ds = ac.testing.synthetic_rows();"
         "ac.plot_sink_grid(ds); ac.plot_rows(ds, layer=0, head=0);"
         "print('matplotlib.pyplot' in sys.modules)"
     )

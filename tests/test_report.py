@@ -41,7 +41,7 @@ pytest.importorskip("sklearn")
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("analysis")
-    ds = ac.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=8)
+    ds = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=8)
     ds.attrs["model_id"] = "synthetic <model> & co"  # must be escaped in the page
     analyze(ds, out, n_boot=10, progress=False, meta={"command": "attncoda test"})
     write_report(out)
@@ -85,7 +85,7 @@ def test_page_is_self_contained(folder: Path) -> None:
 
 
 def test_summaries_only_and_rows_only(tmp_path: Path) -> None:
-    ds = ac.synthetic_rows(n_samples=2, n_layers=2, n_heads=2, length=6)
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=2, length=6)
     summaries = ds.drop_vars("log_attn")
     res = analyze(summaries, tmp_path / "s", progress=False, figures=False)
     assert "flip_rate_kept_dropped_js" not in res.numbers
@@ -104,7 +104,7 @@ def test_errors_are_report_errors(tmp_path: Path) -> None:
     (tmp_path / MANIFEST).write_text("{not json")
     with pytest.raises(ReportError, match="not a valid analysis manifest"):
         load_analysis(tmp_path)
-    ds = ac.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
     with pytest.raises(ReportError, match="neither summaries"):
         analyze(
             ds[["token_id"]] if "token_id" in ds else ds.drop_vars(list(ds.data_vars)), tmp_path

@@ -11,7 +11,7 @@ Synthetic rows in the capture schema, where half the heads are sink-heavy.
 
 import attncoda as ac
 
-ds = ac.synthetic_rows(n_samples=6, n_layers=3, n_heads=4, length=16, seed=1)
+ds = ac.testing.synthetic_rows(n_samples=6, n_layers=3, n_heads=4, length=16, seed=1)
 fr = ac.flip_rates(ds, ["cosine", "js", "tv", "aitchison"], n_boot=50)
 print(fr.flip_rate.sel(pair="kept/dropped").to_pandas().round(2))
 

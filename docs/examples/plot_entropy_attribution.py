@@ -14,7 +14,9 @@ import attncoda as ac
 
 # sink logits grow with depth: later layers park more mass on the sink
 sink_logits = np.linspace(-2, 4, 4)[:, None] + np.zeros((4, 3))
-ds = ac.synthetic_rows(n_samples=4, n_layers=4, n_heads=3, length=16, sink_logits=sink_logits)
+ds = ac.testing.synthetic_rows(
+    n_samples=4, n_layers=4, n_heads=3, length=16, sink_logits=sink_logits
+)
 att = ac.attribute_entropy(ds, along="layer")
 print(att[["total", "sink", "content"]].mean("head").to_pandas().round(3))
 assert float(abs(att.sink + att.content - att.total).max()) < 1e-12
