@@ -1,8 +1,12 @@
-"""The ``ds.coda`` accessor: attncoda's analysis and figures as methods of a captured dataset.
+"""The ``ds.coda`` accessor: attncoda's analysis and figures as methods of a dataset.
 
 Registered on :class:`xarray.Dataset` when :mod:`attncoda` is imported. The accessor is stateless
-(xarray creates a new one for every derived object): each method calls the function of the same
-name in :mod:`attncoda` with the dataset as first argument.
+(xarray creates a new one for every derived object). ``ds.coda.NAME(...)`` is
+``attncoda.NAME(ds, ...)``: the same name, the same signature without the dataset, the same
+docstring and the same result. Figures live under ``ds.coda.plot``, named like the
+``attncoda.plot_*`` functions without the prefix: ``ds.coda.plot.sink_grid(...)`` is
+``attncoda.plot_sink_grid(ds, ...)``. Methods apply to whatever dataset the function takes, e.g.
+``ac.cluster_heads(ds).coda.plot.dendrograms()``.
 
 Examples
 --------
@@ -12,160 +16,116 @@ Examples
 0.5
 >>> ds.coda.head_distances("cosine", "dropped").dims
 ('unit_a', 'unit_b')
+>>> fig = ds.coda.cluster_heads("js", ks=(2,)).coda.plot.dendrograms()
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+import types
+from collections.abc import Callable
 from typing import Any
 
 import xarray as xr
 
 from . import _analysis as an
+from . import _plot as pl
 
 __all__ = ["CodaAccessor"]
+
+
+class _DatasetMethod:
+    """``fn(ds, ...)`` as the method ``accessor.NAME(...)`` of an accessor holding ``ds``.
+
+    On an instance it gives a bound method whose signature is ``fn``'s without its first
+    argument; on the class, a function ``(self, ...)`` with ``fn``'s name and docstring (what
+    ``help`` and Sphinx read). The descriptor, not a function, sits in the class ``__dict__`` and
+    carries ``fn``'s ``__module__``, so doctest does not collect ``fn``'s examples a second time
+    from the accessor's module.
+    """
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        sig = inspect.signature(fn)
+        rest = list(sig.parameters.values())[1:]
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+        def method(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return fn(self._ds, *args, **kwargs)
+
+        functools.update_wrapper(method, fn)
+        method.__signature__ = sig.replace(parameters=[self_param, *rest])  # type: ignore[attr-defined]
+        self.method = method
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        # the attribute's name: ``plot.sink_grid`` wraps ``plot_sink_grid``
+        self.method.__name__ = name
+        self.method.__qualname__ = f"{owner.__qualname__}.{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self.method if obj is None else types.MethodType(self.method, obj)
+
+
+class PlotAccessor:
+    """Figures of a dataset: ``ds.coda.plot.NAME(...)`` is ``attncoda.plot_NAME(ds, ...)``.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        What the figure function takes: a capture, :func:`attncoda.head_profiles`,
+        :func:`attncoda.cluster_heads`, :func:`attncoda.flip_rates` or
+        :func:`attncoda.attribute_entropy` output.
+    """
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    sink_grid = _DatasetMethod(pl.plot_sink_grid)
+    sink_vs_content = _DatasetMethod(pl.plot_sink_vs_content)
+    rows = _DatasetMethod(pl.plot_rows)
+    dendrograms = _DatasetMethod(pl.plot_dendrograms)
+    flip_table = _DatasetMethod(pl.plot_flip_table)
+    entropy_attribution = _DatasetMethod(pl.plot_entropy_attribution)
 
 
 @xr.register_dataset_accessor("coda")
 class CodaAccessor:
     """Analysis of attention rows under named conventions (``kept``, ``dropped``, ``split``).
 
+    ``ds.coda.NAME(...)`` is ``attncoda.NAME(ds, ...)`` for :func:`~attncoda.head_profiles`,
+    :func:`~attncoda.sink_rate`, :func:`~attncoda.head_comparisons`,
+    :func:`~attncoda.head_distances`, :func:`~attncoda.flip_rates`,
+    :func:`~attncoda.cluster_heads` and :func:`~attncoda.attribute_entropy`; ``ds.coda.plot``
+    holds the figures (:class:`PlotAccessor`).
+
     Parameters
     ----------
     ds : xarray.Dataset
-        A capture in attncoda's schema (rows and/or summaries).
+        A capture in attncoda's schema (rows and/or summaries), or the output of an analysis
+        (for its figures).
     """
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds
 
-    # analysis ---------------------------------------------------------------------------------
-    def profiles(self, **kwargs: Any) -> xr.Dataset:
-        """Per-head profiles; see :func:`attncoda.head_profiles`.
+    head_profiles = _DatasetMethod(an.head_profiles)
+    sink_rate = _DatasetMethod(an.sink_rate)
+    head_comparisons = _DatasetMethod(an.head_comparisons)
+    head_distances = _DatasetMethod(an.head_distances)
+    flip_rates = _DatasetMethod(an.flip_rates)
+    cluster_heads = _DatasetMethod(an.cluster_heads)
+    attribute_entropy = _DatasetMethod(an.attribute_entropy)
+
+    @property
+    def plot(self) -> PlotAccessor:
+        """Figures of this dataset, named like the ``attncoda.plot_*`` functions without the prefix.
 
         Examples
         --------
         >>> import attncoda as ac
-        >>> ac.testing.synthetic_rows().coda.profiles().sink_share.dims
-        ('layer', 'head')
+        >>> fig = ac.testing.synthetic_rows().coda.plot.sink_grid()
         """
-        return an.head_profiles(self._ds, **kwargs)
-
-    def sink_rate(self, threshold: float = 0.3, **kwargs: Any) -> xr.DataArray:
-        """Share of heads with mean sink share above ``threshold``; see :func:`attncoda.sink_rate`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> ac.testing.synthetic_rows(n_layers=1, n_heads=4).coda.sink_rate(0.3).item()
-        0.5
-        """
-        return an.sink_rate(self._ds, threshold, **kwargs)
-
-    def comparisons(self, metrics: str | Sequence[str] | None = None, **kwargs: Any) -> xr.Dataset:
-        """All head-vs-head comparisons; see :func:`attncoda.head_comparisons`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> ac.testing.synthetic_rows().coda.comparisons("tv").view.values.tolist()
-        ['kept', 'dropped', 'sink']
-        """
-        return an.head_comparisons(self._ds, metrics, **kwargs)
-
-    def head_distances(
-        self, metric: str = "aitchison", convention: str = "kept", **kwargs: Any
-    ) -> xr.DataArray:
-        """Head-vs-head dissimilarities; see :func:`attncoda.head_distances`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> ac.testing.synthetic_rows(n_heads=3).coda.head_distances("js", "split").dims
-        ('term', 'unit_a', 'unit_b')
-        """
-        return an.head_distances(self._ds, metric, convention, **kwargs)
-
-    def flip_rates(self, metrics: str | Sequence[str] | None = None, **kwargs: Any) -> xr.Dataset:
-        """Verdict flips between conventions; see :func:`attncoda.flip_rates`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> fr = ac.testing.synthetic_rows(n_samples=3).coda.flip_rates("cosine", n_boot=10)
-        >>> fr.flip_rate.dims
-        ('metric', 'pair', 'scope')
-        """
-        return an.flip_rates(self._ds, metrics, **kwargs)
-
-    def cluster(self, metric: str = "js", **kwargs: Any) -> xr.Dataset:
-        """Head clustering under each convention; see :func:`attncoda.cluster_heads`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> ac.testing.synthetic_rows(n_layers=2, n_heads=3).coda.cluster("js", ks=(2,)).ari.dims
-        ('pair', 'k')
-        """
-        return an.cluster_heads(self._ds, metric, **kwargs)
-
-    def attribute_entropy(self, other: xr.Dataset | None = None, **kwargs: Any) -> xr.Dataset:
-        """Entropy change split into sink and content parts; see :func:`attncoda.attribute_entropy`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> att = ac.testing.synthetic_rows(n_layers=3).coda.attribute_entropy(along="layer")
-        >>> att.transition.values.tolist()
-        ['0->1', '1->2']
-        """
-        return an.attribute_entropy(self._ds, other, **kwargs)
-
-    # figures ----------------------------------------------------------------------------------
-    def plot_sink_grid(self, **kwargs: Any) -> Any:
-        """Layer x head grid of mean sink share; see :func:`attncoda.plot_sink_grid`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> fig = ac.testing.synthetic_rows().coda.plot_sink_grid()
-        """
-        from ._plot import plot_sink_grid
-
-        return plot_sink_grid(self._ds, **kwargs)
-
-    def plot_sink_vs_content(self, **kwargs: Any) -> Any:
-        """Sink share vs content entropy per head; see :func:`attncoda.plot_sink_vs_content`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> fig = ac.testing.synthetic_rows().coda.plot_sink_vs_content()
-        """
-        from ._plot import plot_sink_vs_content
-
-        return plot_sink_vs_content(self._ds, **kwargs)
-
-    def plot_rows(self, **kwargs: Any) -> Any:
-        """Sink bar and renormalised content heatmap of single rows; see :func:`attncoda.plot_rows`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> fig = ac.testing.synthetic_rows().coda.plot_rows(layer=0, head=3)
-        """
-        from ._plot import plot_rows
-
-        return plot_rows(self._ds, **kwargs)
-
-    def plot_dendrograms(self, metric: str = "js", **kwargs: Any) -> Any:
-        """Dendrograms side by side per convention; see :func:`attncoda.plot_dendrograms`.
-
-        Examples
-        --------
-        >>> import attncoda as ac
-        >>> fig = ac.testing.synthetic_rows(n_layers=2, n_heads=3).coda.plot_dendrograms("js")
-        """
-        from ._plot import plot_dendrograms
-
-        return plot_dendrograms(an.cluster_heads(self._ds, metric), **kwargs)
+        return PlotAccessor(self._ds)

@@ -8,6 +8,7 @@ coincide (no sink mass).
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
@@ -481,7 +482,7 @@ def test_attribution_needs_paired_rows():
 
 def test_profiles_are_means_over_rows_with_content():
     ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
-    prof = ds.coda.profiles()
+    prof = ds.coda.head_profiles()
     s = ds.sink_share.values[:, :, :, 1:]  # query 0 only sees the sink
     np.testing.assert_allclose(prof.sink_share, s.mean(axis=(0, 3)), rtol=1e-6)
     assert (prof.n_rows == 10).all()
@@ -533,13 +534,35 @@ def test_sink_rate_counts_heads_above_the_threshold():
 # ------------------------------------------------------------------------------------ accessor
 
 
-def test_the_accessor_is_registered_on_import_and_mirrors_the_functions():
-    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3)
+# every method of ds.coda, with arguments that exercise its own parameters
+ACCESSOR_CALLS = {
+    "head_profiles": ((), {"max_offset": 4}),
+    "sink_rate": ((0.4,), {"per_layer": True}),
+    "head_comparisons": (("tv",), {"per_sample": True}),
+    "head_distances": (("kl", "split"), {}),
+    "flip_rates": (("cosine",), {"n_boot": 5}),
+    "cluster_heads": (("cosine",), {"ks": (2,)}),
+    "attribute_entropy": ((), {"along": "layer"}),
+}
+
+
+def _accessor_methods(cls):
+    return sorted(name for name in vars(cls) if not name.startswith("_") and name != "plot")
+
+
+def test_the_accessor_covers_exactly_the_listed_methods():
+    assert _accessor_methods(ac.CodaAccessor) == sorted(ACCESSOR_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(ACCESSOR_CALLS))
+def test_accessor_methods_have_the_functions_name_signature_doc_and_result(name):
+    ds = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3)
     assert isinstance(ds.coda, ac.CodaAccessor)
-    xr.testing.assert_identical(ds.coda.profiles(), ac.head_profiles(ds))
-    xr.testing.assert_identical(
-        ds.coda.head_distances("kl", "split"), ac.head_distances(ds, "kl", "split")
-    )
-    xr.testing.assert_identical(ds.coda.comparisons("tv"), ac.head_comparisons(ds, "tv"))
-    assert ds.coda.cluster("cosine", ks=(2,)).attrs["metric"] == "cosine"
-    assert ds.coda.sink_rate(0.3).item() == ac.sink_rate(ds, 0.3).item()
+    fn, method = getattr(ac, name), getattr(ds.coda, name)
+    want = inspect.signature(fn)
+    want = want.replace(parameters=list(want.parameters.values())[1:])
+    assert inspect.signature(method) == want
+    assert method.__doc__ == fn.__doc__ and method.__name__ == name
+    args, kwargs = ACCESSOR_CALLS[name]
+    got, expected = method(*args, **kwargs), fn(ds, *args, **kwargs)
+    xr.testing.assert_identical(got, expected)

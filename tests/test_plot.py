@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import attncoda as ac
@@ -30,7 +32,7 @@ def test_sink_grid_and_scatter(ds, tmp_path):
     assert fig.axes[0].get_title() == "grid"
     assert fig.axes[0].images[0].get_array().shape == (3, 3)
     check_saved(fig, tmp_path, "grid")
-    check_saved(ac.plot_sink_vs_content(ds.coda.profiles()), tmp_path, "scatter")
+    check_saved(ac.plot_sink_vs_content(ds.coda.head_profiles()), tmp_path, "scatter")
 
 
 def test_dendrograms_side_by_side(ds, tmp_path):
@@ -58,11 +60,48 @@ def test_entropy_attribution_bars(ds, tmp_path):
 
 
 def test_two_panel_rows(ds, tmp_path):
-    fig = ds.coda.plot_rows(sample=1, layer=2, head=0)
+    fig = ds.coda.plot.rows(sample=1, layer=2, head=0)
     assert len(fig.axes) == 3  # sink bars, content heatmap, colour bar
     heat = fig.axes[1].images[0].get_array()
     assert heat.shape == (8, 8)
     check_saved(fig, tmp_path, "rows")
+
+
+def _pixels(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())
+
+
+# every figure of ds.coda.plot: the dataset it takes and arguments that exercise its parameters
+PLOT_CALLS = {
+    "sink_grid": (lambda ds: ds, {"title": "grid", "vmax": 0.8}),
+    "sink_vs_content": (lambda ds: ac.head_profiles(ds), {"title": "scatter"}),
+    "rows": (lambda ds: ds, {"sample": 1, "layer": 2, "head": 0}),
+    "dendrograms": (lambda ds: ac.cluster_heads(ds, "js", ks=(2,)), {"title": "tree"}),
+    "flip_table": (lambda ds: ac.flip_rates(ds, ["cosine"], n_boot=5), {"scope": "all"}),
+    "entropy_attribution": (lambda ds: ac.attribute_entropy(ds, along="layer"), {}),
+}
+
+
+def test_the_plot_accessor_covers_every_figure_function():
+    methods = {name for name in vars(type(ac.testing.synthetic_rows().coda.plot))}
+    methods = {name for name in methods if not name.startswith("_")}
+    figures = {name.removeprefix("plot_") for name in ac.__all__ if name.startswith("plot_")}
+    assert methods == figures == set(PLOT_CALLS)
+
+
+@pytest.mark.parametrize("name", sorted(PLOT_CALLS))
+def test_plot_accessor_methods_mirror_the_plot_functions(ds, name):
+    fn, (data_of, kwargs) = getattr(ac, f"plot_{name}"), PLOT_CALLS[name]
+    data = data_of(ds)
+    method = getattr(data.coda.plot, name)
+    want = inspect.signature(fn)
+    assert inspect.signature(method) == want.replace(parameters=list(want.parameters.values())[1:])
+    assert method.__doc__ == fn.__doc__ and method.__name__ == name
+    np.testing.assert_array_equal(_pixels(method(**kwargs)), _pixels(fn(data, **kwargs)))
 
 
 def test_figures_never_load_pyplot():

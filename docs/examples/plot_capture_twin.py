@@ -23,7 +23,7 @@ print(ds)
 # %%
 # Summaries have dims ``sample, layer, head, query``; rows add ``key``. The sink of each sample
 # is its first valid key (``sink_index``).
-profiles = ds.coda.profiles()
+profiles = ds.coda.head_profiles()
 print(profiles.sink_share.round(3).to_pandas())
 
 # %%
