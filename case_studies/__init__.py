@@ -1,9 +1,15 @@
-"""Runnable case studies composed from attncoda and attncoda.hooks (nothing imports them)."""
+"""Runnable case studies composed from attncoda and attncoda.hooks (nothing imports them).
+
+Each study is ``python -m case_studies.<name> run|table|quick`` (see :mod:`case_studies._study`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+#: The studies with the run|table|quick entry point, results/, golden/ and README tables.
+STUDIES = ("conventions",)
 
 
 def run_per_model(

@@ -1,4 +1,4 @@
-"""``python -m case_studies.conventions [--quick] [--out DIR]``."""
+"""``python -m case_studies.conventions run|table|quick``."""
 
 from case_studies.conventions.study import main
 

@@ -1,0 +1,444 @@
+"""What every case study shares: one command line, a provenance manifest, README tables rendered
+from result files, and quick runs compared with committed golden results.
+
+Each study folder ``case_studies/<name>/`` has
+
+- ``__main__.py``: ``python -m case_studies.<name> run|table|quick`` (built by :func:`main`);
+- ``results/``: the committed results of the full run, with ``manifest.json`` (:class:`Provenance`:
+  git commit and whether the tree was dirty, the exact command, package versions, the sha256 of
+  every asset and of every token tensor the run used, wall time);
+- ``golden/``: the committed results of the ``quick`` mode, which CI reruns and compares within a
+  stated tolerance, so that a change to capture or analysis that moves a number fails CI instead
+  of leaving stale results;
+- ``README.md``, whose tables sit between ``<!-- table: NAME -->`` and ``<!-- /table -->``
+  markers and are rendered from the result files by ``table`` (never typed by hand); ``table
+  --check`` (and a test) fails when a README table differs from what the results give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = "manifest.json"
+PACKAGES = (
+    "attncoda",
+    "numpy",
+    "scipy",
+    "pandas",
+    "xarray",
+    "torch",
+    "transformers",
+    "scikit-learn",
+    "matplotlib",
+    "h5netcdf",
+    "zarr",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# provenance
+
+
+def git_state(root: Path = ROOT) -> dict[str, Any]:
+    """The commit the code was at, and whether the tree held changes (and which files)."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+        )
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    changed = [ln[3:] for ln in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    return {"commit": commit or "unknown", "dirty": bool(changed), "dirty_files": changed[:50]}
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages a study's numbers depend on, and Python's."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def asset_record(name: str) -> dict[str, Any]:
+    """The sha256 of every file of a fetched asset (verified when read) and its fingerprint."""
+    from attncoda.hooks import assets
+
+    folder = assets.asset_path(name)  # verifies every sha256 (stamp fast path)
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    return {
+        "fingerprint": manifest.get("fingerprint", ""),
+        "sources": [s.get("package", "") for s in manifest.get("sources", [])],
+        "files": {f["path"]: f["sha256"] for f in manifest.get("files", [])},
+    }
+
+
+@dataclass
+class Provenance:
+    """What a study run used, written as ``manifest.json`` beside its results.
+
+    A study calls :meth:`asset` for every model and corpus it reads and :meth:`tokens` for every
+    token tensor it evaluates; :meth:`write` adds the commit, the command, the package versions
+    and the wall time.
+    """
+
+    study: str
+    mode: str
+    command: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    started_at: str = field(
+        default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    )
+    assets: dict[str, Any] = field(default_factory=dict)
+    token_sha256: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def asset(self, name: str) -> None:
+        """Record an asset (its files' sha256s) once."""
+        if name not in self.assets:
+            self.assets[name] = asset_record(name)
+
+    def tokens(self, label: str, ids: Any) -> str:
+        """Record the sha256 of a token tensor under ``label`` (e.g. ``"smollm2-135m/mobydick"``)."""
+        from attncoda.hooks.evaluate import tokens_sha256
+
+        digest = tokens_sha256(ids)
+        self.token_sha256[label] = digest
+        return digest
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "study": self.study,
+            "mode": self.mode,
+            "command": self.command,
+            "git": git_state(),
+            "started": self.started_at,
+            "wall_s": round(time.perf_counter() - self.started, 1),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+            "versions": package_versions(),
+            "settings": self.settings,
+            "assets": self.assets,
+            "token_sha256": dict(sorted(self.token_sha256.items())),
+        }
+
+    def write(self, folder: Path) -> Path:
+        path = folder / MANIFEST
+        path.write_text(json.dumps(self.as_dict(), indent=1, sort_keys=False) + "\n")
+        return path
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of a results folder (``{}`` if there is none)."""
+    path = folder / MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def provenance_table(folder: Path) -> str:
+    """A README table naming the commit, command and date behind a results folder."""
+    m = read_manifest(folder)
+    if not m:
+        return markdown_table(["results", "made by"], [[f"`{folder.name}/`", "no manifest"]])
+    git = m.get("git", {})
+    dirty = git.get("dirty")
+    state = {True: "with uncommitted changes", False: "clean tree"}.get(dirty, "tree state unknown")
+    versions = m.get("versions", {})
+    shown = ", ".join(
+        f"{k} {versions[k]}" for k in ("attncoda", "torch", "transformers") if k in versions
+    )
+    rows = [
+        ["commit", f"`{git.get('commit', 'unknown')[:12]}` ({state})"],
+        ["command", f"`{m.get('command', '')}`"],
+        ["started", str(m.get("started", "unknown"))],
+        [
+            "wall time",
+            f"{m['wall_s']:.0f} s" if isinstance(m.get("wall_s"), (int, float)) else "unknown",
+        ],
+        ["versions", shown or "not recorded"],
+    ]
+    if git.get("note"):
+        rows.append(["note", git["note"]])
+    return markdown_table(["results/manifest.json", ""], rows)
+
+
+# --------------------------------------------------------------------------------------------
+# README tables
+
+# a block: the opening marker line, any lines that are not markers, the closing marker line
+_BLOCK = re.compile(
+    r"^<!-- table: (?P<name>[\w.-]+) -->\n(?P<body>(?:(?!<!-- /?table).*\n)*)<!-- /table -->$",
+    re.M,
+)
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub markdown table; cells are written as given (format them first)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_readme(text: str, tables: Mapping[str, str]) -> str:
+    """``text`` with every marked table block replaced by ``tables[name]``.
+
+    Raises
+    ------
+    KeyError
+        A block names a table the study does not render, or a rendered table has no block.
+    """
+    seen: set[str] = set()
+
+    def replace(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in tables:
+            raise KeyError(f"README block {name!r} has no rendered table; known: {sorted(tables)}")
+        seen.add(name)
+        return f"<!-- table: {name} -->\n{tables[name].strip(chr(10))}\n<!-- /table -->"
+
+    out = _BLOCK.sub(replace, text)
+    unused = sorted(set(tables) - seen)
+    if unused:
+        raise KeyError(f"rendered tables without a README block: {unused}")
+    return out
+
+
+def stale_tables(text: str, tables: Mapping[str, str]) -> list[str]:
+    """Names of the README blocks whose content differs from the rendered tables."""
+    found = {m.group("name"): m.group("body").strip("\n") for m in _BLOCK.finditer(text)}
+    return sorted(
+        name
+        for name in set(found) | set(tables)
+        if name not in found or name not in tables or found[name] != tables[name].strip("\n")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# golden results
+
+
+@dataclass(frozen=True)
+class Golden:
+    """A result file of the quick mode and how closely a rerun must reproduce it.
+
+    ``rtol``/``atol`` apply to every numeric cell (CSV) or number (JSON); other cells must be
+    equal. ``ignore`` lists columns or top-level JSON keys that are not results (timings).
+    """
+
+    file: str
+    rtol: float = 1e-4
+    atol: float = 1e-6
+    ignore: tuple[str, ...] = ()
+
+
+def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return abs(a - b) <= atol + rtol * abs(b)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_close(a[k], b[k], rtol, atol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rtol, atol) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
+    """Differences between a quick run's files in ``got`` and the golden files (empty: same)."""
+    import numpy as np
+    import pandas as pd
+
+    problems: list[str] = []
+    for g in spec:
+        a, b = got / g.file, golden / g.file
+        if not b.is_file():
+            problems.append(f"{g.file}: no golden file (run `quick --update`)")
+            continue
+        if not a.is_file():
+            problems.append(f"{g.file}: the run wrote no such file")
+            continue
+        if g.file.endswith(".csv"):
+            x = pd.read_csv(a).drop(columns=list(g.ignore), errors="ignore")
+            y = pd.read_csv(b).drop(columns=list(g.ignore), errors="ignore")
+            if list(x.columns) != list(y.columns) or len(x) != len(y):
+                problems.append(
+                    f"{g.file}: shape or columns differ ({x.shape} {list(x.columns)} vs "
+                    f"{y.shape} {list(y.columns)})"
+                )
+                continue
+            for col in x.columns:
+                if pd.api.types.is_numeric_dtype(y[col]) and pd.api.types.is_numeric_dtype(x[col]):
+                    xv, yv = x[col].to_numpy(float), y[col].to_numpy(float)
+                    bad = ~np.isclose(xv, yv, rtol=g.rtol, atol=g.atol, equal_nan=True)
+                else:
+                    bad = (x[col].astype(str) != y[col].astype(str)).to_numpy()
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    problems.append(
+                        f"{g.file}: column {col!r} differs in {int(bad.sum())} rows (row {i}: "
+                        f"{x[col].iloc[i]!r} vs golden {y[col].iloc[i]!r}; rtol {g.rtol})"
+                    )
+        else:
+            xa = json.loads(a.read_text())
+            ya = json.loads(b.read_text())
+            for key in g.ignore:
+                xa.pop(key, None)
+                ya.pop(key, None)
+            for key in sorted(set(xa) | set(ya)):
+                if not _close(xa.get(key), ya.get(key), g.rtol, g.atol):
+                    problems.append(
+                        f"{g.file}: {key!r} differs ({json.dumps(xa.get(key))[:80]} vs golden "
+                        f"{json.dumps(ya.get(key))[:80]}; rtol {g.rtol})"
+                    )
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# the command line
+
+
+@dataclass
+class Study:
+    """One case study: how to run it, render its README tables, and check its quick mode."""
+
+    name: str
+    description: str
+    run: Callable[[Path, argparse.Namespace, Provenance], None]
+    quick: Callable[[Path, Provenance], None]
+    tables: Callable[[Path], dict[str, str]]
+    golden: Sequence[Golden]
+    assets: Sequence[str] = ()
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / "case_studies" / self.name
+
+    @property
+    def results(self) -> Path:
+        return self.folder / "results"
+
+    @property
+    def golden_dir(self) -> Path:
+        return self.folder / "golden"
+
+    @property
+    def readme(self) -> Path:
+        return self.folder / "README.md"
+
+    def rendered_tables(self) -> dict[str, str]:
+        """The study's README tables, and ``provenance`` (from the results' manifest)."""
+        return {"provenance": provenance_table(self.results), **self.tables(self.results)}
+
+    def write_readme(self) -> list[str]:
+        """Render the README tables from the results; return the names that changed."""
+        text = self.readme.read_text(encoding="utf-8")
+        tables = self.rendered_tables()
+        changed = stale_tables(text, tables)
+        self.readme.write_text(render_readme(text, tables), encoding="utf-8")
+        return changed
+
+
+def _write_golden(study: Study, run: Path) -> None:
+    """Replace ``golden/`` with the compared files of a quick run and its manifest."""
+    import shutil
+
+    import attncoda as ac
+
+    with ac.atomic_output(
+        study.golden_dir, overwrite=True, kind="folder", stamp=f"golden:{study.name}"
+    ) as folder:
+        for name in (*(g.file for g in study.golden), MANIFEST):
+            shutil.copy2(run / name, folder / name)
+
+
+def _command(study: Study, argv: Sequence[str]) -> str:
+    return shlex.join(["python", "-m", f"case_studies.{study.name}", *argv])
+
+
+def main(study: Study, argv: Sequence[str] | None = None) -> int:
+    """``python -m case_studies.<name> run|table|quick``; the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m case_studies.{study.name}", description=study.description
+    )
+    sub = parser.add_subparsers(dest="mode", required=True, metavar="MODE")
+    run_p = sub.add_parser("run", help="the full study: regenerate results/ and the README tables")
+    run_p.add_argument(
+        "--out", type=Path, default=study.results, help="results folder (default: %(default)s)"
+    )
+    if study.add_arguments is not None:
+        study.add_arguments(run_p)
+    table_p = sub.add_parser("table", help="render the README tables from results/")
+    table_p.add_argument(
+        "--check", action="store_true", help="only check; exit 1 if a table is stale"
+    )
+    quick_p = sub.add_parser("quick", help="a short run compared with the committed golden results")
+    quick_p.add_argument("--out", type=Path, help="keep the quick results in this folder")
+    quick_p.add_argument(
+        "--update", action="store_true", help="write the golden results instead of comparing"
+    )
+    args = parser.parse_args(argv)
+    command = _command(study, argv)
+    if args.mode == "table":
+        text = study.readme.read_text(encoding="utf-8")
+        tables = study.rendered_tables()
+        stale = stale_tables(text, tables)
+        if args.check:
+            for name in stale:
+                print(
+                    f"{study.readme}: table {name!r} differs from {study.results}", file=sys.stderr
+                )
+            return 1 if stale else 0
+        study.readme.write_text(render_readme(text, tables), encoding="utf-8")
+        print(
+            f"{study.readme}: {len(tables)} tables rendered ({', '.join(stale) or 'none'} changed)"
+        )
+        return 0
+    if args.mode == "run":
+        prov = Provenance(study.name, "run", command)
+        args.out.mkdir(parents=True, exist_ok=True)
+        study.run(args.out, args, prov)
+        prov.write(args.out)
+        if args.out.resolve() == study.results.resolve():
+            changed = study.write_readme()
+            print(f"{study.readme}: tables rendered ({', '.join(changed) or 'none'} changed)")
+        return 0
+    # quick
+    target = args.out or Path(tempfile.mkdtemp(prefix=f"{study.name}-quick-"))
+    target.mkdir(parents=True, exist_ok=True)
+    prov = Provenance(study.name, "quick", command)
+    study.quick(target, prov)
+    prov.write(target)
+    if args.update:
+        _write_golden(study, target)
+        print(f"golden results written to {study.golden_dir}")
+        return 0
+    problems = compare(target, study.golden_dir, study.golden)
+    for line in problems:
+        print(f"{study.name} quick: {line}", file=sys.stderr)
+    print(
+        f"{study.name} quick: {'differs from' if problems else 'reproduces'} the golden results "
+        f"({len(study.golden)} files; results in {target})"
+    )
+    return 1 if problems else 0

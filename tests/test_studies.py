@@ -1,0 +1,126 @@
+"""The case studies stay tied to their results: README tables equal what the committed result
+files give, every results folder has a manifest, and each study's quick mode (on the real offline
+models, ``-m real``) reproduces its committed golden results within the stated tolerance."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from case_studies import STUDIES, _study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _study_of(name: str) -> _study.Study:
+    return importlib.import_module(f"case_studies.{name}.study").STUDY
+
+
+# --------------------------------------------------------------------------------------------
+# the machinery
+
+
+def test_render_replaces_only_marked_blocks_and_detects_stale_ones() -> None:
+    text = (
+        "intro\n<!-- table: a -->\n| x |\n|---|\n| 1 |\n<!-- /table -->\nmiddle 7\n"
+        "<!-- table: b -->\n<!-- /table -->\nend\n"
+    )
+    tables = {"a": "| x |\n|---|\n| 2 |", "b": "| y |\n|---|\n| 3 |"}
+    assert _study.stale_tables(text, tables) == ["a", "b"]
+    out = _study.render_readme(text, tables)
+    assert "| 2 |" in out and "| 3 |" in out and "| 1 |" not in out
+    assert out.startswith("intro\n") and "middle 7\n" in out and out.endswith("end\n")
+    assert _study.stale_tables(out, tables) == []
+    with pytest.raises(KeyError, match="without a README block"):
+        _study.render_readme(text, {**tables, "c": "| z |"})
+    with pytest.raises(KeyError, match="has no rendered table"):
+        _study.render_readme(text, {"a": tables["a"]})
+
+
+def test_markdown_cells_escape_pipes() -> None:
+    assert _study.markdown_table(["a"], [["x|y"]]).splitlines()[-1] == "| x\\|y |"
+
+
+def test_compare_holds_tolerance_and_reports_what_differs(tmp_path: Path) -> None:
+    got, gold = tmp_path / "got", tmp_path / "gold"
+    got.mkdir()
+    gold.mkdir()
+    (gold / "t.csv").write_text("name,value,seconds\na,1.0,3\nb,2.0,4\n")
+    (got / "t.csv").write_text("name,value,seconds\na,1.00001,9\nb,2.0,9\n")
+    (gold / "r.json").write_text(json.dumps({"ppl": 10.0, "items": [1, 2], "wall": 5}))
+    (got / "r.json").write_text(json.dumps({"ppl": 10.0005, "items": [1, 2], "wall": 6}))
+    spec = [
+        _study.Golden("t.csv", rtol=1e-4, ignore=("seconds",)),
+        _study.Golden("r.json", rtol=1e-4, ignore=("wall",)),
+    ]
+    assert _study.compare(got, gold, spec) == []
+    (got / "t.csv").write_text("name,value,seconds\na,1.01,9\nb,2.0,9\n")
+    (got / "r.json").write_text(json.dumps({"ppl": 11.0, "items": [1, 2], "wall": 6}))
+    problems = _study.compare(got, gold, spec)
+    assert any("column 'value' differs in 1 rows" in p for p in problems)
+    assert any("'ppl' differs" in p for p in problems)
+    assert _study.compare(got, gold, [_study.Golden("missing.csv")])[0].startswith("missing.csv")
+
+
+def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    prov = _study.Provenance("demo", "quick", "python -m case_studies.demo quick")
+    digest = prov.tokens("smollm2-135m/emma", torch.tensor([[1, 2, 3]]))
+    prov.write(tmp_path)
+    m = _study.read_manifest(tmp_path)
+    assert m["command"] == "python -m case_studies.demo quick"
+    assert len(m["git"]["commit"]) == 40 and isinstance(m["git"]["dirty"], bool)
+    assert m["versions"]["torch"] == torch.__version__.split("+")[0] or m["versions"]["torch"]
+    assert m["token_sha256"] == {"smollm2-135m/emma": digest}
+    assert m["wall_s"] >= 0
+
+
+# --------------------------------------------------------------------------------------------
+# every study
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_readme_tables_equal_the_result_files(name: str) -> None:
+    """Every number in a study README's tables comes from its results (``table --check``)."""
+    study = _study_of(name)
+    text = study.readme.read_text(encoding="utf-8")
+    tables = study.rendered_tables()
+    assert tables, name
+    assert _study.stale_tables(text, tables) == [], (
+        f"run `python -m case_studies.{name} table` (or rerun the study)"
+    )
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_results_folder_has_a_manifest(name: str) -> None:
+    study = _study_of(name)
+    m = _study.read_manifest(study.results)
+    assert m.get("study") == name and m.get("git", {}).get("commit"), study.results
+    golden = _study.read_manifest(study.golden_dir)
+    assert golden.get("mode") == "quick", study.golden_dir
+    for g in study.golden:
+        assert (study.golden_dir / g.file).is_file(), g.file
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STUDIES)
+def test_quick_mode_reproduces_the_golden_results(name: str, tmp_path: Path) -> None:
+    """CI reruns each study's quick mode on the real offline models: a moved number fails."""
+    from conftest import need
+
+    need(*_study_of(name).assets)
+    res = subprocess.run(
+        [sys.executable, "-m", f"case_studies.{name}", "quick", "--out", str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1200,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert "reproduces the golden results" in res.stdout
