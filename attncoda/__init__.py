@@ -109,6 +109,7 @@ from ._plot import (
     plot_sink_vs_content,
     save_figure,
 )
+from ._report import Analysis, ReportError, analyze, check_report, load_analysis, write_report
 from ._tables import read_table, write_table
 
 try:
@@ -128,6 +129,7 @@ __all__ = [
     "SUMMARY_VARIABLES",
     "VIEWS",
     "AitchisonSplit",
+    "Analysis",
     "AnalysisError",
     "AttncodaError",
     "CodaAccessor",
@@ -144,6 +146,7 @@ __all__ = [
     "NotClosedError",
     "OutputError",
     "OutputExistsError",
+    "ReportError",
     "RowsRequiredError",
     "SchemaError",
     "ShapeMismatchError",
@@ -159,6 +162,7 @@ __all__ = [
     "aitchison_split",
     "alr",
     "alr_inv",
+    "analyze",
     "atomic_output",
     "attribute_entropy",
     "attribute_entropy_change",
@@ -166,6 +170,7 @@ __all__ = [
     "binary_entropy",
     "binary_entropy_from_logs",
     "check_output",
+    "check_report",
     "check_save",
     "closure",
     "clr",
@@ -184,6 +189,7 @@ __all__ = [
     "ilr_inv",
     "inner",
     "load",
+    "load_analysis",
     "make_dataset",
     "multi_replace",
     "paired_inner",
@@ -208,5 +214,6 @@ __all__ = [
     "sink_rate",
     "validate_dataset",
     "verdict_flips",
+    "write_report",
     "write_table",
 ]

@@ -20,11 +20,10 @@ What :func:`analyze` computes depends on what the capture holds:
 Examples
 --------
 >>> import tempfile, attncoda as ac
->>> from attncoda._report import analyze, write_report
 >>> folder = tempfile.mkdtemp()
->>> result = analyze(ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3), folder,
+>>> result = ac.analyze(ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3), folder,
 ...                  n_boot=10, progress=False)
->>> write_report(folder).name
+>>> ac.write_report(folder).name
 'report.html'
 """
 
@@ -130,6 +129,14 @@ class Analysis:
     def to_json(self) -> str:
         """The manifest as JSON (non-finite numbers become null)."""
         return json.dumps(_jsonable(asdict(self)), indent=1, allow_nan=False)
+
+    def write(self, folder: str | os.PathLike[str]) -> Path:
+        """Write this manifest as ``folder/analysis.json`` (atomically) and return its path."""
+        path = Path(folder) / MANIFEST
+        tmp = path.with_name(f".{MANIFEST}.tmp{os.getpid()}")
+        tmp.write_text(self.to_json(), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
 
     @classmethod
     def from_json(cls, text: str) -> Analysis:
@@ -453,9 +460,7 @@ def _analyze_into(
         p.name for p in folder.iterdir() if p.is_file() and p.name not in (MANIFEST, REPORT)
     )
     res.files.append(MANIFEST)
-    tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text(res.to_json(), encoding="utf-8")
-    os.replace(tmp, folder / MANIFEST)
+    res.write(folder)
     return res
 
 

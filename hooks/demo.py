@@ -30,16 +30,21 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import xarray as xr
+from tqdm.auto import tqdm
 
-from attncoda import InputError
+import attncoda as ac
+from attncoda import InputError, require_int
+
+from . import assets, zoo
+from ._capture import capture
 
 __all__ = [
     "DEFAULT_OUT",
@@ -47,8 +52,6 @@ __all__ = [
     "auto_threads",
     "capture_passages",
     "encode_passages",
-    "load_any",
-    "main",
     "read_text",
     "row_layers",
     "run_demo",
@@ -97,11 +100,7 @@ class DemoConfig:
     threads: int | None = None
 
     def __post_init__(self) -> None:
-        from attncoda import require_int
-
-        from .zoo import check_model
-
-        check_model(self.model)
+        zoo.check_model(self.model)
         if not isinstance(self.corpus, str) or not self.corpus:
             raise InputError(f"corpus must be a corpus name or a text file, got {self.corpus!r}")
         require_int(self.passages, "passages", low=1)
@@ -148,9 +147,7 @@ def select_passages(text: str, n: int, *, min_words: int = 40) -> list[str]:
     >>> [p.split()[1] for p in select_passages(text, 3)]
     ['0', '4', '9']
     """
-    from .assets import paragraphs
-
-    paras = paragraphs(text, min_words=min_words)
+    paras = assets.paragraphs(text, min_words=min_words)
     if not paras:
         raise InputError(f"the text has no paragraph of at least {min_words} words")
     if n >= len(paras):
@@ -167,8 +164,6 @@ def encode_passages(tokenizer: Any, passages: Sequence[str], max_tokens: int) ->
     ``tokenizer`` is a transformers tokenizer, or None for a tiny twin without one: then each
     passage's UTF-8 bytes become ids ``4 + byte`` (a stand-in that keeps the tests offline).
     """
-    import torch
-
     out = []
     for text in passages:
         if tokenizer is None:
@@ -197,11 +192,6 @@ def capture_passages(
     Causal LMs compute logits of the last position only (``logits_to_keep=1``): attention is all
     that is needed, and SmolLM2's 49k-way output layer would otherwise cost as much as the rest.
     """
-    import torch
-    from tqdm.auto import tqdm
-
-    from ._capture import capture
-
     kwargs: dict[str, Any] = {}
     if type(model).__name__.endswith("ForCausalLM"):
         kwargs["logits_to_keep"] = 1
@@ -227,29 +217,8 @@ def row_layers(n_layers: int) -> tuple[int, ...]:
     return tuple(sorted({1, n_layers // 2, n_layers - 2}))
 
 
-def load_any(name: str) -> tuple[Any, Any]:
-    """Load a model for the CLI: ``twin:FAMILY`` (a tiny random twin, no tokenizer), else
-    :func:`attncoda.hooks.zoo.load` (zoo name, local checkpoint directory or hub id).
-
-    Raises
-    ------
-    ValueError
-        For an unknown name or family.
-    """
-    from . import zoo
-
-    if name.startswith("twin:"):
-        try:
-            return zoo.tiny_twin(name.split(":", 1)[1]), None
-        except KeyError as exc:
-            raise InputError(str(exc.args[0]) if exc.args else str(exc)) from exc
-    return zoo.load(name)
-
-
 def read_text(source: str, document: str | None = None) -> str:
     """The text of an existing file ``source``, else of the offline corpus ``source``."""
-    from . import assets
-
     path = Path(source)
     if path.is_file():
         return path.read_text(encoding="utf-8")
@@ -295,8 +264,6 @@ def run_demo(
     attncoda._report.Analysis
         What the report shows; ``result.meta["wall_s"]`` is the run time.
     """
-    import attncoda as ac
-
     cfg = config or DemoConfig()
     ac.check_output(out, overwrite=overwrite, kind="folder", what="demo folder")
     document_known(cfg.corpus, cfg.document)
@@ -311,8 +278,6 @@ def run_demo(
 
 def document_known(corpus: str, document: str | None) -> None:
     """Refuse, before any work, a text that is neither a file nor a corpus (and document)."""
-    from . import assets
-
     if Path(corpus).is_file():
         return
     asset = assets.get_asset(corpus)  # UnknownAssetError (usage) for an unknown name
@@ -334,13 +299,6 @@ def _run_demo_into(
     echo: Callable[[str], Any],
 ) -> Any:
     """The body of :func:`run_demo`, writing into ``folder`` (the staging folder of ``final``)."""
-    import torch
-
-    import attncoda as ac
-    from attncoda._report import MANIFEST, analyze, write_report
-
-    from . import assets
-
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -362,7 +320,7 @@ def _run_demo_into(
         torch.set_num_threads(threads)
 
     # 2. model and passages ------------------------------------------------------------------------
-    model, tokenizer = load_any(cfg.model)
+    model, tokenizer = zoo.load(cfg.model)
     text = read_text(cfg.corpus, cfg.document)
     passages = select_passages(text, cfg.passages, min_words=cfg.min_words)
     encoded = encode_passages(tokenizer, passages, cfg.max_tokens)
@@ -404,7 +362,7 @@ def _run_demo_into(
         "torch": torch.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
-    result = analyze(
+    result = ac.analyze(
         summaries,
         folder,
         rows=rows,
@@ -429,17 +387,6 @@ def _run_demo_into(
         f"{cfg.max_tokens} per passage)",
     )
     result.summary.append(f"report: {final / 'report.html'}  ({wall:.0f} s)")
-    (folder / MANIFEST).write_text(result.to_json(), encoding="utf-8")
-    write_report(folder)
+    result.write(folder)
+    ac.write_report(folder)
     return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m attncoda.hooks.demo [options]``: the same as ``attncoda demo [options]``."""
-    from attncoda.cli import main as cli_main
-
-    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

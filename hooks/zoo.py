@@ -1010,10 +1010,12 @@ def load(
     cache_dir: str | os.PathLike[str] | None = None,
     **kwargs: Any,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
-    """Load a real model and its tokenizer, in eval mode.
+    """Load a model and its tokenizer, in eval mode: the one loader behind every MODEL argument.
 
     ``name`` may be
 
+    - ``twin:FAMILY``: the tiny random twin of a family (:func:`tiny_twin`; no tokenizer, so
+      the tokenizer is None);
     - a registry name (:func:`list_models`). With ``source="auto"`` an entry that has an offline
       asset loads it from the cache filled by ``attncoda fetch NAME`` (through
       :func:`attncoda.hooks.assets.load_model`), and any other entry loads its hub id;
@@ -1069,8 +1071,16 @@ def load(
     >>> model, tok = load("/path/to/checkpoint")  # doctest: +SKIP
     """
     if source not in ("auto", "asset", "hub"):
-        raise ValueError(f"source must be 'auto', 'asset' or 'hub', not {source!r}")
+        raise UnknownModelError(f"source must be 'auto', 'asset' or 'hub', not {source!r}")
     key = os.fspath(name).strip() if isinstance(name, os.PathLike) else str(name).strip()
+    if not isinstance(name, os.PathLike) and key.startswith("twin:"):
+        check_model(key)
+        twin = tiny_twin(
+            key.split(":", 1)[1],
+            attn_implementation=attn_implementation,
+            dtype="float32" if dtype == "auto" else dtype,
+        )
+        return (twin if str(device) == "cpu" else twin.to(device)), None
     entry = None
     if not isinstance(name, os.PathLike):
         entry = _BY_NAME.get(key.lower()) or _BY_HUB_ID.get(key.lower())
