@@ -40,7 +40,14 @@ import attncoda
 from attncoda import SUMMARY_VARIABLES, load, make_dataset, save
 
 from ._fallback import fallback_capture
-from ._registry import ATTENTION_NAME, attention_modules, can_switch, observed, visible_mask
+from ._registry import (
+    ATTENTION_NAME,
+    attention_modules,
+    can_switch,
+    n_layers_heads,
+    observed,
+    visible_mask,
+)
 from ._session import (
     _call_positions,
     _check_call,
@@ -558,16 +565,13 @@ def _version(name: str) -> str:
 
 
 def _n_layers_heads(model: Any) -> tuple[int, int]:
-    config = model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    n_layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
-    n_heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    n_layers, n_heads = n_layers_heads(model)
     if n_layers is None or n_heads is None:
         raise CaptureError(
-            f"cannot read the number of layers/heads from {type(config).__name__}; this model "
-            "family is not supported yet"
+            f"cannot read the number of layers/heads from {type(model.config).__name__}; this "
+            "model family is not supported yet"
         )
-    return int(n_layers), int(n_heads)
+    return n_layers, n_heads
 
 
 @contextmanager

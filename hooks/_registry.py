@@ -35,7 +35,9 @@ __all__ = [
     "activated",
     "attention_modules",
     "layer_index",
+    "n_layers_heads",
     "plugged",
+    "text_config",
 ]
 
 ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
@@ -81,6 +83,44 @@ def layer_index(module: Any) -> int:
     if act is None or id(module) not in act.modules:
         raise RegistryError(f"{type(module).__name__} is not part of an activated model")
     return act.modules[id(module)]
+
+
+def text_config(model: Any) -> Any:
+    """The config of a model's text stack (``config.get_text_config()`` where it exists).
+
+    Multimodal models (Gemma 3 with vision) keep layers and heads in a nested text config; for
+    every other model this is ``model.config`` itself.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import zoo
+    >>> model = zoo.tiny_twin("gemma3")
+    >>> text_config(model).num_attention_heads
+    4
+    """
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def n_layers_heads(model: Any) -> tuple[int | None, int | None]:
+    """Layers and query heads per layer of a model's text stack, None where the config is silent.
+
+    Reads ``num_hidden_layers`` / ``num_attention_heads`` and GPT-2's ``n_layer`` / ``n_head``;
+    each caller raises its own error when a count is missing.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import zoo
+    >>> n_layers_heads(zoo.tiny_twin("gpt2"))
+    (2, 4)
+    """
+    text = text_config(model)
+    n_layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
+    n_heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    return (
+        int(n_layers) if n_layers is not None else None,
+        int(n_heads) if n_heads is not None else None,
+    )
 
 
 def can_switch(model: Any) -> bool:

@@ -45,6 +45,7 @@ from attncoda import InputError, require_int
 
 from . import assets, zoo
 from ._capture import capture
+from ._registry import text_config
 
 __all__ = [
     "DEFAULT_OUT",
@@ -226,9 +227,7 @@ def read_text(source: str, document: str | None = None) -> str:
 
 
 def _n_layers(model: Any) -> int:
-    cfg = model.config
-    cfg = getattr(cfg, "text_config", None) or cfg
-    return int(cfg.num_hidden_layers)
+    return int(text_config(model).num_hidden_layers)
 
 
 def run_demo(
