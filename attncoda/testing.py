@@ -122,10 +122,10 @@ class DieOnce:
 
     Parameters
     ----------
-    flag : path
+    flag : str or os.PathLike
         Created (holding the job's name) when the process is killed; while it exists,
         :class:`DieOnce` does nothing.
-    store : path
+    store : str or os.PathLike
         The zarr store of the jobs.
     """
 
