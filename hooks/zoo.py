@@ -1080,7 +1080,9 @@ def load(
             attn_implementation=attn_implementation,
             dtype="float32" if dtype == "auto" else dtype,
         )
-        return (twin if str(device) == "cpu" else twin.to(device)), None
+        if str(device) != "cpu":
+            twin = twin.to(device)  # type: ignore[arg-type]  # transformers types .to narrowly
+        return twin, None
     entry = None
     if not isinstance(name, os.PathLike):
         entry = _BY_NAME.get(key.lower()) or _BY_HUB_ID.get(key.lower())
