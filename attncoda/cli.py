@@ -321,7 +321,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     import shlex
     import time
 
-    from attncoda.hooks import assets, gates
+    from attncoda.hooks import assets, prune
+    from attncoda.hooks.evaluate import PerplexityError
+    from attncoda.hooks.gates import GateError
+    from attncoda.hooks.scores import SCORES, score_info
 
     if args.quick:
         args.window, args.calibration_windows, args.eval_windows = 256, 1, 1
@@ -341,12 +344,12 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     scores = (
         [s.strip() for s in args.scores.split(",") if s.strip()]
         if args.scores is not None
-        else list(gates.SCORES)
+        else list(SCORES)
     )
     if not scores:
-        raise CommandError(f"--scores is empty; choose from {', '.join(gates.SCORES)}", EXIT_USAGE)
+        raise CommandError(f"--scores is empty; choose from {', '.join(SCORES)}", EXIT_USAGE)
     for name in scores:
-        gates.score_info(name)  # GateError (usage) for an unknown score
+        score_info(name)  # GateError (usage) for an unknown score
     for name, value in (
         ("--window", args.window),
         ("--calibration-windows", args.calibration_windows),
@@ -373,19 +376,13 @@ def _cmd_prune(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     try:
-        calibration = gates.text_windows(
+        calibration, evaluation = prune.default_windows(
             tokenizer,
-            gates.study_text("emma"),
             window=args.window,
-            n_windows=args.calibration_windows,
+            calibration_windows=args.calibration_windows,
+            eval_windows=args.eval_windows,
         )
-        evaluation = {
-            name: gates.text_windows(
-                tokenizer, gates.study_text(name), window=args.window, n_windows=args.eval_windows
-            )
-            for name in ("mobydick", "prideprejudice")
-        }
-        result = gates.pruning_study(
+        result = prune.sweep_pruning(
             model,
             calibration,
             evaluation,
@@ -397,7 +394,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             progress=not args.quiet,
         )
-    except (gates.GateError, gates.PerplexityError) as exc:
+    except (GateError, PerplexityError) as exc:
         raise CommandError(str(exc), EXIT_USAGE) from exc
     argv = ["attncoda", "prune", args.model]
     for flag, value, default in (
@@ -424,10 +421,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         model=args.model,
         model_id=args.model,
         command=shlex.join(argv),
-        texts={n: list(gates.STUDY_TEXTS[n]) for n in ("emma", "mobydick", "prideprejudice")},
+        texts={name: list(spec) for name, spec in prune.TEXTS.items()},
         wall_s=round(time.perf_counter() - started, 1),
     )
-    paths = gates.write_study(result, out, overwrite=args.force)
+    paths = prune.write_sweep(result, out, overwrite=args.force)
     if not args.quiet:
         ks = result.meta["ks"]
         print(

@@ -6,7 +6,7 @@ in one process, alternating, medians of ``--repeats``:
 ``forward``
     ``model(input_ids=w)`` for every window (SDPA, no loss): the anchor.
 ``perplexity``
-    :func:`attncoda.hooks.gates.perplexity` without gates (forward + the model's own loss).
+    :func:`attncoda.hooks.evaluate.perplexity` without gates (forward + the model's own loss).
 ``gated-zero`` / ``gated-mean``
     the same evaluation inside ``gates(...)`` zero- or mean-ablating ``--fraction`` of all heads
     (spread over every layer), through attncoda's registered attention function.
@@ -34,11 +34,12 @@ def _setup(window: int, windows: int, fraction: float) -> tuple[Any, dict[str, C
     import torch
     from attncoda.hooks import assets
     from attncoda.hooks import gates as G
-    from attncoda.hooks._perplexity import text_windows
+    from attncoda.hooks.evaluate import perplexity, text_windows
+    from attncoda.hooks.prune import novel_text
 
     torch.manual_seed(0)
     model, tokenizer = assets.load_model(MODEL)
-    ids = text_windows(tokenizer, G.study_text("mobydick"), window=window, n_windows=windows)
+    ids = text_windows(tokenizer, novel_text("mobydick"), window=window, n_windows=windows)
     layout = G.head_layout(model)
     n = round(fraction * layout.n_layers * layout.n_heads)
     # spread over layers: head h of layer l for the first n (l, h) in round-robin order
@@ -52,15 +53,15 @@ def _setup(window: int, windows: int, fraction: float) -> tuple[Any, dict[str, C
                 model(input_ids=w[None])
 
     def plain() -> float:
-        return G.perplexity(model, ids).value
+        return perplexity(model, ids).value
 
     def zero() -> float:
         with G.gates(model, heads):
-            return G.perplexity(model, ids).value
+            return perplexity(model, ids).value
 
     def mean() -> float:
         with G.gates(model, heads, mode="mean", means=means):
-            return G.perplexity(model, ids).value
+            return perplexity(model, ids).value
 
     info = {"heads_gated": n, "n_heads": layout.n_layers * layout.n_heads, "tokens": ids.numel()}
     return info, {"forward": forward, "perplexity": plain, "gated-zero": zero, "gated-mean": mean}

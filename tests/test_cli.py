@@ -236,13 +236,16 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     [
         "_capture",
         "_guardian",
-        "_perplexity",
+        "_registry",
         "arach",
         "assets",
         "demo",
         "distributed",
+        "evaluate",
         "gates",
+        "prune",
         "rpa",
+        "scores",
         "zoo",
     ],
 )

@@ -7,11 +7,15 @@ import json
 import math
 
 import pytest
+
 from conftest import need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets  # noqa: E402
 from attncoda.hooks import gates as G  # noqa: E402
+from attncoda.hooks.evaluate import perplexity, text_windows, tokens_sha256  # noqa: E402
+from attncoda.hooks.prune import novel_text  # noqa: E402
+from attncoda.hooks.scores import SCORES  # noqa: E402
 
 from attncoda.cli import main  # noqa: E402
 
@@ -29,16 +33,16 @@ def test_quick_prune_on_smollm2(tmp_path, capsys):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["command"] == f"attncoda prune smollm2-135m --out {out} --quick"
     assert meta["ks"] == [0, 27, 81] and meta["n_units"] == 270
-    assert {r["score"] for r in rows} == {"none", *G.SCORES}
-    assert len(rows) == 3 * (1 + len(G.SCORES) * 2)
+    assert {r["score"] for r in rows} == {"none", *SCORES}
+    assert len(rows) == 3 * (1 + len(SCORES) * 2)
     assert all(math.isfinite(float(r["perplexity"])) for r in rows)
     assert (out / "perplexity_vs_heads.png").stat().st_size > 10_000
 
     # the unpruned perplexity is the model's own loss on the very same tokens
     model, tokenizer = assets.load_model("smollm2-135m")
     for corpus in ("mobydick", "prideprejudice"):
-        ids = G.text_windows(tokenizer, G.study_text(corpus), window=256, n_windows=1)
-        assert meta["evaluation"][corpus]["tokens_sha256"] == G.tokens_sha256(ids)
+        ids = text_windows(tokenizer, novel_text(corpus), window=256, n_windows=1)
+        assert meta["evaluation"][corpus]["tokens_sha256"] == tokens_sha256(ids)
         with torch.no_grad():
             loss = float(model(input_ids=ids, labels=ids).loss)
         (base,) = [r for r in rows if r["score"] == "none" and r["corpus"] == corpus]
@@ -53,9 +57,9 @@ def test_quick_prune_on_smollm2(tmp_path, capsys):
         layer, heads = part[1:].split(":")
         plan[int(layer)] = [int(h) for h in heads.split(",")]
     assert sum(len(h) for h in plan.values()) == 27
-    ids = G.text_windows(tokenizer, G.study_text("mobydick"), window=256, n_windows=1)
+    ids = text_windows(tokenizer, novel_text("mobydick"), window=256, n_windows=1)
     with G.gates(model, plan):
-        again = G.perplexity(model, ids).value
+        again = perplexity(model, ids).value
     assert math.isclose(float(row["perplexity"]), again, rel_tol=1e-4)
 
 

@@ -61,7 +61,7 @@ def diagnostics(folder: Path) -> str:
     with the sink share (how much of the statistic is the sink channel); and the layers of the
     heads pruned at the smallest k > 0 (``layer x heads``).
     """
-    from attncoda.hooks.gates import score_info
+    from attncoda.hooks.scores import score_info
     from scipy.stats import spearmanr
 
     with open(folder / "head_scores.csv") as fh:
