@@ -439,17 +439,18 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# audit (one sub-subcommand per audited method: `audit arach`, later `audit rpa`)
+# audit (one sub-subcommand per audited method: `audit rpa`)
 # --------------------------------------------------------------------------------------------
 
 
 def _register_audit(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "audit",
-        help="paired audits of attention methods on the real offline models (arach, ...)",
+        help="audits of attention methods with attncoda's sink/content decomposition (rpa)",
         description=(
-            "Run a method's paired evaluation (same weights, method off vs on) and its attention "
-            "audit with attncoda's sink/content decomposition. Each method is a TARGET."
+            "Audit an attention method's effect on attention rows with attncoda's sink/content "
+            "decomposition. Each method is a TARGET. (The ARACH paired evaluation is a case "
+            "study: python -m case_studies.arach.run.)"
         ),
     )
     targets = p.add_subparsers(dest="target", metavar="TARGET", required=True)
@@ -457,113 +458,7 @@ def _register_audit(subparsers: Any) -> None:
         register(targets)
 
 
-def _float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of numbers: {text!r}"
-        ) from None
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of ints: {text!r}") from None
-
-
-def _register_audit_arach(targets: Any) -> None:
-    p = targets.add_parser(
-        "arach",
-        help="ARACH hub tokens: perplexity, cloze accuracy and attention audit, off vs on",
-        description=(
-            "Paired ARACH evaluation of a fetched causal LM (the same weights with the hub-token "
-            "plug-in off and on): perplexity on Moby-Dick and Emma at several context lengths, "
-            "last-word (cloze) accuracy on a deterministic task from the Austen novels with a "
-            "sweep over the logit offset b, paired bootstrap intervals, and the attention audit "
-            "(sink / hub / content shares per layer and head, entropy attribution). Writes "
-            "results.json, ppl.csv, cloze.csv, audit.nc and figures to --out."
-        ),
-    )
-    p.add_argument("model", metavar="MODEL", help="a fetched causal LM: smollm2-135m, gemma3-270m")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: ./arach-MODEL)")
-    p.add_argument(
-        "--quick", action="store_true", help="a one-minute smoke run (tiny sizes, 3 offsets)"
-    )
-    p.add_argument(
-        "--offsets",
-        type=_float_list,
-        metavar="LIST",
-        help="offsets b of the sweep (default: 0,-0.25,-0.5,-1,-2,-4)",
-    )
-    p.add_argument("--contexts", type=_int_list, metavar="LIST", help="perplexity context lengths")
-    p.add_argument("--ppl-tokens", type=int, metavar="N", help="tokens of each perplexity text")
-    p.add_argument("--cloze-items", type=int, metavar="N", help="number of cloze items")
-    p.add_argument("--audit-samples", type=int, metavar="N", help="passages of the audit")
-    p.add_argument(
-        "--hub-embedding",
-        choices=("token", "mean", "zeros"),
-        default="token",
-        help="hub input embedding (default: %(default)s)",
-    )
-    p.add_argument(
-        "--hub-positions",
-        choices=("same", "none"),
-        default="same",
-        help="hub position ids (default: %(default)s)",
-    )
-    _add_threads(p)
-    _add_force(p)
-    p.add_argument("--no-figures", action="store_true", help="write tables only")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=_cmd_audit_arach)
-
-
-def _cmd_audit_arach(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from attncoda.hooks import arach, assets
-
-    asset = assets.get_asset(args.model)
-    if asset.kind != "model" or args.model == "minilm-l6":
-        raise CommandError(f"{args.model!r} is not a causal LM; use smollm2-135m or gemma3-270m", 2)
-    plan = arach.EvalPlan.quick() if args.quick else arach.EvalPlan()
-    changes: dict[str, Any] = {}
-    for name, field in (
-        ("offsets", "offsets"),
-        ("contexts", "contexts"),
-        ("ppl_tokens", "ppl_tokens"),
-        ("cloze_items", "cloze_n"),
-        ("audit_samples", "audit_samples"),
-    ):
-        value = getattr(args, name)
-        if value is not None:
-            if isinstance(value, tuple) and not value:
-                raise CommandError(f"--{name.replace('_', '-')} is empty", EXIT_USAGE)
-            changes[field] = value
-    if "contexts" in changes:
-        changes["sweep_ppl_context"] = changes["contexts"][0]
-    plan = dataclasses.replace(plan, **changes)  # EvalPlan checks every size (usage errors)
-    out = args.out or f"arach-{args.model}"
-    _check_out_folder(out, args.force)
-    options = {"hub_embedding": args.hub_embedding, "hub_positions": args.hub_positions}
-    res = arach.run_evaluation(
-        args.model,
-        out,
-        plan=plan,
-        arach_options=options,
-        figures=not args.no_figures,
-        threads=args.threads,
-        progress=None if args.quiet else print,
-        overwrite=args.force,
-    )
-    if not args.quiet:
-        print(f"wrote {out}/results.json ({res['seconds']:.0f} s)")
-    return EXIT_OK
-
-
-_AUDIT_TARGETS: tuple[Callable[[Any], None], ...] = (_register_audit_arach, register_audit_rpa)
+_AUDIT_TARGETS: tuple[Callable[[Any], None], ...] = (register_audit_rpa,)
 
 
 # --------------------------------------------------------------------------------------------

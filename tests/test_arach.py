@@ -327,102 +327,7 @@ def test_unsupported_models_and_situations():
 
 
 # ------------------------------------------------------------------------------------------
-# evaluation helpers
-
-
-def test_score_tokens_windows_and_pairing():
-    model = zoo.tiny_twin("llama")
-    ids = ids_for(model, batch=1, length=50)["input_ids"][0]
-    off = arach.score_tokens(model, ids, context=16)
-    assert off.position.tolist() == [p for p in range(1, 50) if p % 16]  # windows' last 15
-    with torch.no_grad():
-        ref = model(input_ids=ids[None, 16:32], labels=ids[None, 16:32]).loss
-    assert math.isclose(off.nll[15:30].mean(), float(ref), rel_tol=1e-5)
-    strided = arach.score_tokens(model, ids, context=16, stride=8, batch_size=3)
-    assert strided.position.tolist() == list(range(1, 50))
-    assert strided.context.min() >= 1 and strided.context[20:].min() >= 8
-    minus_inf = arach.score_tokens(model, ids, context=16, arach=arach.Arach(model, offset=NEG_INF))
-    np.testing.assert_allclose(minus_inf.nll, off.nll, atol=1e-5)
-    on = arach.score_tokens(model, ids, context=16, arach=arach.Arach(model))
-    r = arach.perplexity_interval(off, on, block=8, n_boot=200)
-    assert r.low <= r.diff <= r.high
-    assert math.isclose(r.off, off.perplexity) and math.isclose(r.on, on.perplexity)
-
-
-def test_paired_bootstrap_is_deterministic_and_clustered():
-    rng = np.random.default_rng(0)
-    off = rng.integers(0, 2, 200).astype(float)
-    on = np.where(rng.random(200) < 0.2, 1.0, off)
-    a = arach.paired_bootstrap(off, on, n_boot=400, seed=3)
-    b = arach.paired_bootstrap(off, on, n_boot=400, seed=3)
-    assert a == b and a.low <= a.diff <= a.high and a.diff > 0
-    c = arach.paired_bootstrap(off, on, clusters=np.arange(200) // 10, n_boot=400)
-    assert math.isclose(c.diff, a.diff)
-    with pytest.raises(ValueError):
-        arach.paired_bootstrap(off, on[:10])
-
-
-def test_cloze_items_follow_the_recipe():
-    words = "alpha beta gamma delta".split()
-    text = " ".join(f"The {w} garden was quiet." for w in words * 12) + " She loved the garden."
-    items = arach.cloze_items({"a": text, "b": text}, n=5, window=20, seed=1)
-    assert items == arach.cloze_items({"a": text, "b": text}, n=5, window=20, seed=1)
-    for it in items:
-        assert len(it.context.split()) == 20
-        assert len(it.target) >= 4 and it.target.isalpha()
-        assert it.target.lower() in it.context.lower()
-    assert [(i.source, i.index) for i in items] == sorted((i.source, i.index) for i in items)
-
-
-class _Tok:
-    """A whitespace tokenizer over the tiny twins' vocabulary (ids 4..99)."""
-
-    pad_token_id = 0
-
-    def __call__(self, text, add_special_tokens=True):
-        ids = [4 + (sum(map(ord, w)) % 96) for w in text.split()]
-        return type("Enc", (), {"input_ids": ids})()
-
-
-def test_cloze_accuracy_at_minus_inf_equals_plain():
-    model = zoo.tiny_twin("llama")
-    words = "alpha beta gamma delta".split()
-    text = " ".join(f"The {w} garden was quiet." for w in words * 12)
-    items = arach.cloze_items({"a": text}, n=6, window=10)
-    tok = _Tok()
-    off = arach.cloze_accuracy(model, tok, items, batch_size=4)
-    inf = arach.cloze_accuracy(
-        model, tok, items, arach=arach.Arach(model, offset=NEG_INF), batch_size=4
-    )
-    np.testing.assert_allclose(inf.target_logprob, off.target_logprob, atol=1e-4)
-    assert np.array_equal(inf.correct, off.correct)
-
-
-def test_audit_identities_on_a_twin():
-    model = zoo.tiny_twin("llama")
-    ids = [ids_for(model, batch=1, length=10, seed=s)["input_ids"] for s in (0, 1)]
-    ds = arach.audit(model, ids, arach=arach.Arach(model, offset=0.0))
-    assert dict(ds.sizes) == {"layer": 2, "head": 4, "group": 3}
-    total = ds.dH_between + ds.dH_within.sum("group")
-    np.testing.assert_allclose(total.values, ds.dH_total.values, atol=1e-9)
-    np.testing.assert_allclose(
-        (ds.entropy_on - ds.entropy_off).values, ds.dH_total.values, atol=1e-9
-    )
-    np.testing.assert_allclose(ds.shares_on.sum("group").values, 1.0, atol=1e-9)
-    assert float(ds.hub_on.min()) > 0 and float(ds.shares_off.sel(group="hub").max()) == 0
-    # the sink share off is what a plain summaries capture reports
-    sums = []
-    for x in ids:
-        with capture(model, what="summaries") as cap, torch.no_grad():
-            model(input_ids=x)
-        sums.append(cap.dataset.sink_share.values[0, :, :, 1:].mean(-1))
-    np.testing.assert_allclose(ds.sink_off.values, np.mean(sums, axis=0), atol=1e-5)
-    # hubs invisible: nothing moves
-    flat = arach.audit(model, ids[:1], arach=arach.Arach(model, offset=NEG_INF))
-    np.testing.assert_allclose(flat.hub_on.values, 0.0, atol=1e-12)
-    np.testing.assert_allclose(flat.dH_total.values, 0.0, atol=1e-5)
-    findings = arach.audit_findings(ds)
-    assert findings["strongest_sink_layer"] in (0, 1)
+# ARACH rows through the core
 
 
 def test_grouped_decomposition_of_one_arach_row_matches_core():
@@ -440,14 +345,6 @@ def test_grouped_decomposition_of_one_arach_row_matches_core():
         rows[0, 0, 5].astype(np.float64), [[0], [13], [1, 2, 3, 4, 5]], from_logits=True
     )
     np.testing.assert_allclose(g.shares, [p[0], p[13], p[1:6].sum()], atol=1e-6)
-
-
-def test_cli_audit_arach_parser():
-    from attncoda.cli import build_parser, main
-
-    args = build_parser().parse_args(["audit", "arach", "smollm2-135m", "--quick"])
-    assert args.target == "arach" and args.quick
-    assert main(["audit", "nothing"]) == 2
 
 
 @pytest.mark.gpu

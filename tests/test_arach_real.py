@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from conftest import need
 
 torch = pytest.importorskip("torch")
@@ -42,9 +43,9 @@ def test_fast_dense_and_plain_agree_on_real_text(name, length, one_thread):
 def test_quick_evaluation_writes_everything(tmp_path, one_thread):
     need("smollm2-135m", "austen", "mobydick")
     lines: list[str] = []
-    res = arach.run_evaluation(
-        "smollm2-135m", tmp_path, plan=arach.EvalPlan.quick(), progress=lines.append
-    )
+    from case_studies.arach.study import EvalPlan, run_evaluation
+
+    res = run_evaluation("smollm2-135m", tmp_path, plan=EvalPlan.quick(), progress=lines.append)
     for f in ("results.json", "ppl.csv", "cloze.csv", "audit.nc", "audit_layers.png", "sweep.png"):
         assert (tmp_path / f).exists(), f
     saved = json.loads((tmp_path / "results.json").read_text())

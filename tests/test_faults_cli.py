@@ -255,30 +255,6 @@ def test_demo_never_replaces_a_folder_of_user_files(tmp_path, capsys, no_model_l
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--threads", "0"], "must be at least 1"),
-        (["--threads", "100000"], "must be at most"),
-        (["--ppl-tokens=-1"], "ppl_tokens must be >= 2"),
-        (["--ppl-tokens", "100"], "at least the longest context"),
-        (["--cloze-items", "0"], "cloze_n must be >= 1"),
-        (["--audit-samples", "0"], "audit_samples must be >= 1"),
-        (["--contexts", "4"], "contexts must be >= 8"),
-        (["--offsets", "nan"], "offsets must be a finite number"),
-        (["--out", "/proc/attncoda-test"], "cannot be written"),
-    ],
-)
-def test_audit_arach_options_are_refused_before_the_model_loads(
-    extra, needle, tmp_path, capsys, no_model_loads
-):
-    argv = ["audit", "arach", "smollm2-135m", "--out", str(tmp_path / "a"), *extra]
-    code, _, err = _run(argv, capsys)
-    assert code == 2
-    _one_line_error(err, needle)
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("extra", "needle"),
-    [
         (["--threads", "100000"], "must be at most"),
         (["--fractions", "0.1,1.5"], "between 0 and 1"),
         (["--fractions", ""], "between 0 and 1"),

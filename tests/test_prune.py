@@ -1,11 +1,14 @@
 """The pruning sweep (attncoda.hooks.prune) on a twin: rows reproducible with gates, tables at
-full precision read back, bad input; the ``attncoda prune`` command's refusals."""
+full precision read back, bad input; the ``attncoda prune`` command's refusals; and the layering
+rule that the library never imports the case studies or switches the matplotlib backend."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +21,8 @@ from attncoda.hooks import gates as G  # noqa: E402
 from attncoda.hooks import prune as P  # noqa: E402
 from attncoda.hooks.evaluate import perplexity  # noqa: E402
 from attncoda.hooks.scores import prune_plan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_pruning_sweep_end_to_end(tmp_path):
@@ -99,3 +104,12 @@ def test_sweep_tables_hold_full_precision(tmp_path):
     assert back.rows == res.rows  # the empty channel and plan of the unpruned row included
     np.testing.assert_array_equal(back.scores.random.values, res.scores.random.values)
 
+
+def test_the_library_never_imports_case_studies_nor_switches_the_backend():
+    library = [*sorted((ROOT / "attncoda").glob("*.py")), *sorted((ROOT / "hooks").glob("*.py"))]
+    assert len(library) > 20
+    for path in library:
+        source = path.read_text(encoding="utf-8")
+        assert not re.search(r"^\s*(from|import) case_studies", source, re.M), path.name
+        assert "matplotlib.use(" not in source, path.name
+        assert not re.search(r"import matplotlib\.pyplot|from matplotlib import pyplot", source)
