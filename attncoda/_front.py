@@ -699,7 +699,9 @@ def register_audit_rpa(targets: Any) -> None:
             "baseline_trajectory.nc) and audit.md to --out."
         ),
     )
-    p.add_argument("run", metavar="RUN_DIR", help="a run folder (checkpoints/, audit_ids.pt)")
+    p.add_argument(
+        "run", metavar="RUN_DIR", help="a run folder written by the RPA trainer (its checkpoints)"
+    )
     p.add_argument("--baseline", metavar="RUN_DIR", help="a baseline run to put side by side")
     p.add_argument("--out", metavar="DIR", help="output folder (default: RUN_DIR/audit)")
     _add_force(p)
@@ -715,15 +717,16 @@ def _cmd_audit_rpa(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run) / "audit"
     _check_out_folder(out, args.force)
     _set_threads(args.threads)
-    from attncoda.hooks import rpa
+    from attncoda.hooks.rpa import RPAError
+    from attncoda.hooks.rpa_audit import audit_markdown, audit_rpa
 
     try:
-        result = rpa.audit_rpa(args.run, baseline_dir=args.baseline, out=out, overwrite=args.force)
+        result = audit_rpa(args.run, baseline_dir=args.baseline, out=out, overwrite=args.force)
     except FileNotFoundError as exc:
         raise _usage(str(exc)) from exc
-    except rpa.RPAError as exc:
+    except RPAError as exc:
         raise _fail(str(exc)) from exc
     if not args.quiet:
-        print(rpa.audit_markdown(result))
+        print(audit_markdown(result))
     print(f"wrote {out}/audit.md")
     return 0

@@ -2,8 +2,7 @@ r"""RPA: the Regime-Position Alignment prior as a plug-in for HuggingFace decode
 
 Implements the length-aware attention prior of Atri (arXiv 2603.09253, "Efficient Reasoning at
 Fixed Test-Time Cost via Length-Aware Attention Priors and Gain-Aware Training"; digest in
-``reference/papers.md``, section 2) for GPT-2 style and Llama style models built from configs,
-and the audit of the prior with attncoda's core.
+``reference/papers.md``, section 2) for GPT-2 style and Llama style models built from configs.
 
 The prior, per layer :math:`\ell` and sequence length :math:`T`:
 
@@ -27,8 +26,11 @@ The prior, per layer :math:`\ell` and sequence length :math:`T`:
 At inference (``model.eval()``) :math:`B(T)` does not depend on the input: it is computed once per
 length from the membership statistics the prior collected during training (or
 :meth:`RPAPrior.calibrate`) and cached, so an RPA model has no extra inference parameters and runs
-no controller. The Guardian, the context game and the schedules live in
-:mod:`attncoda.hooks._guardian` and are re-exported here.
+no controller. Around the prior, each in its own module and each importing this one: training
+(the Guardian, the context game, the schedules and :func:`~attncoda.hooks.rpa_train.train`) in
+:mod:`attncoda.hooks.rpa_train`; checkpoints and the layout of a training run's folder in
+:mod:`attncoda.hooks.rpa_checkpoints`; the audit of the prior with attncoda's core in
+:mod:`attncoda.hooks.rpa_audit`.
 
 Choices where the paper is silent or inconsistent (each is an option)
 --------------------------------------------------------------------
@@ -93,79 +95,34 @@ torch.Size([16, 16])
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
-import attncoda as ac
 from attncoda import AttncodaError
 
-from ._guardian import (
-    Chaos,
-    ContextGame,
-    ContextGameConfig,
-    Guardian,
-    GuardianConfig,
-    GuardianSignals,
-    SelectiveAveraging,
-    SWASelectConfig,
-    TokenData,
-    TrainConfig,
-    TrainResult,
-    WeightEMA,
-    checkpoint_steps,
-    evaluate,
-    lr_factor,
-    train,
-)
-from ._registry import AttentionPlugin, attention_modules, observed, plugged, visible_mask
+from ._registry import AttentionPlugin, attention_modules, plugged, text_config, visible_mask
 
 __all__ = [
-    "Chaos",
-    "Checkpoint",
-    "ContextGame",
-    "ContextGameConfig",
     "GaussianFuzzy",
-    "Guardian",
-    "GuardianConfig",
-    "GuardianSignals",
     "RPAConfig",
     "RPAError",
     "RPAPlugin",
     "RPAPrior",
-    "SWASelectConfig",
-    "SelectiveAveraging",
-    "TokenData",
-    "TrainConfig",
-    "TrainResult",
-    "WeightEMA",
     "alignment",
     "attached",
-    "audit_markdown",
-    "audit_rpa",
-    "checkpoint_steps",
     "current_plugin",
-    "entropy_trajectory",
-    "evaluate",
     "is_attached",
-    "load_checkpoint",
-    "lr_factor",
-    "prior_perturbation",
     "rpa_bias",
-    "save_checkpoint",
     "sinkhorn",
     "soft_blocks",
-    "train",
 ]
 
 Mode = Literal["auto", "batch", "cached"]
@@ -517,11 +474,6 @@ class GaussianFuzzy(nn.Module):
         return torch.nan_to_num(mu, nan=1.0 / mu.shape[-1])
 
 
-def _text_config(model: Any) -> Any:
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 class RPAPrior(nn.Module):
     """The RPA prior of one model: per-layer memberships, distance slopes, and their state.
 
@@ -614,7 +566,7 @@ class RPAPrior(nn.Module):
         -------
         RPAPrior
         """
-        text = _text_config(model)
+        text = text_config(model)
         hidden = getattr(text, "hidden_size", None)
         n_layers = getattr(text, "num_hidden_layers", None)
         if hidden is None or n_layers is None:
@@ -1146,7 +1098,7 @@ def attached(
         raise RPAError(
             "the RPA prior is for causal decoders; this model has bidirectional attention"
         )
-    if _text_config(model).hidden_size != prior.hidden_size:
+    if text_config(model).hidden_size != prior.hidden_size:
         raise RPAError("the prior's hidden size does not match the model's")
     blocks = _block_of(model, attn)
     plugin = RPAPlugin(model, prior, mode=mode, track=track, calibrating=calibrating)
@@ -1181,533 +1133,3 @@ def attached(
             h.remove()
         plugin.hidden.clear()
         _ATTACHED.pop(id(model), None)
-
-
-# --------------------------------------------------------------------------------------------
-# checkpoints
-
-
-@dataclass
-class Checkpoint:
-    """A model, its prior (None for a baseline) and the metadata saved with them."""
-
-    model: Any
-    prior: RPAPrior | None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def save_checkpoint(
-    path: str | os.PathLike[str], model: Any, prior: RPAPrior | None = None, **meta: Any
-) -> Path:
-    """Save a model built from a config, its prior and JSON-able metadata (atomically).
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> from attncoda.hooks import zoo
-    >>> model = zoo.tiny_twin("llama")
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     p = save_checkpoint(os.path.join(d, "c.pt"), model, step=3)
-    ...     load_checkpoint(p).meta["step"]
-    3
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload: dict[str, Any] = {
-        "format": "attncoda-rpa-checkpoint-1",
-        "model_config": json.dumps(model.config.to_dict()),
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "meta": json.dumps(meta),
-    }
-    if prior is not None:
-        payload["prior"] = {k: v.detach().cpu() for k, v in prior.state_dict().items()}
-        payload["prior_config"] = json.dumps(asdict(prior.config))
-        payload["prior_sizes"] = [prior.hidden_size, prior.n_layers, prior.max_positions]
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def load_checkpoint(
-    path: str | os.PathLike[str], *, map_location: str | torch.device = "cpu"
-) -> Checkpoint:
-    """Load what :func:`save_checkpoint` wrote: the model (eval mode) and its prior."""
-    import transformers
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    payload = torch.load(path, map_location=map_location, weights_only=True)
-    if payload.get("format") != "attncoda-rpa-checkpoint-1":
-        raise RPAError(f"{path} is not an attncoda RPA checkpoint")
-    cfg_dict = json.loads(payload["model_config"])
-    model_type = cfg_dict.pop("model_type")
-    config = transformers.AutoConfig.for_model(model_type, **cfg_dict)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(payload["model"])
-    model.to(map_location).eval()
-    prior = None
-    if "prior" in payload:
-        known = {f.name for f in fields(RPAConfig)}
-        pcfg = RPAConfig(
-            **{k: v for k, v in json.loads(payload["prior_config"]).items() if k in known}
-        )
-        hidden, n_layers, max_pos = (int(v) for v in payload["prior_sizes"])
-        prior = RPAPrior(hidden, n_layers, max_pos, pcfg)
-        prior.load_state_dict(payload["prior"])
-        prior.to(map_location)
-    return Checkpoint(model=model, prior=prior, meta=json.loads(payload["meta"]))
-
-
-# --------------------------------------------------------------------------------------------
-# audit with the core
-
-
-def _audit_rows(
-    model: Any, prior: RPAPrior, input_ids: torch.Tensor
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float64 log-rows without and with the (cached) prior and log softmax(B), per layer.
-
-    Returns ``(log_without, log_with, log_prior)`` of shape ``(sample, layer, head, query, key)``
-    (``log_prior`` broadcasts over sample and head), ``-inf`` at invisible keys. ``log_with``
-    comes from :func:`attncoda.hooks.capture` (which sees the adjusted mask), ``log_without``
-    from the model's own q and k without the bias.
-    """
-    from ._capture import capture
-
-    n_layers = prior.n_layers
-    raw: dict[int, torch.Tensor] = {}
-
-    def observe(
-        module: Any, layer: int, query: Any, key: Any, mask: Any, scaling: Any, kwargs: Any
-    ) -> None:
-        rep = query.shape[1] // key.shape[1]
-        k = key.double().repeat_interleave(rep, dim=1)
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        raw[layer] = (query.double() @ k.transpose(-1, -2)) * scale
-
-    was_training = model.training
-    model.eval()
-    input_ids = input_ids.to(next(model.parameters()).device)
-    try:
-        with torch.no_grad(), attached(model, prior, mode="cached"), observed(model, observe):
-            with capture(model, what="rows") as cap:
-                model(input_ids=input_ids)
-        log_with = np.asarray(cap.dataset["log_attn"].values, dtype=np.float64)
-    finally:
-        model.train(was_training)
-    length = input_ids.shape[-1]
-    vis = np.tril(np.ones((length, length), dtype=bool))
-    log_without = np.empty_like(log_with)
-    log_prior = np.empty((1, n_layers, 1, length, length))
-    for layer in range(n_layers):
-        z = raw[layer].cpu().numpy()
-        z = np.where(vis, z, -np.inf)
-        log_without[:, layer] = z - _lse(z)
-        b = prior.inference_bias(layer, length).double().cpu().numpy()
-        b = np.where(vis, b, -np.inf)
-        log_prior[0, layer, 0] = b - _lse(b)
-    return log_without, log_with, log_prior
-
-
-def _lse(a: np.ndarray) -> np.ndarray:
-    m = np.max(a, axis=-1, keepdims=True)
-    return np.asarray(m + np.log(np.sum(np.exp(a - m), axis=-1, keepdims=True)))
-
-
-def prior_perturbation(model: Any, prior: RPAPrior, input_ids: torch.Tensor) -> Any:
-    """How the (cached) prior changes each attention row: sink balance vs content reshaping.
-
-    With the prior, row ``i`` is the perturbation ``x_i (+) softmax(B_i)`` of the row without
-    it (``softmax(z + B) = C(softmax(z) * softmax(B))``). Its squared Aitchison size splits
-    exactly into a sink part (the change of the sink-vs-content balance, ``b(softmax(B_i))^2``)
-    and a content part (``d_A^2`` between the content subcompositions), and the entropy change it
-    causes splits into sink and content parts (Shapley). Query 0 (sink only) is skipped.
-
-    Parameters
-    ----------
-    model : transformers.PreTrainedModel
-    prior : RPAPrior
-        With membership statistics for ``input_ids``' length (a trained or calibrated prior).
-    input_ids : torch.Tensor
-        ``(sample, T)``.
-
-    Returns
-    -------
-    xarray.Dataset
-        Over ``(layer, head)``: ``aitchison_sink``, ``aitchison_content`` (mean squared parts),
-        ``sink_fraction`` (sink / total), ``entropy_without``, ``entropy_with``,
-        ``delta_entropy``, ``delta_entropy_sink``, ``delta_entropy_content``,
-        ``sink_share_without``, ``sink_share_with`` (means over samples and queries >= 1), and
-        the attribute ``perturbation_max_error`` (max abs difference between the captured rows
-        and ``perturb(rows without, softmax(B))``).
-
-    Examples
-    --------
-    >>> from attncoda.hooks import zoo
-    >>> model = zoo.tiny_twin("llama")
-    >>> prior = RPAPrior.for_model(model)
-    >>> ids = zoo.tiny_batch(model, length=12)["input_ids"]
-    >>> prior.calibrate(model, [ids])
-    >>> ds = prior_perturbation(model, prior, ids)
-    >>> ds.attrs["perturbation_max_error"] < 1e-5
-    True
-    """
-    import xarray as xr
-
-    log_without, log_with, log_prior = _audit_rows(model, prior, input_ids)
-    qs = slice(1, None)
-    lw, lp, lo = log_without[..., qs, :], log_with[..., qs, :], log_prior[..., qs, :]
-    vis = np.isfinite(lw)
-    lp_b = np.broadcast_to(lo, lw.shape)
-    rebuilt = ac.perturb(np.exp(lw), np.exp(lp_b), mask=vis)
-    err = float(np.max(np.abs(np.where(vis, rebuilt - np.exp(lp), 0.0))))
-    split = ac.aitchison_split(lw, lp, from_logits=True)
-    ch = ac.entropy_change(lw, lp, from_logits=True)
-    d0 = ac.decompose(lw, from_logits=True)
-    d1 = ac.decompose(lp, from_logits=True)
-
-    def mean(a: Any) -> np.ndarray:
-        return np.asarray(a, dtype=np.float64).mean(axis=(0, 3))
-
-    sink, content = mean(split.sink), mean(split.content)
-    total = sink + content
-    coords = {"layer": np.arange(prior.n_layers), "head": np.arange(lw.shape[2])}
-    dims = ("layer", "head")
-    ds = xr.Dataset(
-        {
-            "aitchison_sink": (dims, sink),
-            "aitchison_content": (dims, content),
-            "sink_fraction": (
-                dims,
-                np.divide(sink, total, out=np.full_like(sink, np.nan), where=total > 0),
-            ),
-            "entropy_without": (dims, mean(d0.entropy)),
-            "entropy_with": (dims, mean(d1.entropy)),
-            "delta_entropy": (dims, mean(ch.total)),
-            "delta_entropy_sink": (dims, mean(ch.sink)),
-            "delta_entropy_content": (dims, mean(ch.content)),
-            "sink_share_without": (dims, mean(d0.sink_share)),
-            "sink_share_with": (dims, mean(d1.sink_share)),
-        },
-        coords=coords,
-        attrs={
-            "perturbation_max_error": err,
-            "length": int(input_ids.shape[-1]),
-            "samples": int(input_ids.shape[0]),
-            "description": "RPA prior as a perturbation of attention rows by softmax(B)",
-        },
-    )
-    return ds
-
-
-CheckpointLike = Checkpoint | tuple[Any, RPAPrior | None] | Callable[[], Any] | str | os.PathLike
-
-
-def _resolve_checkpoint(item: Any) -> tuple[Any, RPAPrior | None]:
-    if callable(item) and not isinstance(item, nn.Module):
-        item = item()
-    if isinstance(item, (str, os.PathLike)):
-        item = load_checkpoint(item)
-    if isinstance(item, Checkpoint):
-        return item.model, item.prior
-    if isinstance(item, tuple):
-        if len(item) == 2 and isinstance(item[1], (RPAPrior, type(None))):
-            return item[0], item[1]
-        return item[0], None  # e.g. zoo.load()'s (model, tokenizer)
-    if isinstance(item, nn.Module):
-        return item, None
-    raise RPAError(f"cannot read a checkpoint from {type(item).__name__}")
-
-
-def entropy_trajectory(
-    checkpoints: Sequence[tuple[str, Any]],
-    input_ids: torch.Tensor,
-    *,
-    layers: Any = None,
-) -> Any:
-    """Row entropy over a sequence of checkpoints, its change split into sink growth and content.
-
-    Every checkpoint sees the same ``input_ids``; for each (sample, layer, head, query >= 1) row
-    the entropy change from the first checkpoint is split exactly (Shapley, see
-    :func:`attncoda.attribute_entropy_change`) into a part due to the sink share and a part due
-    to the content entropy, then averaged. ``*_path`` variables sum the splits of consecutive
-    checkpoints (the split accumulated along training). RPA checkpoints are evaluated with their
-    cached prior.
-
-    Parameters
-    ----------
-    checkpoints : sequence of (label, checkpoint)
-        A checkpoint is a path (:func:`save_checkpoint`), a :class:`Checkpoint`, a
-        ``(model, prior_or_None)`` pair, a model, or a zero-argument callable returning any of
-        these (loaded one at a time), e.g. Pythia revisions for users with a hub:
-        ``[(r, lambda r=r: zoo.load("pythia-70m", revision=r)) for r in ["step1000", ...]]``.
-    input_ids : torch.Tensor
-        ``(sample, T)`` token ids.
-    layers : optional
-        Layers to capture (default all).
-
-    Returns
-    -------
-    xarray.Dataset
-        Over ``(checkpoint, layer, head)``: ``entropy``, ``sink_share``, ``content_entropy``,
-        ``delta_entropy``, ``delta_sink``, ``delta_content`` (from the first checkpoint),
-        ``delta_sink_path``, ``delta_content_path``; over ``checkpoint``: ``sink_fraction`` and
-        ``sink_fraction_path`` (model-level share of the entropy change due to the sink). Every
-        variable also exists with the suffix ``_no_prior``: the same rows with each layer's RPA
-        bias removed at the same hidden states (the model's own logits), equal to the plain
-        variables for checkpoints without a prior.
-
-    Examples
-    --------
-    >>> from attncoda.hooks import zoo
-    >>> ids = zoo.tiny_batch(zoo.tiny_twin("llama"), length=10)["input_ids"]
-    >>> ck = [(f"s{s}", zoo.tiny_twin("llama", seed=s)) for s in (0, 1)]
-    >>> ds = entropy_trajectory(ck, ids)
-    >>> ds.sizes["checkpoint"], float(ds.delta_entropy[0].sum())
-    (2, 0.0)
-    """
-    import xarray as xr
-
-    if len(checkpoints) < 1:
-        raise RPAError("entropy_trajectory needs at least one checkpoint")
-    labels: list[str] = []
-    per: list[dict[str, np.ndarray]] = []
-    layer_coord = head_coord = None
-    for label, item in checkpoints:
-        model, prior = _resolve_checkpoint(item)
-        rows = _checkpoint_rows(model, prior, input_ids, layers)
-        if layer_coord is not None and not np.array_equal(layer_coord, rows.pop("layer")):
-            raise RPAError(f"checkpoint {label!r} has other layers than the first checkpoint")
-        layer_coord = rows.pop("layer", layer_coord)
-        head_coord = np.arange(rows["entropy"].shape[2])
-        per.append(rows)
-        labels.append(str(label))
-    data: dict[str, Any] = {}
-    dims = ("checkpoint", "layer", "head")
-    for suffix in ("", "_no_prior"):
-        for name, series in _split_series(per, suffix).items():
-            data[name + suffix] = (dims, series)
-    ds = xr.Dataset(data, coords={"checkpoint": labels, "layer": layer_coord, "head": head_coord})
-    for suffix in ("", "_no_prior"):
-        tot = ds["delta_entropy" + suffix].sum(("layer", "head"))
-        ds["sink_fraction" + suffix] = ds["delta_sink" + suffix].sum(("layer", "head")) / tot.where(
-            tot != 0
-        )
-        tot_p = (ds["delta_sink_path" + suffix] + ds["delta_content_path" + suffix]).sum(
-            ("layer", "head")
-        )
-        ds["sink_fraction_path" + suffix] = ds["delta_sink_path" + suffix].sum(
-            ("layer", "head")
-        ) / tot_p.where(tot_p != 0)
-    ds.attrs.update(
-        description=(
-            "row entropy across checkpoints; change split into sink growth and content. "
-            "*_no_prior: the rows of the same forward with each layer's RPA bias removed (equal "
-            "to the plain rows for checkpoints without a prior)"
-        ),
-        length=int(input_ids.shape[-1]),
-        samples=int(input_ids.shape[0]),
-    )
-    return ds
-
-
-def _checkpoint_rows(
-    model: Any, prior: RPAPrior | None, input_ids: torch.Tensor, layers: Any
-) -> dict[str, Any]:
-    """Per-row (sample, layer, head, query >= 1) sink share, content entropy and entropy."""
-    from ._capture import capture
-
-    names = ("sink_share", "content_entropy", "entropy")
-    if prior is not None:
-        log_without, log_with, _ = _audit_rows(model, prior, input_ids)
-        sel = np.arange(prior.n_layers)
-        if layers is not None:
-            sel = np.atleast_1d(np.arange(prior.n_layers)[layers])
-        out: dict[str, Any] = {"layer": sel}
-        for suffix, logs in (("", log_with), ("_no_prior", log_without)):
-            d = ac.decompose(logs[:, sel, :, 1:, :], from_logits=True)
-            for v in names:
-                out[v + suffix] = np.asarray(getattr(d, v), np.float64)
-        return out
-    was_training = model.training
-    model.eval()
-    ids = input_ids.to(next(model.parameters()).device)
-    try:
-        with torch.no_grad(), capture(model, layers=layers) as cap:
-            model(input_ids=ids)
-        ds = cap.dataset.isel(query=slice(1, None))
-    finally:
-        model.train(was_training)
-    out = {"layer": ds["layer"].values}
-    for v in names:
-        out[v] = out[v + "_no_prior"] = np.asarray(ds[v].values, np.float64)
-    return out
-
-
-def _split_series(per: list[dict[str, np.ndarray]], suffix: str) -> dict[str, np.ndarray]:
-    """Means over (sample, query) of the rows and of their entropy-change splits."""
-    s, h, e = "sink_share" + suffix, "content_entropy" + suffix, "entropy" + suffix
-    first = per[0]
-    out: dict[str, list[np.ndarray]] = {}
-    path_s = np.zeros_like(first[e])
-    path_c = np.zeros_like(first[e])
-    for i, cur in enumerate(per):
-        ch = ac.attribute_entropy_change(first[s], first[h], cur[s], cur[h])
-        if i > 0:
-            prev = per[i - 1]
-            step = ac.attribute_entropy_change(prev[s], prev[h], cur[s], cur[h])
-            path_s = path_s + np.asarray(step.sink)
-            path_c = path_c + np.asarray(step.content)
-        for name, val in (
-            ("entropy", cur[e]),
-            ("sink_share", cur[s]),
-            ("content_entropy", cur[h]),
-            ("delta_entropy", ch.total),
-            ("delta_sink", ch.sink),
-            ("delta_content", ch.content),
-            ("delta_sink_path", path_s),
-            ("delta_content_path", path_c),
-        ):
-            out.setdefault(name, []).append(np.asarray(val, np.float64).mean(axis=(0, 3)))
-    return {k: np.stack(v) for k, v in out.items()}
-
-
-def audit_rpa(
-    run_dir: str | os.PathLike[str],
-    *,
-    baseline_dir: str | os.PathLike[str] | None = None,
-    out: str | os.PathLike[str] | None = None,
-    input_ids: torch.Tensor | None = None,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Audit a training run folder written by the RPA case study (for ``attncoda audit rpa``).
-
-    Reads ``run_dir/checkpoints/step*.pt`` (the trajectory), ``run_dir/final*.pt`` and
-    ``run_dir/audit_ids.pt`` (held-out token ids saved by the trainer). Returns (and with
-    ``out`` writes as netCDF plus ``audit.md``):
-
-    - ``"trajectory"``: :func:`entropy_trajectory` over the run's checkpoints;
-    - ``"perturbation"``: :func:`prior_perturbation` of the final RPA model (RPA runs only);
-    - ``"baseline_trajectory"``: the same for ``baseline_dir`` when given.
-
-    Parameters
-    ----------
-    run_dir : path
-        An RPA (or baseline) run folder.
-    baseline_dir : path, optional
-        A baseline run folder to put side by side.
-    out : path, optional
-        Folder for ``*.nc`` and ``audit.md``: new, empty, or (``overwrite=True``) one attncoda
-        wrote; written beside its place and swapped in when complete.
-    input_ids : torch.Tensor, optional
-        Token ids to use instead of ``audit_ids.pt``.
-    overwrite : bool, default False
-        Replace an existing audit folder (only one attncoda wrote).
-
-    Returns
-    -------
-    dict of str to xarray.Dataset
-    """
-    import attncoda as ac
-
-    run = Path(run_dir)
-    if out is not None:
-        ac.check_output(out, overwrite=overwrite, kind="folder")
-    ids = input_ids if input_ids is not None else _audit_ids(run)
-    result: dict[str, Any] = {"trajectory": entropy_trajectory(_run_checkpoints(run), ids)}
-    final = _final_checkpoint(run)
-    ck = load_checkpoint(final)
-    if ck.prior is not None:
-        result["perturbation"] = prior_perturbation(ck.model, ck.prior, ids)
-    if baseline_dir is not None:
-        result["baseline_trajectory"] = entropy_trajectory(
-            _run_checkpoints(Path(baseline_dir)), ids
-        )
-    if out is not None:
-        with ac.atomic_output(out, overwrite=overwrite, kind="folder", stamp="rpa-audit") as folder:
-            for name, ds in result.items():
-                ds.to_netcdf(folder / f"{name}.nc")
-            (folder / "audit.md").write_text(audit_markdown(result))
-    return result
-
-
-def _audit_ids(run: Path) -> torch.Tensor:
-    path = run / "audit_ids.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; pass input_ids= or use a run folder")
-    ids = torch.load(path, weights_only=True)
-    if not torch.is_tensor(ids):
-        raise RPAError(f"{path} does not hold a tensor of token ids")
-    return ids
-
-
-def _run_checkpoints(run: Path) -> list[tuple[str, Any]]:
-    files = sorted((run / "checkpoints").glob("step*.pt"))
-    if not files:
-        raise FileNotFoundError(f"no checkpoints under {run / 'checkpoints'}")
-    return [(f.stem, f) for f in files]
-
-
-def _final_checkpoint(run: Path) -> Path:
-    for name in ("final.pt", "final_raw.pt"):
-        if (run / name).is_file():
-            return run / name
-    return sorted((run / "checkpoints").glob("step*.pt"))[-1]
-
-
-def audit_markdown(result: dict[str, Any]) -> str:
-    """A short markdown summary of :func:`audit_rpa`'s datasets."""
-    lines: list[str] = []
-    for name in ("trajectory", "baseline_trajectory"):
-        ds = result.get(name)
-        if ds is None:
-            continue
-        lines += [
-            f"## {name}",
-            "",
-            "Means over layers, heads, samples and queries; ΔH from the first checkpoint, split "
-            "exactly into the part due to the sink share and the part due to the content "
-            "entropy (Shapley); sink fraction = sink part / ΔH summed over layers and heads, at "
-            "the endpoint and summed along the checkpoints (path). The last two columns remove "
-            "each layer's RPA bias at the same hidden states (equal to the rows without a prior).",
-            "",
-            "| checkpoint | entropy | sink share | ΔH | sink part | content part "
-            "| sink fraction (endpoint) | sink fraction (path) | entropy without bias "
-            "| sink fraction without bias (path) |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for i, label in enumerate(ds["checkpoint"].values):
-            sel = ds.isel(checkpoint=i)
-            lines.append(
-                f"| {label} | {float(sel.entropy.mean()):.3f} | {float(sel.sink_share.mean()):.3f} "
-                f"| {float(sel.delta_entropy.mean()):+.3f} | {float(sel.delta_sink.mean()):+.3f} "
-                f"| {float(sel.delta_content.mean()):+.3f} | {float(sel.sink_fraction):.2f} "
-                f"| {float(sel.sink_fraction_path):.2f} "
-                f"| {float(sel.entropy_no_prior.mean()):.3f} "
-                f"| {float(sel.sink_fraction_path_no_prior):.2f} |"
-            )
-        lines.append("")
-    pert = result.get("perturbation")
-    if pert is not None:
-        lines += [
-            "## prior as a perturbation (per layer, mean over heads)",
-            "",
-            "| layer | Aitchison sink part | content part | sink fraction | ΔH | ΔH sink | "
-            "ΔH content |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for layer in pert["layer"].values:
-            s = pert.sel(layer=layer).mean("head")
-            lines.append(
-                f"| {int(layer)} | {float(s.aitchison_sink):.3f} | {float(s.aitchison_content):.3f} "
-                f"| {float(s.sink_fraction):.3f} | {float(s.delta_entropy):+.3f} "
-                f"| {float(s.delta_entropy_sink):+.3f} | {float(s.delta_entropy_content):+.3f} |"
-            )
-        lines += [
-            "",
-            f"perturbation identity max error: {pert.attrs['perturbation_max_error']:.2e}",
-            "",
-        ]
-    return "\n".join(lines)

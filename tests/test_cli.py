@@ -236,7 +236,6 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     "name",
     [
         "_capture",
-        "_guardian",
         "_registry",
         "arach",
         "arach_audit",
@@ -247,6 +246,9 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         "gates",
         "prune",
         "rpa",
+        "rpa_audit",
+        "rpa_checkpoints",
+        "rpa_train",
         "scores",
         "zoo",
     ],

@@ -8,12 +8,13 @@ import math
 
 import numpy as np
 import pytest
+
 from conftest import per_layer_masks
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from attncoda.hooks import rpa, zoo  # noqa: E402
+from attncoda.hooks import rpa, rpa_audit, rpa_checkpoints, rpa_train, zoo  # noqa: E402
 from attncoda.hooks._registry import ATTENTION_NAME  # noqa: E402
 
 FAMILIES = ["gpt2", "llama"]
@@ -392,8 +393,8 @@ def test_calibrate_gives_exact_means():
 def test_checkpoint_round_trip(tmp_path):
     model, prior = calibrated("gpt2")
     prior.set_controls(tau=1.1, lambda_sat=0.2)
-    path = rpa.save_checkpoint(tmp_path / "c.pt", model, prior, step=7)
-    ck = rpa.load_checkpoint(path)
+    path = rpa_checkpoints.save_checkpoint(tmp_path / "c.pt", model, prior, step=7)
+    ck = rpa_checkpoints.load_checkpoint(path)
     assert ck.meta == {"step": 7} and ck.prior is not None
     ids = ids_for(model, 16)
     with torch.no_grad():
@@ -404,7 +405,7 @@ def test_checkpoint_round_trip(tmp_path):
     torch.testing.assert_close(got, want)
     assert float(ck.prior.tau[0]) == pytest.approx(1.1)
     with pytest.raises(FileNotFoundError):
-        rpa.load_checkpoint(tmp_path / "missing.pt")
+        rpa_checkpoints.load_checkpoint(tmp_path / "missing.pt")
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,8 +413,8 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_guardian_respects_its_bounds():
-    cfg = rpa.GuardianConfig(tau_step=0.5, lambda_step=0.5, ramp_steps=1)
-    g = rpa.Guardian(cfg, tau=0.68, seed=0)
+    cfg = rpa_train.GuardianConfig(tau_step=0.5, lambda_step=0.5, ramp_steps=1)
+    g = rpa_train.Guardian(cfg, tau=0.68, seed=0)
     with torch.no_grad():
         g.log_std.fill_(3.0)  # wild actions
     model = zoo.tiny_twin("llama")
@@ -421,7 +422,7 @@ def test_guardian_respects_its_bounds():
     rng = np.random.default_rng(0)
     seen = []
     for _ in range(200):
-        sig = rpa.GuardianSignals(*rng.normal(0, 10, 3), val_loss=float(rng.uniform(0, 20)))
+        sig = rpa_train.GuardianSignals(*rng.normal(0, 10, 3), val_loss=float(rng.uniform(0, 20)))
         c = g.step(sig)
         g.apply_to(prior)
         seen.append((c["tau"], c["lambda_sat"], c["lambda_delta"]))
@@ -436,26 +437,30 @@ def test_guardian_respects_its_bounds():
     assert float(prior.tau[0]) == pytest.approx(1.6) and float(prior.lambda_sat) == 0.0
     assert float(prior.lambda_delta) == 1.0 and float(prior.bias_scale) == 1.0
     with pytest.raises(ValueError, match="non-finite"):
-        g.step(rpa.GuardianSignals(0, 0, 0, float("nan")))
+        g.step(rpa_train.GuardianSignals(0, 0, 0, float("nan")))
 
 
 def test_guardian_reward_and_learning():
-    g = rpa.Guardian(seed=1)
+    g = rpa_train.Guardian(seed=1)
     assert g.reward(5.0) == -5.0  # no history yet
-    g.step(rpa.GuardianSignals(0.0, 0.0, 0.5, 5.0))
+    g.step(rpa_train.GuardianSignals(0.0, 0.0, 0.5, 5.0))
     assert g.reward(4.0) > -4.0 + 0.99  # gain bonus
     before = [p.clone() for p in g.policy.parameters()]
-    g.step(rpa.GuardianSignals(0.0, 0.0, 0.5, 4.0))
-    g.step(rpa.GuardianSignals(0.0, 0.0, 0.5, 4.5))
+    g.step(rpa_train.GuardianSignals(0.0, 0.0, 0.5, 4.0))
+    g.step(rpa_train.GuardianSignals(0.0, 0.0, 0.5, 4.5))
     assert any(not torch.equal(a, b) for a, b in zip(before, g.policy.parameters(), strict=True))
     # the same seed gives the same controls
-    a, b = rpa.Guardian(seed=3), rpa.Guardian(seed=3)
+    a, b = rpa_train.Guardian(seed=3), rpa_train.Guardian(seed=3)
     for ce in (6.0, 5.5, 5.7):
-        assert a.step(rpa.GuardianSignals(0, 0, 0, ce)) == b.step(rpa.GuardianSignals(0, 0, 0, ce))
+        assert a.step(rpa_train.GuardianSignals(0, 0, 0, ce)) == b.step(
+            rpa_train.GuardianSignals(0, 0, 0, ce)
+        )
 
 
 def test_context_game_replicator_dynamics():
-    game = rpa.ContextGame(rpa.ContextGameConfig(lengths=(32, 64, 128), min_share=0.05), seed=0)
+    game = rpa_train.ContextGame(
+        rpa_train.ContextGameConfig(lengths=(32, 64, 128), min_share=0.05), seed=0
+    )
     assert game.mixture() == pytest.approx({32: 1 / 3, 64: 1 / 3, 128: 1 / 3})
     for _ in range(5):
         game.observe(32, ce=6.0)
@@ -466,27 +471,29 @@ def test_context_game_replicator_dynamics():
     assert q[64] > q[128] > q[32] and min(q.values()) >= 0.05
     assert game.sample() in (32, 64, 128)
     with pytest.raises(ValueError):
-        rpa.ContextGameConfig(lengths=())
+        rpa_train.ContextGameConfig(lengths=())
 
 
 def test_lr_schedules():
     f = [
-        rpa.lr_factor(s, 100, schedule="floor", warmup_frac=0.05, flat_frac=0.2, floor=0.1)
+        rpa_train.lr_factor(s, 100, schedule="floor", warmup_frac=0.05, flat_frac=0.2, floor=0.1)
         for s in range(101)
     ]
     assert f[0] == pytest.approx(0.2) and f[10] == 1.0 and f[20] == 1.0
     assert f[100] == pytest.approx(0.1) and min(f[5:]) >= 0.1
     assert all(a >= b for a, b in itertools.pairwise(f[20:]))
-    assert rpa.lr_factor(100, 100, schedule="cosine") == pytest.approx(0.0, abs=1e-12)
+    assert rpa_train.lr_factor(100, 100, schedule="cosine") == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError):
-        rpa.lr_factor(1, 10, schedule="linear")  # type: ignore[arg-type]
-    c = rpa.Chaos(time_scale=100.0)
+        rpa_train.lr_factor(1, 10, schedule="linear")  # type: ignore[arg-type]
+    c = rpa_train.Chaos(time_scale=100.0)
     vals = [c.factor(s) for s in range(200)]
     assert min(vals) >= 0.75 and max(vals) <= 1.0 and abs(vals[-1] - 1.0) < 1e-3
 
 
 def test_selective_averaging_rules():
-    swa = rpa.SelectiveAveraging(rpa.SWASelectConfig(start_frac=0.5, band=0.01, min_gain=0.01))
+    swa = rpa_train.SelectiveAveraging(
+        rpa_train.SWASelectConfig(start_frac=0.5, band=0.01, min_gain=0.01)
+    )
     w = lambda v: {"a": torch.full((2,), float(v))}  # noqa: E731
     assert not swa.offer(4, 10, w(0), 5.0)  # before the start
     assert not swa.offer(5, 10, w(1), 5.0)  # zone entry: no gain over itself
@@ -495,12 +502,12 @@ def test_selective_averaging_rules():
     assert swa.offer(8, 10, w(4), 4.88)
     assert swa.accepted == [6, 8]
     torch.testing.assert_close(swa.average()["a"], torch.full((2,), 3.0))
-    assert rpa.SelectiveAveraging().average() is None
+    assert rpa_train.SelectiveAveraging().average() is None
 
 
 def test_weight_ema():
     lin = torch.nn.Linear(2, 1)
-    ema = rpa.WeightEMA([lin], decay=0.5)
+    ema = rpa_train.WeightEMA([lin], decay=0.5)
     w0 = lin.weight.detach().clone()
     with torch.no_grad():
         lin.weight.add_(2.0)
@@ -523,7 +530,7 @@ def pattern_data(length=16, seed=0):
     n = 8 * length
     ctrl = t[:n].view(8, length)
     val = t[n : 2 * n].view(8, length)
-    return rpa.TokenData(t[2 * n :], ctrl, val)
+    return rpa_train.TokenData(t[2 * n :], ctrl, val)
 
 
 def full_config(**kw):
@@ -536,16 +543,16 @@ def full_config(**kw):
         label_smoothing=0.015,
         chaos=True,
         ema=True,
-        guardian=rpa.GuardianConfig(),
-        context_game=rpa.ContextGameConfig(lengths=(8, 16), every=5),
-        swa_select=rpa.SWASelectConfig(start_frac=0.5, band=0.05, min_gain=0.0),
+        guardian=rpa_train.GuardianConfig(),
+        context_game=rpa_train.ContextGameConfig(lengths=(8, 16), every=5),
+        swa_select=rpa_train.SWASelectConfig(start_frac=0.5, band=0.05, min_gain=0.0),
         control_every=5,
         control_chunks=4,
         checkpoints=3,
         seed=0,
     )
     base.update(kw)
-    return rpa.TrainConfig(**base)
+    return rpa_train.TrainConfig(**base)
 
 
 def run(seed, out_dir=None, with_prior=True, **kw):
@@ -556,7 +563,7 @@ def run(seed, out_dir=None, with_prior=True, **kw):
         if with_prior
         else full_config(seed=seed, guardian=None, context_game=None, **kw)
     )
-    res = rpa.train(model, prior, pattern_data(), cfg, out_dir=out_dir, progress=False)
+    res = rpa_train.train(model, prior, pattern_data(), cfg, out_dir=out_dir, progress=False)
     return res, model, prior
 
 
@@ -594,7 +601,7 @@ def test_baseline_training_has_no_plugin(tmp_path):
     assert np.mean(res.losses[-5:]) < np.mean(res.losses[:5])
     assert model.config._attn_implementation == "sdpa"
     with pytest.raises(ValueError, match="Guardian"):
-        rpa.train(model, None, pattern_data(), full_config(), progress=False)
+        rpa_train.train(model, None, pattern_data(), full_config(), progress=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +611,7 @@ def test_baseline_training_has_no_plugin(tmp_path):
 def test_prior_is_a_perturbation_of_each_row():
     model, prior = calibrated("llama", length=12)
     ids = ids_for(model, 12)
-    ds = rpa.prior_perturbation(model, prior, ids)
+    ds = rpa_audit.prior_perturbation(model, prior, ids)
     assert ds.attrs["perturbation_max_error"] < 1e-5
     assert set(ds.sizes.items()) == {("layer", 2), ("head", 4)}
     frac = ds.sink_fraction.values
@@ -624,7 +631,7 @@ def test_rows_without_prior_match_layer0_without_plugin():
 
     model, prior = calibrated("gpt2", length=12)
     ids = ids_for(model, 12)
-    without, with_prior, _ = rpa._audit_rows(model, prior, ids)
+    without, with_prior, _ = rpa_audit._audit_rows(model, prior, ids)
     with torch.no_grad(), capture(model, layers=[0], what="rows") as cap:
         model(input_ids=ids)
     plain = cap.dataset.log_attn.values[:, 0]
@@ -635,9 +642,9 @@ def test_rows_without_prior_match_layer0_without_plugin():
 def test_entropy_trajectory_splits_the_change(tmp_path):
     model, prior = calibrated("llama", length=12)
     ids = ids_for(model, 12)
-    p = rpa.save_checkpoint(tmp_path / "x.pt", model, prior)
+    p = rpa_checkpoints.save_checkpoint(tmp_path / "x.pt", model, prior)
     ck = [("plain", model), ("rpa", p), ("other", lambda: zoo.tiny_twin("llama", seed=5))]
-    ds = rpa.entropy_trajectory(ck, ids)
+    ds = rpa_audit.entropy_trajectory(ck, ids)
     assert list(ds.checkpoint.values) == ["plain", "rpa", "other"]
     assert float(abs(ds.delta_entropy.isel(checkpoint=0)).max()) == 0.0
     np.testing.assert_allclose(ds.delta_sink + ds.delta_content, ds.delta_entropy, atol=1e-10)
@@ -648,7 +655,7 @@ def test_entropy_trajectory_splits_the_change(tmp_path):
     # without a prior the *_no_prior rows are the rows; with it they remove the bias only
     plain = ds.sel(checkpoint="plain")
     np.testing.assert_array_equal(plain.entropy, plain.entropy_no_prior)
-    pert = rpa.prior_perturbation(model, prior, ids)
+    pert = rpa_audit.prior_perturbation(model, prior, ids)
     with_ = ds.sel(checkpoint="rpa")
     np.testing.assert_allclose(
         with_.entropy - with_.entropy_no_prior, pert.delta_entropy, atol=1e-6
@@ -656,17 +663,49 @@ def test_entropy_trajectory_splits_the_change(tmp_path):
     # layer 0 has the same input with or without the prior (later layers do not)
     np.testing.assert_allclose(with_.entropy_no_prior[0], plain.entropy[0], atol=1e-6)
     with pytest.raises(rpa.RPAError):
-        rpa.entropy_trajectory([], ids)
+        rpa_audit.entropy_trajectory([], ids)
 
 
 def test_audit_rpa_on_a_run_folder(tmp_path):
     run(0, out_dir=tmp_path / "rpa", steps=10, checkpoints=2, swa_select=None, ema=False)
     run(0, out_dir=tmp_path / "base", with_prior=False, steps=10, checkpoints=2)
-    out = rpa.audit_rpa(tmp_path / "rpa", baseline_dir=tmp_path / "base", out=tmp_path / "audit")
+    out = rpa_audit.audit_rpa(
+        tmp_path / "rpa", baseline_dir=tmp_path / "base", out=tmp_path / "audit"
+    )
     assert set(out) == {"trajectory", "perturbation", "baseline_trajectory"}
     assert out["trajectory"].sizes["checkpoint"] == 2
     text = (tmp_path / "audit" / "audit.md").read_text()
     assert "sink fraction" in text and "perturbation identity" in text
     assert (tmp_path / "audit" / "perturbation.nc").is_file()
     with pytest.raises(FileNotFoundError, match="audit_ids"):
-        rpa.audit_rpa(tmp_path)
+        rpa_audit.audit_rpa(tmp_path)
+
+
+def test_run_folder_names_what_the_trainer_writes_and_the_audit_reads(tmp_path):
+    run(0, out_dir=tmp_path / "r", steps=4, checkpoints=2, swa_select=None, ema=False)
+    folder = rpa_checkpoints.RunFolder(tmp_path / "r")
+    assert folder.step_checkpoints() == [folder.checkpoint(0), folder.checkpoint(4)]
+    for path in (folder.final(), folder.final("raw"), folder.audit_ids, folder.result):
+        assert path.is_file(), path
+    assert folder.train_config.is_file() and not folder.final("ema").exists()
+    assert folder.final_checkpoint() == folder.final()
+    folder.final().unlink()
+    assert folder.final_checkpoint() == folder.final("raw")
+    folder.final("raw").unlink()
+    assert folder.final_checkpoint() == folder.checkpoint(4)
+    with pytest.raises(FileNotFoundError, match="no final weights"):
+        rpa_checkpoints.RunFolder(tmp_path / "empty").final_checkpoint()
+
+
+def test_the_prior_imports_neither_its_trainer_nor_its_audit():
+    """One way: rpa_train, rpa_checkpoints and rpa_audit import rpa, never the reverse."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, attncoda.hooks.rpa; "
+        "print(sorted(m for m in sys.modules if m.startswith('attncoda.hooks.rpa_')))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

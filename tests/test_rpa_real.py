@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from conftest import need, per_layer_masks
 
 torch = pytest.importorskip("torch")
-from attncoda.hooks import assets, rpa  # noqa: E402
+from attncoda.hooks import assets, rpa, rpa_audit, rpa_train  # noqa: E402
 
 pytestmark = pytest.mark.real
 
@@ -65,7 +66,7 @@ def test_prior_perturbation_on_smollm2(smollm2):
     ids = ids[:, :40]
     prior = rpa.RPAPrior.for_model(model, seed=1)
     prior.calibrate(model, [ids])
-    ds = rpa.prior_perturbation(model, prior, ids)
+    ds = rpa_audit.prior_perturbation(model, prior, ids)
     assert ds.attrs["perturbation_max_error"] < 1e-5
     assert ds.sizes["layer"] == 30 and ds.sizes["head"] == 9
     np.testing.assert_allclose(
@@ -90,7 +91,7 @@ def test_short_rpa_training_on_austen_tokens_lowers_the_loss(smollm2, tmp_path):
     val = ids[0, : 4 * 32]
     lookup = {int(u): i for i, u in enumerate(uniq)}
     val = torch.as_tensor([lookup.get(int(v), 0) for v in val]).view(4, 32)
-    data = rpa.TokenData(stream, val[:2], val[2:])
+    data = rpa_train.TokenData(stream, val[:2], val[2:])
     config = transformers.LlamaConfig(
         vocab_size=len(uniq),
         hidden_size=64,
@@ -103,20 +104,20 @@ def test_short_rpa_training_on_austen_tokens_lowers_the_loss(smollm2, tmp_path):
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
     prior = rpa.RPAPrior.for_model(model, seed=0)
-    cfg = rpa.TrainConfig(
+    cfg = rpa_train.TrainConfig(
         steps=40,
         context=32,
         tokens_per_step=256,
         lr=3e-3,
-        guardian=rpa.GuardianConfig(),
-        context_game=rpa.ContextGameConfig(lengths=(16, 32), every=10),
+        guardian=rpa_train.GuardianConfig(),
+        context_game=rpa_train.ContextGameConfig(lengths=(16, 32), every=10),
         control_every=10,
         control_chunks=2,
         checkpoints=2,
     )
-    res = rpa.train(model, prior, data, cfg, out_dir=tmp_path, progress=False)
+    res = rpa_train.train(model, prior, data, cfg, out_dir=tmp_path, progress=False)
     assert np.mean(res.losses[-5:]) < np.mean(res.losses[:5]) - 0.5
-    audit = rpa.audit_rpa(tmp_path, input_ids=data.validation)
+    audit = rpa_audit.audit_rpa(tmp_path, input_ids=data.validation)
     assert audit["perturbation"].attrs["perturbation_max_error"] < 1e-5
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 from attncoda.hooks import assets
-from attncoda.hooks.rpa import TokenData
+from attncoda.hooks.rpa_train import TokenData
 
 TRAIN_BOOKS = ("sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey")
 HELD_OUT = "persuasion"

@@ -26,8 +26,9 @@ initialisation and draws its batches from the same data with the same token budg
     Guardian: separates what the schedules give from what the Guardian gives.
 
 Outputs go under ``--out`` (default ``case_studies/rpa/out``): ``runs/<stage>_seed<k>/``
-(checkpoints, final weights, ``result.json``), ``results.json``, ``ablation.md``, ``audit/`` and
-``figures/``.
+(the run folders of :class:`attncoda.hooks.rpa_checkpoints.RunFolder`: checkpoints, final
+weights, the training result and the run's summary), ``results.json``, ``ablation.md``,
+``audit/`` and ``figures/``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from attncoda.hooks import rpa
+from attncoda.hooks import rpa, rpa_audit, rpa_train
+from attncoda.hooks.rpa_checkpoints import RunFolder
 
 from .data import load_austen
 
@@ -156,10 +158,12 @@ def build_model(size: Size, vocab_size: int, seed: int, device: str) -> Any:
     return model.to(device)
 
 
-def stage_config(stage: str, size: Size, seed: int, args: argparse.Namespace) -> rpa.TrainConfig:
+def stage_config(
+    stage: str, size: Size, seed: int, args: argparse.Namespace
+) -> rpa_train.TrainConfig:
     """The TrainConfig of a stage (see the module docstring)."""
     steps = args.steps or size.steps
-    base = rpa.TrainConfig(
+    base = rpa_train.TrainConfig(
         steps=steps,
         context=size.context,
         tokens_per_step=size.tokens_per_step,
@@ -179,23 +183,23 @@ def stage_config(stage: str, size: Size, seed: int, args: argparse.Namespace) ->
         "label_smoothing": 0.015,
         "chaos": not args.no_chaos,
         "ema": True,
-        "swa_select": rpa.SWASelectConfig(),
+        "swa_select": rpa_train.SWASelectConfig(),
     }
     if stage == "schedules":  # control: the late-phase schedules on the plain model
         return replace(base, **late)  # type: ignore[arg-type]
     game = None
     if not args.no_context_game:
-        game = rpa.ContextGameConfig(lengths=size.game_lengths, every=max(1, steps // 8))
+        game = rpa_train.ContextGameConfig(lengths=size.game_lengths, every=max(1, steps // 8))
     cfg = replace(base, context_game=game, warm_frac=0.15)
     if stage == "rpa":
         return cfg
     if stage != "guardian":
         raise SystemExit(f"unknown stage {stage!r}; choose from {', '.join(ALL_STAGES)}")
-    return replace(cfg, guardian=rpa.GuardianConfig(), **late)  # type: ignore[arg-type]
+    return replace(cfg, guardian=rpa_train.GuardianConfig(), **late)  # type: ignore[arg-type]
 
 
-def run_dir(out: Path, stage: str, seed: int) -> Path:
-    return out / "runs" / f"{stage}_seed{seed}"
+def run_dir(out: Path, stage: str, seed: int) -> RunFolder:
+    return RunFolder(out / "runs" / f"{stage}_seed{seed}")
 
 
 def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -206,7 +210,7 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     austen = load_austen(context=size.context, vocab=size.vocab, cache_dir=out / "data")
     data = austen.data
     if args.eval_chunks:  # smoke runs: fewer control / validation chunks (numbers not comparable)
-        data = rpa.TokenData(
+        data = rpa_train.TokenData(
             data.train, data.control[: args.eval_chunks], data.validation[: args.eval_chunks]
         )
     model = build_model(size, austen.vocab_size, seed, args.device)
@@ -214,13 +218,13 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     if stage not in ("baseline", "schedules"):
         prior = rpa.RPAPrior.for_model(model, rpa.RPAConfig(), seed=seed + 10_000)
     cfg = stage_config(stage, size, seed, args)
-    folder = run_dir(out, stage, seed)
-    res = rpa.train(
+    run = run_dir(out, stage, seed)
+    res = rpa_train.train(
         model,
         prior,
         data,
         cfg,
-        out_dir=folder,
+        out_dir=run.path,
         progress=not args.quiet,
         desc=f"{stage} seed {seed}",
     )
@@ -244,7 +248,7 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         "train_config": cfg.to_json(),
         "size_config": asdict(size),
     }
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    run.summary.write_text(json.dumps(summary, indent=2))
     if not args.quiet:
         ce = ", ".join(f"{k} {v:.4f}" for k, v in res.val_ce.items())
         print(f"{stage} seed {seed}: validation CE {ce} ({res.seconds / 60:.1f} min)", flush=True)
@@ -252,7 +256,10 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 def collect(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/summary.json"))]
+    """The summaries of the finished runs under ``out/runs``, in folder order."""
+    folders = sorted(p for p in (out / "runs").glob("*") if p.is_dir())
+    runs = [RunFolder(p) for p in folders]
+    return [json.loads(r.summary.read_text()) for r in runs if r.summary.is_file()]
 
 
 def report(args: argparse.Namespace) -> str:
@@ -348,7 +355,7 @@ def _figure_curves(out: Path, runs: list[dict[str, Any]]) -> None:
         "schedules": "tab:green",
     }
     for r in runs:
-        path = run_dir(out, r["stage"], r["seed"]) / "result.json"
+        path = run_dir(out, r["stage"], r["seed"]).result
         hist = json.loads(path.read_text())["history"]
         ctl = [(h["step"], h["control_ce"]) for h in hist if "control_ce" in h]
         if ctl:
@@ -380,12 +387,12 @@ def audit(args: argparse.Namespace) -> str:
     result: dict[str, Any] = {}
     parts = []
     for stage in ALL_STAGES:
-        folder = run_dir(out, stage, seed)
-        if not (folder / "audit_ids.pt").is_file():
+        run = run_dir(out, stage, seed)
+        if not run.audit_ids.is_file():
             continue
-        res = rpa.audit_rpa(folder, out=out / "audit" / f"{stage}_seed{seed}")
+        res = rpa_audit.audit_rpa(run.path, out=out / "audit" / f"{stage}_seed{seed}")
         result[stage] = res
-        parts += [f"# {stage} (seed {seed})", "", rpa.audit_markdown(res)]
+        parts += [f"# {stage} (seed {seed})", "", rpa_audit.audit_markdown(res)]
     if not result:
         raise SystemExit(f"no runs for seed {seed} under {out / 'runs'}")
     md = "\n".join(parts)
@@ -455,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             action="store_true",
             help="allow TF32 matrix products on CUDA: several times faster than fp32 on Ampere "
             "and later GPUs, results differ from fp32 in the 3rd-4th digit (recorded in "
-            "summary.json)",
+            "each run's summary)",
         )
         p.add_argument(
             "--threads",
@@ -509,10 +516,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "ablation":
         for seed in args.seeds:
             for stage in args.stages:
-                if (
-                    args.skip_existing
-                    and (run_dir(Path(args.out), stage, seed) / "summary.json").is_file()
-                ):
+                if args.skip_existing and run_dir(Path(args.out), stage, seed).summary.is_file():
                     continue
                 train_one(stage, seed, args)
         print(report(args))

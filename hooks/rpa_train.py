@@ -1,4 +1,9 @@
-r"""The Guardian and the training schedules of RPA models (re-exported by :mod:`attncoda.hooks.rpa`).
+r"""Training RPA models: the Guardian, the context game, the schedules and :func:`train`.
+
+The prior itself is :mod:`attncoda.hooks.rpa`; this module imports it (never the reverse), and
+writes a run folder (:class:`~attncoda.hooks.rpa_checkpoints.RunFolder`) that
+:func:`attncoda.hooks.rpa_audit.audit_rpa` reads. Every loss here is
+:func:`attncoda.hooks.evaluate.next_token_loss` (with label smoothing on the training loss).
 
 Components (each can be switched off for ablations by passing ``None`` / ``False`` in
 :class:`TrainConfig`):
@@ -51,21 +56,24 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from attncoda import InputError
 
-if TYPE_CHECKING:
-    from .rpa import RPAPrior
+from .evaluate import next_token_loss
+from .rpa import RPAPrior, attached, current_plugin, is_attached
+from .rpa_checkpoints import RunFolder, save_checkpoint
 
 __all__ = [
     "Chaos",
@@ -643,14 +651,6 @@ class TokenData:
         return torch.stack([self.train[s : s + length] for s in starts.tolist()])
 
 
-def _lm_loss(logits: torch.Tensor, ids: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    return nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-        ids[:, 1:].reshape(-1),
-        label_smoothing=label_smoothing,
-    )
-
-
 @torch.no_grad()
 def evaluate(
     model: Any,
@@ -665,8 +665,6 @@ def evaluate(
     With a prior, its cached inference bias is used (``mode="batch"``: the training bias of each
     evaluation batch). The model's train/eval mode is restored.
     """
-    from .rpa import attached, is_attached
-
     was = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -678,8 +676,6 @@ def evaluate(
         with ctx as plugin:
             old_mode = None
             if prior is not None and plugin is None:
-                from .rpa import current_plugin
-
                 plugin = current_plugin(model)
             if plugin is not None:
                 old_mode, plugin.mode = plugin.mode, mode
@@ -688,7 +684,7 @@ def evaluate(
                     ids = chunks[i : i + batch_size].to(device)
                     logits = model(input_ids=ids).logits
                     n = ids[:, 1:].numel()
-                    total += float(_lm_loss(logits, ids)) * n
+                    total += float(next_token_loss(logits, ids)) * n
                     count += n
             finally:
                 if plugin is not None and old_mode is not None:
@@ -852,10 +848,11 @@ def train(
     The reported CEs are over ``data.validation`` in eval mode (an RPA model uses its cached
     inference bias): ``"raw"`` (last weights), ``"ema"`` (with ``ema``), ``"swa_select"``
     (with ``swa_select``: the selective average if it beat the un-averaged weights on the
-    control set, else those weights). With ``out_dir``, checkpoints go to
-    ``out_dir/checkpoints/stepNNNNNN.pt``, the final weights to ``final_raw.pt`` /
-    ``final_ema.pt`` / ``final_swa.pt`` and ``final.pt`` (the last of these that applies),
-    held-out audit ids to ``audit_ids.pt``, and the result to ``result.json``.
+    control set, else those weights). With ``out_dir``, the run folder
+    (:class:`~attncoda.hooks.rpa_checkpoints.RunFolder`) gets the checkpoints
+    (``checkpoints/stepNNNNNN.pt``), the final weights (``final_raw.pt`` / ``final_ema.pt`` /
+    ``final_swa.pt``, and ``final.pt``: the last of these that applies), held-out audit ids
+    (``audit_ids.pt``), the config and the result (``result.json``).
 
     Parameters
     ----------
@@ -886,12 +883,8 @@ def train(
     >>> sorted(res.val_ce)
     ['raw']
     """
-    from tqdm.auto import tqdm
-
-    from .rpa import attached, save_checkpoint
-
     cfg = config
-    out = Path(out_dir) if out_dir is not None else None
+    run = RunFolder(out_dir) if out_dir is not None else None
     if cfg.guardian is not None and prior is None:
         raise InputError("the Guardian controls the RPA prior: pass a prior or guardian=None")
     lengths = cfg.context_game.lengths if cfg.context_game is not None else (cfg.context,)
@@ -919,10 +912,10 @@ def train(
     warm_steps = max(1, round(cfg.warm_frac * cfg.steps))
     ckpt_steps = checkpoint_steps(cfg.steps, cfg.checkpoints, cfg.checkpoint_spacing)
     control = data.control[: cfg.control_chunks]
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(data.validation[:8].clone(), out / "audit_ids.pt")
-        (out / "train_config.json").write_text(json.dumps(cfg.to_json(), indent=2))
+    if run is not None:
+        run.path.mkdir(parents=True, exist_ok=True)
+        torch.save(data.validation[:8].clone(), run.audit_ids)
+        run.train_config.write_text(json.dumps(cfg.to_json(), indent=2))
     if prior is not None:
         prior.set_controls(bias_scale=0.0 if cfg.warm_frac > 0 else 1.0)
         prior.calibrate(model, [control.to(device)])
@@ -930,10 +923,8 @@ def train(
     prev_bias: list[torch.Tensor] | None = None
 
     def checkpoint(step: int) -> None:
-        if out is not None and step in ckpt_steps:
-            save_checkpoint(
-                out / "checkpoints" / f"step{step:06d}.pt", model, prior, step=step, seed=cfg.seed
-            )
+        if run is not None and step in ckpt_steps:
+            save_checkpoint(run.checkpoint(step), model, prior, step=step, seed=cfg.seed)
 
     def control_ce(weights: dict[str, torch.Tensor] | None = None) -> float:
         ctx = swapped(modules, weights) if weights is not None else nullcontext()
@@ -971,7 +962,7 @@ def train(
             length = game.sample() if game is not None else cfg.context
             ids = data.sample(length, cfg.tokens_per_step // length, gen).to(device)
             logits = model(input_ids=ids).logits
-            ce = _lm_loss(logits, ids, cfg.label_smoothing)
+            ce = next_token_loss(logits, ids, label_smoothing=cfg.label_smoothing)
             loss = ce + (prior.regularizer() if prior is not None else 0.0)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at step {step}")
@@ -985,7 +976,9 @@ def train(
             if ema is not None:
                 ema.update()
             ce_plain = (
-                float(_lm_loss(logits.detach(), ids)) if cfg.label_smoothing else float(ce.detach())
+                float(next_token_loss(logits.detach(), ids))
+                if cfg.label_smoothing
+                else float(ce.detach())
             )
             result.losses.append(ce_plain)
             result.tokens += ids.numel()
@@ -1044,17 +1037,15 @@ def train(
         val = data.validation
         result.val_ce["raw"] = evaluate(model, prior, val)
         final_weights: dict[str, torch.Tensor] | None = None
-        final_name = "final_raw.pt"
-        if out is not None:
-            save_checkpoint(out / "final_raw.pt", model, prior, step=cfg.steps, weights="raw")
+        final_name: Literal["raw", "ema", "swa"] = "raw"
+        if run is not None:
+            save_checkpoint(run.final("raw"), model, prior, step=cfg.steps, weights="raw")
         if ema is not None:
             with ema.applied():
                 result.val_ce["ema"] = evaluate(model, prior, val)
-                if out is not None:
-                    save_checkpoint(
-                        out / "final_ema.pt", model, prior, step=cfg.steps, weights="ema"
-                    )
-            final_weights, final_name = ema.state(), "final_ema.pt"
+                if run is not None:
+                    save_checkpoint(run.final("ema"), model, prior, step=cfg.steps, weights="ema")
+            final_weights, final_name = ema.state(), "ema"
         if swa is not None:
             avg = swa.average()
             base_weights = final_weights
@@ -1065,22 +1056,20 @@ def train(
                 final_weights = avg
             with swapped(modules, final_weights) if final_weights is not None else nullcontext():
                 result.val_ce["swa_select"] = evaluate(model, prior, val)
-                if out is not None:
+                if run is not None:
                     save_checkpoint(
-                        out / "final_swa.pt",
+                        run.final("swa"),
                         model,
                         prior,
                         step=cfg.steps,
                         weights="swa" if result.swa_used else ("ema" if ema is not None else "raw"),
                     )
-            final_name = "final_swa.pt"
+            final_name = "swa"
     if guardian is not None:
         result.guardian = list(guardian.history)
     if game is not None:
         result.context_mixture = game.mixture()
-    if out is not None:
-        import shutil
-
-        shutil.copyfile(out / final_name, out / "final.pt")
-        (out / "result.json").write_text(json.dumps(result.to_json(), indent=2))
+    if run is not None:
+        shutil.copyfile(run.final(final_name), run.final())
+        run.result.write_text(json.dumps(result.to_json(), indent=2))
     return result

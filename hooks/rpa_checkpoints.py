@@ -1,0 +1,174 @@
+"""RPA training runs on disk: checkpoints, and the layout of a run folder.
+
+A checkpoint (:func:`save_checkpoint`, :func:`load_checkpoint`) holds a model built from a config,
+its RPA prior (:mod:`attncoda.hooks.rpa`; none for a baseline) and JSON metadata. A run folder
+(:class:`RunFolder`) is what :func:`attncoda.hooks.rpa_train.train` writes and what
+:func:`attncoda.hooks.rpa_audit.audit_rpa` (``attncoda audit rpa``) and the RPA case study read:
+its file names exist only here.
+
+Examples
+--------
+>>> RunFolder("runs/rpa_seed0").checkpoint(75).as_posix()
+'runs/rpa_seed0/checkpoints/step000075.pt'
+>>> RunFolder("runs/rpa_seed0").final("ema").name
+'final_ema.pt'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from .rpa import RPAConfig, RPAError, RPAPrior
+
+__all__ = ["Checkpoint", "RunFolder", "load_checkpoint", "save_checkpoint"]
+
+#: Which weights a final checkpoint holds: the last weights, their EMA, or the SWA-select choice.
+Weights = Literal["raw", "ema", "swa"]
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one RPA (or baseline) training run.
+
+    ``train(out_dir=...)`` writes :attr:`audit_ids`, :attr:`train_config`, one checkpoint per
+    saved step under :attr:`checkpoints`, the final weights (:meth:`final`) and :attr:`result`;
+    the case study adds :attr:`summary`.
+
+    Attributes
+    ----------
+    path : Path
+        The run folder.
+    """
+
+    path: Path
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        object.__setattr__(self, "path", Path(path))
+
+    @property
+    def checkpoints(self) -> Path:
+        """The folder of the step checkpoints."""
+        return self.path / "checkpoints"
+
+    def checkpoint(self, step: int) -> Path:
+        """The checkpoint saved at ``step`` (``checkpoints/stepNNNNNN.pt``)."""
+        return self.checkpoints / f"step{step:06d}.pt"
+
+    def step_checkpoints(self) -> list[Path]:
+        """The step checkpoints present, in step order."""
+        return sorted(self.checkpoints.glob("step*.pt"))
+
+    def final(self, weights: Weights | None = None) -> Path:
+        """``final.pt`` (the weights the run reports), or ``final_raw.pt`` / ``final_ema.pt`` /
+        ``final_swa.pt``."""
+        return self.path / ("final.pt" if weights is None else f"final_{weights}.pt")
+
+    def final_checkpoint(self) -> Path:
+        """The checkpoint of the run's final model: ``final.pt``, else ``final_raw.pt``, else the
+        last step checkpoint."""
+        for path in (self.final(), self.final("raw")):
+            if path.is_file():
+                return path
+        steps = self.step_checkpoints()
+        if not steps:
+            raise FileNotFoundError(f"no final weights and no checkpoints under {self.path}")
+        return steps[-1]
+
+    @property
+    def audit_ids(self) -> Path:
+        """Held-out token ids ``(sample, T)`` for audits."""
+        return self.path / "audit_ids.pt"
+
+    @property
+    def train_config(self) -> Path:
+        """The :class:`~attncoda.hooks.rpa_train.TrainConfig` as JSON."""
+        return self.path / "train_config.json"
+
+    @property
+    def result(self) -> Path:
+        """The :class:`~attncoda.hooks.rpa_train.TrainResult` as JSON."""
+        return self.path / "result.json"
+
+    @property
+    def summary(self) -> Path:
+        """The case study's summary of the run (written when the run is complete)."""
+        return self.path / "summary.json"
+
+
+@dataclass
+class Checkpoint:
+    """A model, its prior (None for a baseline) and the metadata saved with them."""
+
+    model: Any
+    prior: RPAPrior | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str], model: Any, prior: RPAPrior | None = None, **meta: Any
+) -> Path:
+    """Save a model built from a config, its prior and JSON-able metadata (atomically).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from attncoda.hooks import zoo
+    >>> model = zoo.tiny_twin("llama")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     p = save_checkpoint(os.path.join(d, "c.pt"), model, step=3)
+    ...     load_checkpoint(p).meta["step"]
+    3
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "format": "attncoda-rpa-checkpoint-1",
+        "model_config": json.dumps(model.config.to_dict()),
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "meta": json.dumps(meta),
+    }
+    if prior is not None:
+        payload["prior"] = {k: v.detach().cpu() for k, v in prior.state_dict().items()}
+        payload["prior_config"] = json.dumps(asdict(prior.config))
+        payload["prior_sizes"] = [prior.hidden_size, prior.n_layers, prior.max_positions]
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], *, map_location: str | torch.device = "cpu"
+) -> Checkpoint:
+    """Load what :func:`save_checkpoint` wrote: the model (eval mode) and its prior."""
+    import transformers  # heavy: loaded only when a model is rebuilt from its config
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if payload.get("format") != "attncoda-rpa-checkpoint-1":
+        raise RPAError(f"{path} is not an attncoda RPA checkpoint")
+    cfg_dict = json.loads(payload["model_config"])
+    model_type = cfg_dict.pop("model_type")
+    config = transformers.AutoConfig.for_model(model_type, **cfg_dict)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(payload["model"])
+    model.to(map_location).eval()
+    prior = None
+    if "prior" in payload:
+        known = {f.name for f in fields(RPAConfig)}
+        pcfg = RPAConfig(
+            **{k: v for k, v in json.loads(payload["prior_config"]).items() if k in known}
+        )
+        hidden, n_layers, max_pos = (int(v) for v in payload["prior_sizes"])
+        prior = RPAPrior(hidden, n_layers, max_pos, pcfg)
+        prior.load_state_dict(payload["prior"])
+        prior.to(map_location)
+    return Checkpoint(model=model, prior=prior, meta=json.loads(payload["meta"]))
