@@ -4,6 +4,18 @@
 and tiny twins), ``assets`` (offline real models and corpora). The core ``attncoda`` package
 never imports torch or transformers; this package imports them lazily, on first use of
 ``capture`` (so ``attncoda fetch`` works without loading torch).
+
+Modules, one idea each (import them by name, e.g. ``from attncoda.hooks import gates``):
+
+- ``gates``: zero or mean ablation of attention heads; ``scores``: head-importance scores and
+  prune plans; ``prune``: the sweep over scores and pruned-head counts behind ``attncoda prune``.
+- ``evaluate``: the one next-token loss, perplexity on fixed windows, per-token scores, paired
+  bootstrap intervals, a cloze task.
+- ``arach``: the ARACH hub-token plug-in; ``arach_audit``: its attention audit (datasets).
+- ``rpa``: the RPA prior and its plug-in; ``rpa_train``: the Guardian, the schedules and the
+  trainer; ``rpa_checkpoints``: checkpoints and the run-folder layout; ``rpa_audit``: the audits
+  of the prior (datasets) behind ``attncoda audit rpa``.
+- ``demo``, ``distributed``: the main job and capture at scale.
 """
 
 from __future__ import annotations

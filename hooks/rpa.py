@@ -33,7 +33,7 @@ no controller. Around the prior, each in its own module and each importing this 
 :mod:`attncoda.hooks.rpa_audit`.
 
 Choices where the paper is silent or inconsistent (each is an option)
---------------------------------------------------------------------
+---------------------------------------------------------------------
 - **Backbone.** The paper's model is a fuzzy mixture-of-experts Transformer with per-block
   residual gates and an attention-output gate. This plug-in adds *only* the prior to an
   unchanged HF model (GPT-2 or Llama): the prior's parameters live in a separate

@@ -368,11 +368,11 @@ def audit_rpa(
 
     Parameters
     ----------
-    run_dir : path
+    run_dir : str or os.PathLike
         An RPA (or baseline) run folder.
-    baseline_dir : path, optional
+    baseline_dir : str or os.PathLike, optional
         A baseline run folder to put side by side.
-    out : path, optional
+    out : str or os.PathLike, optional
         Folder for ``*.nc`` and ``audit.md``: new, empty, or (``overwrite=True``) one attncoda
         wrote; written beside its place and swapped in when complete.
     input_ids : torch.Tensor, optional

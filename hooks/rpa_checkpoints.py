@@ -36,14 +36,10 @@ Weights = Literal["raw", "ema", "swa"]
 class RunFolder:
     """The files of one RPA (or baseline) training run.
 
-    ``train(out_dir=...)`` writes :attr:`audit_ids`, :attr:`train_config`, one checkpoint per
-    saved step under :attr:`checkpoints`, the final weights (:meth:`final`) and :attr:`result`;
-    the case study adds :attr:`summary`.
-
-    Attributes
-    ----------
-    path : Path
-        The run folder.
+    ``RunFolder(path)``: ``.path`` is the folder (a :class:`pathlib.Path`). ``train(out_dir=...)``
+    writes :attr:`audit_ids`, :attr:`train_config`, one checkpoint per saved step under
+    :attr:`checkpoints`, the final weights (:meth:`final`) and :attr:`result`; the case study
+    adds :attr:`summary`.
     """
 
     path: Path

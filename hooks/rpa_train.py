@@ -31,7 +31,7 @@ Components (each can be switched off for ablations by passing ``None`` / ``False
     helpful CE zone and with a minimum relative gain over the zone entry.
 
 Choices where the paper gives no value (all options)
---------------------------------------------------
+----------------------------------------------------
 - **Reward.** ``R = -CE + lambda1 (CE_prev - CE)_+ + lambda2 sigmoid((CE_best - CE) / s)`` with
   ``lambda1 = 1``, ``lambda2 = 0.1``, ``s = 0.05`` (the paper: "gain-shaped, emphasizing
   improvements at already-low CE"; constants not given).
@@ -862,7 +862,7 @@ def train(
         None trains the baseline (no plug-in at all).
     data : TokenData
     config : TrainConfig
-    out_dir : path, optional
+    out_dir : str or os.PathLike, optional
     progress : bool
         Show a tqdm progress bar.
     desc : str
