@@ -203,12 +203,10 @@ _MODEL_HELP = (
 
 
 def _load_model(name: str) -> tuple[Any, Any]:
-    from attncoda.hooks.demo import load_any
+    """The model and tokenizer of a MODEL argument, through the one loader (``zoo.load``)."""
+    from attncoda.hooks import zoo
 
-    try:
-        model, tokenizer = load_any(name)
-    except ValueError as exc:
-        raise _usage(str(exc)) from exc
+    model, tokenizer = zoo.load(name)
     if tokenizer is None and not name.startswith("twin:"):
         raise _usage(
             f"{name!r} has no tokenizer files; save the tokenizer next to the checkpoint "

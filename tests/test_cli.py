@@ -161,10 +161,10 @@ def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_entry_points_run_as_processes() -> None:
-    """The console script and ``python -m attncoda.hooks.demo`` (the README's old spelling)."""
+    """The console script's module and ``python -m attncoda``."""
     for cmd in (
         [sys.executable, "-m", "attncoda.cli", "--version"],
-        [sys.executable, "-m", "attncoda.hooks.demo", "--help"],
+        [sys.executable, "-m", "attncoda", "demo", "--help"],
     ):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert res.returncode == 0, res.stderr

@@ -78,10 +78,10 @@ def test_every_python_module_in_readme_and_docs_exists() -> None:
 
 
 def test_readme_main_job_is_the_demo() -> None:
-    """The README's first command ends with the main job, `attncoda demo` (or its module)."""
+    """The README's first command ends with the main job, `attncoda demo`."""
     first = next(b for w, b in _blocks({"bash"}) if w == "README.md")
     assert "attncoda fetch smollm2-135m austen" in first
-    assert "attncoda demo" in first or "python -m attncoda.hooks.demo" in first
+    assert "attncoda demo" in first
 
 
 def test_api_page_covers_the_public_namespace() -> None:

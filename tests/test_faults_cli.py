@@ -31,9 +31,9 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad option was refused")
 
-    from attncoda.hooks import assets, demo
+    from attncoda.hooks import assets, zoo
 
-    monkeypatch.setattr(demo, "load_any", refuse)
+    monkeypatch.setattr(zoo, "load", refuse)
     monkeypatch.setattr(assets, "load_model", refuse)
 
 
