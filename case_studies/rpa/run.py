@@ -25,7 +25,7 @@ initialisation and draws its batches from the same data with the same token budg
     The plain model with the late-phase schedules, EMA and SWA-select but no prior and no
     Guardian: separates what the schedules give from what the Guardian gives.
 
-Outputs go under ``--out`` (default ``case_studies/rpa/out``): ``runs/<stage>_seed<k>/``
+Outputs go under ``--out`` (default ``case_studies/rpa/results``): ``runs/<stage>_seed<k>/``
 (the run folders of :class:`attncoda.hooks.rpa_checkpoints.RunFolder`: checkpoints, final
 weights, the training result and the run's summary), ``results.json``, ``ablation.md``,
 ``audit/`` and ``figures/``.
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from attncoda.hooks import rpa, rpa_audit, rpa_train
+from attncoda.hooks import rpa, rpa_train
 from attncoda.hooks.rpa_checkpoints import RunFolder
 
 from .data import load_austen
@@ -338,6 +338,9 @@ def report(args: argparse.Namespace) -> str:
     )
     (out / "ablation.md").write_text(md)
     _figure_curves(out, runs)
+    from .study import write_runs_table
+
+    write_runs_table(out)
     return md
 
 
@@ -381,24 +384,11 @@ def _figure_curves(out: Path, runs: list[dict[str, Any]]) -> None:
 
 
 def audit(args: argparse.Namespace) -> str:
-    """CoDa audit of one seed: entropy trajectories side by side and the prior's perturbation."""
-    out = Path(args.out)
-    seed = args.seed
-    result: dict[str, Any] = {}
-    parts = []
-    for stage in ALL_STAGES:
-        run = run_dir(out, stage, seed)
-        if not run.audit_ids.is_file():
-            continue
-        res = rpa_audit.audit_rpa(run.path, out=out / "audit" / f"{stage}_seed{seed}")
-        result[stage] = res
-        parts += [f"# {stage} (seed {seed})", "", rpa_audit.audit_markdown(res)]
-    if not result:
-        raise SystemExit(f"no runs for seed {seed} under {out / 'runs'}")
-    md = "\n".join(parts)
-    (out / "audit" / f"audit_seed{seed}.md").write_text(md)
-    _figure_audit(out, result, seed)
-    return md
+    """CoDa audit of one seed: entropy trajectories side by side and the prior's perturbation
+    (:func:`case_studies.rpa.study.audit_seed`); the markdown."""
+    from .study import audit_seed
+
+    return audit_seed(Path(args.out), args.seed)[1]
 
 
 def _figure_audit(out: Path, result: dict[str, Any], seed: int) -> None:
@@ -441,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", default="case_studies/rpa/out", help="output folder")
+        p.add_argument("--out", default="case_studies/rpa/results", help="output folder")
         p.add_argument("--size", choices=tuple(SIZES), default="small")
         p.add_argument("--steps", type=int, default=None, help="override the size's steps")
         p.add_argument(
