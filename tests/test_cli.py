@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 import attncoda as ac
-from attncoda._front import parse_index
-from attncoda._report import load_analysis
 from attncoda.cli import build_parser, main
+from attncoda.cli._common import parse_index
 
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
@@ -145,7 +144,7 @@ def test_analyze_on_a_torch_device_and_a_bad_device(
     for name, extra in (("numpy", []), ("device", ["--device", "cpu"])):
         argv = ["analyze", str(cap), "--out", str(tmp_path / name), "--n-boot", "5"]
         assert main([*argv, "--no-figures", "-q", *extra]) == 0
-        numbers[name] = load_analysis(tmp_path / name).numbers
+        numbers[name] = ac.load_analysis(tmp_path / name).numbers
     assert "flip_rate_kept_dropped_js" in numbers["numpy"]
     assert "clustering_ari_k2" in numbers["numpy"]
     for key, want in numbers["numpy"].items():
@@ -203,7 +202,7 @@ def test_demo_quick_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["demo", "--quick", "--passages", "4", "--out", str(out), "-q"]) == 0
     printed = capsys.readouterr().out
     assert "smollm2-135m on 4 passages of austen:emma" in printed
-    res = load_analysis(out)
+    res = ac.load_analysis(out)
     assert res.numbers["n_layers"] == 30 and res.numbers["n_heads"] == 9
     assert 0 < res.numbers["sink_rate"] <= 1
     assert res.numbers["entropy_identity_max_error"] < 1e-4
@@ -216,9 +215,9 @@ def test_demo_quick_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`audit rpa` (attncoda._front.register_audit_rpa) parses, helps, and rejects a missing run."""
-    from attncoda._front import register_audit_rpa
+    """`audit rpa` (attncoda.cli._audit.register_audit_rpa) parses, helps, rejects a missing run."""
     from attncoda.cli import CommandError
+    from attncoda.cli._audit import register_audit_rpa
 
     parser = argparse.ArgumentParser(prog="attncoda audit")
     register_audit_rpa(parser.add_subparsers(dest="target"))

@@ -295,12 +295,12 @@ def test_exit_codes_are_listed_in_help(capsys):
 
 def test_a_bug_exits_70_with_its_traceback(monkeypatch, capsys, tmp_path, summaries):
     """An unexpected exception is neither bad usage nor a failed run: 70 and a traceback."""
-    import attncoda._front as front
+    import attncoda.cli._analyze as analyze_command
 
     def crash(path):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(front, "_load_dataset", crash)
+    monkeypatch.setattr(analyze_command, "load_dataset", crash)
     code = main(["analyze", str(summaries), "--out", str(tmp_path / "a")])
     err = capsys.readouterr().err
     assert code == 70

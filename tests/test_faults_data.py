@@ -463,45 +463,39 @@ def test_append_renumbers_samples_and_refuses_a_foreign_store(tmp_path, ds):
 
 
 def test_an_output_folder_of_user_files_is_never_replaced(tmp_path):
-    from attncoda._report import analyze
-
     out = tmp_path / "analysis"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     for overwrite in (False, True):
         with pytest.raises(ac.OutputExistsError):
-            analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=overwrite)
+            ac.analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=overwrite)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 def test_an_analysis_folder_is_replaced_only_with_overwrite_and_only_when_all_ours(tmp_path):
-    from attncoda._report import analyze
-
     rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     out = tmp_path / "analysis"
-    analyze(rows, out, n_boot=0, progress=False, figures=False)
+    ac.analyze(rows, out, n_boot=0, progress=False, figures=False)
     stamp = json.loads((out / _atomic.STAMP).read_text())
     assert "analysis.json" in stamp["files"]
     with pytest.raises(ac.OutputExistsError, match="overwrite=True"):
-        analyze(rows, out, n_boot=0, progress=False, figures=False)
-    analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
+        ac.analyze(rows, out, n_boot=0, progress=False, figures=False)
+    ac.analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
     (out / "notes.txt").write_text("a note the user added")
     with pytest.raises(ac.OutputExistsError, match=r"notes\.txt"):
-        analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
+        ac.analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
     assert (out / "notes.txt").exists()
     assert _debris(tmp_path) == []
 
 
 def test_a_failing_analysis_leaves_no_folder_and_no_debris(tmp_path):
-    from attncoda._report import analyze
-
     rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     with (
         mock.patch("attncoda._report._entropy_section", side_effect=RuntimeError("boom")),
         pytest.raises(RuntimeError, match="boom"),
     ):
-        analyze(rows, tmp_path / "analysis", n_boot=0, progress=False, figures=False)
+        ac.analyze(rows, tmp_path / "analysis", n_boot=0, progress=False, figures=False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -517,21 +511,17 @@ def test_a_failing_analysis_leaves_no_folder_and_no_debris(tmp_path):
     ],
 )
 def test_analysis_options_are_refused_before_any_file(tmp_path, kwargs, message):
-    from attncoda._report import analyze
-
     rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     with pytest.raises(ac.AttncodaError, match=message):
-        analyze(rows, tmp_path / "a", progress=False, figures=False, **kwargs)
+        ac.analyze(rows, tmp_path / "a", progress=False, figures=False, **kwargs)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_rows_without_rows_are_refused_before_any_file(tmp_path):
-    from attncoda._report import analyze
-
     rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
     summaries = rows.drop_vars("log_attn").assign(
         **{k: rows.log_attn.isel(key=0) * 0 + 0.5 for k in ac.SUMMARY_VARIABLES}
     )
     with pytest.raises(ac.AttncodaError, match="holds no rows"):
-        analyze(summaries, tmp_path / "a", rows=summaries, progress=False, figures=False)
+        ac.analyze(summaries, tmp_path / "a", rows=summaries, progress=False, figures=False)
     assert list(tmp_path.iterdir()) == []

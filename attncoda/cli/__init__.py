@@ -1,0 +1,162 @@
+"""The ``attncoda`` command: the application layer, above ``attncoda`` and ``attncoda.hooks``.
+
+One module per command group registers its subcommands (``register(subparsers)``) and runs them
+(``_cmd_*``); :mod:`._common` holds what they share (option spellings, argument types, loaders,
+the one-line :class:`CommandError`). ``attncoda.hooks`` imports torch, so commands import it when
+they run, never at module import: ``attncoda --help`` stays fast.
+
+Errors a user can fix print one line, ``attncoda: error: ...``, on stderr, and no traceback. Every
+such error is an :class:`attncoda.AttncodaError`, and its class says the exit code
+(``exit_code``): 2 for bad usage (an option, argument or input the user can correct), 1 for a run
+that could not complete (a corrupted file, a failed download, a full disk). Anything else is a bug:
+its traceback is printed and the exit code is 70. An interrupt (Ctrl-C) exits with 130.
+
+Examples
+--------
+>>> from attncoda.cli import main
+>>> main(["fetch", "--list"])  # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from attncoda import (
+    EXIT_FAILURE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    AttncodaError,
+    __version__,
+)
+
+from . import _analyze, _audit, _capture, _demo, _fetch, _prune
+from ._common import PROG, CommandError, print_error
+
+__all__ = ["EXIT_CODES", "PROG", "CommandError", "build_parser", "main"]
+
+#: Exit codes (documented in ``attncoda --help``).
+
+EXIT_CODES = (
+    (EXIT_OK, "success"),
+    (EXIT_FAILURE, "the run failed (a corrupted file, a failed download, a full disk, ...)"),
+    (EXIT_USAGE, "bad usage: an option, argument or input file to correct"),
+    (EXIT_INTERNAL, "internal error: a bug in attncoda (traceback printed; please report it)"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+
+_REGISTER: tuple[Callable[[Any], None], ...] = (
+    _demo.register,
+    _fetch.register,
+    _capture.register,
+    _analyze.register_analyze,
+    _analyze.register_report,
+    _prune.register,
+    _audit.register,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (``attncoda: error: ...``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix(PROG).strip()
+        where = f"{command}: " if command else ""
+        hint = f"; see `{self.prog} --help`"
+        print_error(f"{where}{' '.join(message.split())}{hint}")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``attncoda`` argument parser with every subcommand registered."""
+    parser = _Parser(
+        prog=PROG,
+        description="Attention rows as compositional data: capture, decompose, compare.",
+        epilog="exit codes:\n" + "\n".join(f"  {code:<4}{meaning}" for code, meaning in EXIT_CODES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in _REGISTER:
+        register(subparsers)
+    return parser
+
+
+def _error_code(exc: BaseException) -> int | None:
+    """Exit code for an expected, user-fixable error; None for a bug (traceback wanted)."""
+    if isinstance(exc, AttncodaError):
+        return int(exc.exit_code)
+    if isinstance(exc, OSError) and not isinstance(exc, (ModuleNotFoundError,)):
+        return EXIT_FAILURE  # disk full, permissions: the message names the file
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``attncoda`` command and return its exit status.
+
+    Parameters
+    ----------
+    argv
+        Arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns
+    -------
+    int
+        0 on success, 1 when the run failed, 2 on a usage error, 70 on an internal error
+        (a bug), 130 when interrupted (:data:`EXIT_CODES`).
+
+    Examples
+    --------
+    A usage error returns 2 (its message, ``attncoda: error: unknown asset ...``, goes to
+    stderr):
+
+    >>> main(["fetch", "no-such-asset"])
+    2
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print_error("interrupted; outputs being written were left as they were before")
+        return EXIT_INTERRUPTED
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in {"torch", "transformers", "rdata", "gguf"}:
+            print_error(
+                f"{exc.name} is not installed; install the extra: pip install 'attncoda[hooks]'"
+            )
+            return EXIT_FAILURE
+        return _internal(exc)
+    except Exception as exc:
+        code = _error_code(exc)
+        if code is None:
+            return _internal(exc)
+        print_error(_one_line(str(exc) or type(exc).__name__))
+        return code
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def _internal(exc: BaseException) -> int:
+    """A bug: print the traceback and a last line that says so; exit 70."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    print_error(
+        f"internal error ({type(exc).__name__}); this is a bug in attncoda {__version__}, "
+        "please report it with the traceback above"
+    )
+    return EXIT_INTERNAL

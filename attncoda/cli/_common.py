@@ -1,0 +1,255 @@
+"""What the subcommands of ``attncoda`` share: one spelling of each common option, the argument
+types, the one-line :class:`CommandError`, and the loaders of models, texts and datasets.
+
+Options shared by the commands keep one spelling: ``--out`` (output file or folder), ``--force``
+(replace an output attncoda wrote), ``--threads`` (torch CPU threads), ``-q/--quiet`` (no
+progress bars), ``--layers/--heads/--queries`` (an index list ``0,3,-1``, a slice ``2:10:2`` or
+``all``).
+
+Examples
+--------
+>>> from attncoda.cli._common import parse_index
+>>> parse_index("all"), parse_index("0,3,-1"), parse_index("2:10:2")
+(None, [0, 3, -1], slice(2, 10, 2))
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attncoda as ac
+from attncoda import EXIT_FAILURE, EXIT_USAGE, AttncodaError
+
+PROG = "attncoda"
+
+
+class CommandError(AttncodaError):
+    """An error of the command line, reported as one line; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self.code
+
+
+def print_error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> Exception:
+    """A :class:`CommandError` to raise: one line, exit ``code`` (default 1, the run failed)."""
+    return CommandError(message, code)
+
+
+def usage(message: str) -> Exception:
+    """A :class:`CommandError` for bad usage (exit 2)."""
+    return fail(message, EXIT_USAGE)
+
+
+def parse_index(text: str) -> list[int] | slice | None:
+    """Parse a ``--layers/--heads/--queries`` value: ``all``, ``0,3,-1`` or ``start:stop[:step]``.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For anything else (argparse turns it into a usage error).
+    """
+    value = text.strip()
+    if value.lower() in ("all", ""):
+        return None
+    try:
+        if ":" in value:
+            parts = value.split(":")
+            if len(parts) > 3:
+                raise ValueError
+            start, stop, step = ([int(p) if p.strip() else None for p in parts] + [None, None])[:3]
+            if step == 0:
+                raise ValueError
+            return slice(start, stop, step)
+        items = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'all', a comma-separated list of ints (0,3,-1) or a slice "
+            "(start:stop[:step])"
+        ) from None
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r} selects nothing")
+    return items
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def threads(text: str) -> int:
+    """``--threads``: a whole number from 1 to the machine's CPU count."""
+    value = positive(text)
+    cpus = os.cpu_count() or 1
+    if value > cpus:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {cpus} (this machine's CPUs), got {value}"
+        )
+    return value
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threads",
+        type=threads,
+        metavar="N",
+        help="torch CPU threads, 1 to the number of CPUs (default: 1 when the machine is "
+        "busy, else torch's default)",
+    )
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output (only one that attncoda wrote; anything else is "
+        "never touched)",
+    )
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def check_out_folder(path: str | Path, force: bool, what: str = "--out") -> Path:
+    """Refuse, before any work, an output folder that may not or cannot be written."""
+    return ac.check_output(path, overwrite=force, kind="folder", what=what)
+
+
+def check_model(name: str) -> str:
+    """Refuse, before anything loads, a MODEL that is none of the accepted forms."""
+    # attncoda.hooks imports torch: loaded when the command runs, not for --help
+    from attncoda.hooks import zoo
+
+    return zoo.check_model(name)
+
+
+def set_threads(threads: int | None) -> int | None:
+    # attncoda.hooks imports torch: loaded when the command runs, not for --help
+    from attncoda.hooks.demo import auto_threads
+
+    n = threads if threads is not None else auto_threads()
+    if n is not None:
+        import torch
+
+        torch.set_num_threads(n)
+    return n
+
+
+def unparse(value: Any) -> str:
+    if isinstance(value, slice):
+        return ":".join("" if v is None else str(v) for v in (value.start, value.stop, value.step))
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as a user would type it, rebuilt from the parsed arguments."""
+    parser = getattr(args, "_parser", None)
+    if parser is None:
+        return "attncoda"
+    parts = ["attncoda", *parser.prog.split()[1:]]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest == argparse.SUPPRESS:
+            continue
+        value = getattr(args, action.dest, None)
+        if not action.option_strings:
+            parts += [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        elif value != action.default and value is not None:
+            flag = action.option_strings[-1]
+            parts += (
+                [flag] if isinstance(action, argparse._StoreTrueAction) else [flag, unparse(value)]
+            )
+    return shlex.join(parts)
+
+
+MODEL_HELP = (
+    "a zoo name (smollm2-135m, gemma3-270m, minilm-l6 load offline after `attncoda fetch`; "
+    "`attncoda fetch --list`), a local checkpoint directory, a hub id org/name (needs a "
+    "reachable hub), or twin:FAMILY for a tiny random twin (tests)"
+)
+
+
+def load_model(name: str) -> tuple[Any, Any]:
+    """The model and tokenizer of a MODEL argument, through the one loader (``zoo.load``)."""
+    # attncoda.hooks imports torch: loaded when the command runs, not for --help
+    from attncoda.hooks import zoo
+
+    model, tokenizer = zoo.load(name)
+    if tokenizer is None and not name.startswith("twin:"):
+        raise usage(
+            f"{name!r} has no tokenizer files; save the tokenizer next to the checkpoint "
+            "(tokenizer.save_pretrained(DIR))"
+        )
+    return model, tokenizer
+
+
+def read_texts(files: Sequence[str], corpus: str | None) -> list[tuple[str, str]]:
+    """``(label, text)`` of each text file (``-`` is stdin) and of the corpus ``NAME[:DOC]``."""
+    texts: list[tuple[str, str]] = []
+    for f in files:
+        if f == "-":
+            texts.append(("stdin", sys.stdin.read()))
+            continue
+        path = Path(f)
+        if not path.is_file():
+            raise usage(f"no such text file: {f}")
+        try:
+            texts.append((path.name, path.read_text(encoding="utf-8")))
+        except UnicodeDecodeError as exc:
+            raise usage(f"{f} is not UTF-8 text ({exc.reason})") from exc
+    if corpus:
+        # attncoda.hooks imports torch: loaded when the command runs, not for --help
+        from attncoda.hooks import assets
+
+        name, _, doc = corpus.partition(":")
+        asset = assets.get_asset(name)  # UnknownAssetError -> usage error
+        if asset.kind != "corpus":
+            raise usage(f"{name!r} is a model, not a corpus; corpora: austen, mobydick, wikipedia")
+        try:
+            texts.append((corpus, assets.load_text(name, doc or None)))
+        except KeyError as exc:
+            raise usage(str(exc.args[0]) if exc.args else str(exc)) from exc
+    if not texts:
+        raise usage("give text files (or - for stdin) and/or --corpus NAME[:DOCUMENT]")
+    return texts
+
+
+def load_dataset(path: str) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise usage(f"no such dataset: {path}")
+    try:
+        return ac.load(p)
+    except (ValueError, OSError) as exc:
+        raise usage(f"cannot read {path} as an attncoda dataset: {exc}") from exc
