@@ -162,17 +162,12 @@ def select_passages(text: str, n: int, *, min_words: int = 40) -> list[str]:
 def encode_passages(tokenizer: Any, passages: Sequence[str], max_tokens: int) -> list[Any]:
     """Token ids ``(1, T)`` of each passage, truncated to ``max_tokens``.
 
-    ``tokenizer`` is a transformers tokenizer, or None for a tiny twin without one: then each
-    passage's UTF-8 bytes become ids ``4 + byte`` (a stand-in that keeps the tests offline).
+    ``tokenizer`` is a transformers tokenizer, or a twin's :class:`~attncoda.hooks.zoo.ByteTokenizer`.
     """
     out = []
     for text in passages:
-        if tokenizer is None:
-            ids = [4 + b for b in text.encode("utf-8")][:max_tokens]
-            out.append(torch.tensor([ids], dtype=torch.long))
-        else:
-            enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
-            out.append(enc["input_ids"])
+        enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens)
+        out.append(enc["input_ids"])
     return out
 
 

@@ -124,23 +124,14 @@ def _load(name: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, 
     if key not in _MODELS:
         from . import zoo
 
-        if name.startswith("twin:"):
-            twin: Any = zoo.tiny_twin(name.split(":", 1)[1], dtype=dtype)
-            _MODELS[key] = (twin.to(device), None)
-        else:
-            _MODELS[key] = zoo.load(name, device=device, dtype=dtype)
+        _MODELS[key] = zoo.load(name, device=device, dtype=dtype)
     return _MODELS[key]
 
 
 def _windows(job: CaptureJob, length: int, max_windows: int) -> np.ndarray:
-    """Token windows ``(n, length)`` of the job's text (twins: bytes modulo the vocabulary)."""
-    model, tokenizer = _load(job.model)
-    text = _text(job)
-    if tokenizer is None:
-        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-        ids = ids % int(model.config.vocab_size)
-    else:
-        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+    """Token windows ``(n, length)`` of the job's text (twins: their byte tokenizer)."""
+    _, tokenizer = _load(job.model)
+    ids = np.asarray(tokenizer(_text(job), add_special_tokens=False)["input_ids"], dtype=np.int64)
     n = min(len(ids) // length, max_windows)
     if n == 0:
         raise JobError(f"job {job.name}: the text has fewer than {length} tokens")

@@ -58,6 +58,7 @@ __all__ = [
     "FAMILIES",
     "MODELS",
     "PYTHIA_REVISIONS",
+    "ByteTokenizer",
     "ModelEntry",
     "ModelUnavailableError",
     "UnknownModelError",
@@ -920,6 +921,62 @@ def tiny_batch(
 # --------------------------------------------------------------------------------------------
 
 
+class ByteTokenizer:
+    """The tokenizer of a tiny twin: each UTF-8 byte ``b`` becomes id ``4 + b % (vocab - 4)``.
+
+    Twins are random models with no real vocabulary; this stand-in lets every MODEL form go
+    through the same code (``zoo.load("twin:llama")`` returns one), offline. Ids 0-3 are left
+    for special tokens, which it never adds. It answers the calls attncoda makes of a
+    HuggingFace tokenizer: ``tok(text, add_special_tokens=..., return_tensors="pt",
+    truncation=..., max_length=...)`` with ``["input_ids"]`` / ``.input_ids``, and ``decode``.
+
+    Examples
+    --------
+    >>> tok = ByteTokenizer(vocab_size=128)
+    >>> tok("Hi").input_ids
+    [76, 109]
+    >>> tok.decode([76, 109])
+    'Hi'
+    """
+
+    def __init__(self, vocab_size: int) -> None:
+        if vocab_size <= 4:
+            raise UnknownModelError(
+                f"a byte tokenizer needs a vocabulary above 4, got {vocab_size}"
+            )
+        self.vocab_size = int(vocab_size)
+        self.bos_token_id = self.eos_token_id = self.pad_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        span = self.vocab_size - 4
+        return [4 + b % span for b in str(text).encode("utf-8")]
+
+    def __call__(
+        self,
+        text: str,
+        *,
+        add_special_tokens: bool = True,
+        return_tensors: str | None = None,
+        truncation: bool = False,
+        max_length: int | None = None,
+    ) -> Any:
+        from transformers import BatchEncoding
+
+        ids = self.encode(text)
+        if truncation and max_length is not None:
+            ids = ids[:max_length]
+        if return_tensors == "pt":
+            import torch
+
+            return BatchEncoding({"input_ids": torch.tensor([ids], dtype=torch.long)})
+        return BatchEncoding({"input_ids": ids})
+
+    def decode(self, ids: Any, **_: Any) -> str:
+        """Bytes back from ids (only exact for bytes below ``vocab - 4``)."""
+        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return bytes(int(i) - 4 for i in values if 4 <= int(i) < 260).decode("utf-8", "replace")
+
+
 class UnknownModelError(AttncodaError, ValueError):
     """A model name is none of the forms :func:`check_model` accepts."""
 
@@ -1009,13 +1066,13 @@ def load(
     source: Literal["auto", "asset", "hub"] = "auto",
     cache_dir: str | os.PathLike[str] | None = None,
     **kwargs: Any,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | ByteTokenizer | None]:
     """Load a model and its tokenizer, in eval mode: the one loader behind every MODEL argument.
 
     ``name`` may be
 
-    - ``twin:FAMILY``: the tiny random twin of a family (:func:`tiny_twin`; no tokenizer, so
-      the tokenizer is None);
+    - ``twin:FAMILY``: the tiny random twin of a family (:func:`tiny_twin`), with a
+      :class:`ByteTokenizer`;
     - a registry name (:func:`list_models`). With ``source="auto"`` an entry that has an offline
       asset loads it from the cache filled by ``attncoda fetch NAME`` (through
       :func:`attncoda.hooks.assets.load_model`), and any other entry loads its hub id;
@@ -1052,8 +1109,9 @@ def load(
     -------
     model : transformers.PreTrainedModel
         A causal LM (``AutoModelForCausalLM``) for decoders, ``AutoModel`` for encoders.
-    tokenizer : transformers.PreTrainedTokenizerBase or None
-        None for a local directory without tokenizer files.
+    tokenizer : transformers.PreTrainedTokenizerBase, ByteTokenizer or None
+        A :class:`ByteTokenizer` for a twin; None for a local directory without tokenizer
+        files.
 
     Raises
     ------
@@ -1082,7 +1140,9 @@ def load(
         )
         if str(device) != "cpu":
             twin = twin.to(device)  # type: ignore[arg-type]  # transformers types .to narrowly
-        return twin, None
+        from ._registry import text_config  # imports torch: only when a model is built
+
+        return twin, ByteTokenizer(int(text_config(twin).vocab_size))
     entry = None
     if not isinstance(name, os.PathLike):
         entry = _BY_NAME.get(key.lower()) or _BY_HUB_ID.get(key.lower())
@@ -1125,7 +1185,7 @@ def _load_asset(
     device: str | torch.device,
     attn_implementation: str | None,
     cache_dir: str | os.PathLike[str] | None,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | ByteTokenizer | None]:
     from attncoda.hooks import assets  # lazy: heavy, and only needed here
 
     assert entry.asset is not None
@@ -1153,7 +1213,7 @@ def _load_hub(
     device: str | torch.device,
     attn_implementation: str | None,
     **kwargs: Any,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | ByteTokenizer | None]:
     try:
         return _load_pretrained(
             hub_id,
@@ -1188,7 +1248,7 @@ def _load_pretrained(
     local: bool,
     revision: str | None = None,
     **kwargs: Any,
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | ByteTokenizer | None]:
     import transformers
 
     common: dict[str, Any] = dict(kwargs)

@@ -80,9 +80,9 @@ def test_cli_prune_rejects_bad_input(capsys):
     from attncoda.cli import main
 
     assert main(["prune", "no-such-model"]) == 2
-    assert "unknown asset" in capsys.readouterr().err
-    assert main(["prune", "austen"]) == 2
-    assert "is a corpus" in capsys.readouterr().err
+    assert "unknown model 'no-such-model'" in capsys.readouterr().err
+    assert main(["prune", "austen"]) == 2  # a corpus: MODEL means the same in every command
+    assert "unknown model 'austen'" in capsys.readouterr().err
     assert main(["prune", "smollm2-135m", "--fractions", "a,b"]) == 2
     assert "--fractions" in capsys.readouterr().err
     assert main(["prune", "smollm2-135m", "--window", "2"]) == 2

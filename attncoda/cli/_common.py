@@ -206,7 +206,7 @@ def load_model(name: str) -> tuple[Any, Any]:
     from attncoda.hooks import zoo
 
     model, tokenizer = zoo.load(name)
-    if tokenizer is None and not name.startswith("twin:"):
+    if tokenizer is None:
         raise usage(
             f"{name!r} has no tokenizer files; save the tokenizer next to the checkpoint "
             "(tokenizer.save_pretrained(DIR))"

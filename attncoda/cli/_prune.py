@@ -7,11 +7,20 @@ import argparse
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 from attncoda import EXIT_OK, EXIT_USAGE
 
-from ._common import CommandError, add_force, add_threads, check_out_folder
+from ._common import (
+    MODEL_HELP,
+    CommandError,
+    add_force,
+    add_threads,
+    check_model,
+    check_out_folder,
+    load_model,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -28,7 +37,7 @@ def register(subparsers: Any) -> None:
             "perplexity_vs_heads.png."
         ),
     )
-    p.add_argument("model", metavar="MODEL", help="a fetched causal LM: smollm2-135m, gemma3-270m")
+    p.add_argument("model", metavar="MODEL", help="a causal LM: " + MODEL_HELP)
     p.add_argument("--out", metavar="DIR", help="output folder (default: ./prune-MODEL)")
     p.add_argument(
         "--scores",
@@ -76,7 +85,7 @@ def register(subparsers: Any) -> None:
 
 def _cmd_prune(args: argparse.Namespace) -> int:
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
-    from attncoda.hooks import assets, prune
+    from attncoda.hooks import prune
     from attncoda.hooks.evaluate import PerplexityError
     from attncoda.hooks.gates import GateError
     from attncoda.hooks.scores import SCORES, score_info
@@ -113,17 +122,15 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     ):
         if value < 1 or (name == "--window" and value < 3):
             raise CommandError(f"{name} is too small: {value}", EXIT_USAGE)
-    asset = assets.get_asset(args.model)
-    if asset.kind != "model":
-        raise CommandError(f"{args.model!r} is a corpus, not a model", EXIT_USAGE)
-    out = args.out or f"prune-{args.model}"
+    check_model(args.model)
+    out = args.out or f"prune-{Path(args.model).name.replace(':', '-')}"
     check_out_folder(out, args.force)
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    model, tokenizer = assets.load_model(args.model)
+    model, tokenizer = load_model(args.model)
     if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
         raise CommandError(
             f"{args.model} is not a causal language model ({type(model).__name__}); prune "
