@@ -6,8 +6,6 @@ private, except :mod:`attncoda.testing` (sample data and fault injectors for you
 maths, the xarray schema and capture.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 from . import testing as testing
 from ._accessor import CodaAccessor
 from ._analysis import (
@@ -111,11 +109,7 @@ from ._plot import (
 )
 from ._report import Analysis, ReportError, analyze, check_report, load_analysis, write_report
 from ._tables import read_table, write_table
-
-try:
-    __version__ = version("attncoda")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0+unknown"
+from ._version import __version__
 
 __all__ = [
     "CONVENTIONS",

@@ -115,7 +115,7 @@ def record_files(folder: Path, kind: str, names: list[str] | None = None) -> Non
     otherwise ``names`` are added to the stamp's list (a file written into an existing output,
     e.g. ``report.html``).
     """
-    from . import __version__
+    from ._version import __version__
 
     stamp = folder / STAMP
     if names is None:

@@ -465,7 +465,7 @@ def _analyze_into(
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 
