@@ -252,12 +252,12 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         "zoo",
     ],
 )
-def test_hooks_module_examples(name: str) -> None:
-    """hooks/ is outside pytest's doctest paths (collected from there, its modules would be
-    imported a second time under another name): run each module's examples here."""
+def test_hooks_module_has_examples(name: str) -> None:
+    """Every hooks module documents itself with examples; they run in the ordinary collection
+    (the root conftest imports hooks/ as attncoda.hooks), so here they are only counted."""
     import doctest
     import importlib
 
     module = importlib.import_module(f"attncoda.hooks.{name}")
-    res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert res.failed == 0 and res.attempted >= 1
+    examples = sum(len(t.examples) for t in doctest.DocTestFinder().find(module))
+    assert examples >= 1, name
