@@ -62,11 +62,17 @@ def git_state(root: Path = ROOT) -> dict[str, Any]:
         out = subprocess.run(
             ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
         )
-        return out.stdout.strip() if out.returncode == 0 else ""
+        return out.stdout if out.returncode == 0 else ""
 
-    commit = git("rev-parse", "HEAD")
-    changed = [ln[3:] for ln in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    commit = git("rev-parse", "HEAD").strip()
+    changed = porcelain_paths(git("status", "--porcelain", "--untracked-files=no"))
     return {"commit": commit or "unknown", "dirty": bool(changed), "dirty_files": changed[:50]}
+
+
+def porcelain_paths(status: str) -> list[str]:
+    """The paths of ``git status --porcelain`` lines (``XY PATH``; a leading space is the X
+    status, so only line ends may be stripped)."""
+    return [ln[3:] for ln in status.splitlines() if ln.strip()]
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
@@ -112,6 +118,8 @@ class Provenance:
     assets: dict[str, Any] = field(default_factory=dict)
     token_sha256: dict[str, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the commit and tree state when the run started (a long run outlives later commits)
+    git: dict[str, Any] = field(default_factory=git_state)
 
     def asset(self, name: str) -> None:
         """Record an asset (its files' sha256s) once."""
@@ -131,7 +139,7 @@ class Provenance:
             "study": self.study,
             "mode": self.mode,
             "command": self.command,
-            "git": git_state(),
+            "git": self.git,
             "started": self.started_at,
             "wall_s": round(time.perf_counter() - self.started, 1),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
@@ -290,8 +298,9 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                 if pd.api.types.is_numeric_dtype(y[col]) and pd.api.types.is_numeric_dtype(x[col]):
                     xv, yv = x[col].to_numpy(float), y[col].to_numpy(float)
                     bad = ~np.isclose(xv, yv, rtol=g.rtol, atol=g.atol, equal_nan=True)
-                else:
-                    bad = (x[col].astype(str) != y[col].astype(str)).to_numpy()
+                else:  # cells missing in both (an empty CSV cell) are equal
+                    both_missing = (x[col].isna() & y[col].isna()).to_numpy()
+                    bad = (x[col].astype(str) != y[col].astype(str)).to_numpy() & ~both_missing
                 if bad.any():
                     i = int(np.flatnonzero(bad)[0])
                     problems.append(

@@ -67,6 +67,30 @@ def test_compare_holds_tolerance_and_reports_what_differs(tmp_path: Path) -> Non
     assert _study.compare(got, gold, [_study.Golden("missing.csv")])[0].startswith("missing.csv")
 
 
+def test_compare_takes_cells_empty_in_both_files_as_equal(tmp_path: Path) -> None:
+    """An empty text cell (e.g. no heads pruned at k = 0) reads as NaN in both files."""
+    got, gold = tmp_path / "got", tmp_path / "gold"
+    got.mkdir()
+    gold.mkdir()
+    (gold / "t.csv").write_text('k,pruned\n0,\n1,"L0:1"\n')
+    (got / "t.csv").write_text('k,pruned\n0,\n1,"L0:1"\n')
+    assert _study.compare(got, gold, [_study.Golden("t.csv")]) == []
+    (got / "t.csv").write_text('k,pruned\n0,"L0:2"\n1,"L0:1"\n')
+    problems = _study.compare(got, gold, [_study.Golden("t.csv")])
+    assert "column 'pruned' differs in 1 rows" in problems[0]
+
+
+def test_git_state_keeps_the_first_changed_path_whole_and_is_taken_at_start() -> None:
+    assert _study.porcelain_paths(" M attncoda/cli.py\nD  hooks/x.py\n") == [
+        "attncoda/cli.py",
+        "hooks/x.py",
+    ]
+    state = _study.git_state()
+    prov = _study.Provenance("demo", "quick")
+    assert prov.git["commit"] == state["commit"]
+    assert prov.as_dict()["git"] is prov.git
+
+
 def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     prov = _study.Provenance("demo", "quick", "python -m case_studies.demo quick")
