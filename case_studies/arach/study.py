@@ -47,7 +47,10 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import AttncodaError, InputError, require_int, require_real
 
-__all__ = ["OFFSETS", "EvalPlan", "plot_audit", "run_evaluation"]
+from .._study import Golden, Study
+from .._study import main as study_main
+
+__all__ = ["OFFSETS", "STUDY", "EvalPlan", "plot_audit", "render_tables", "run_evaluation"]
 
 
 #: Offsets of the sweep (the issue's list).
@@ -172,6 +175,17 @@ def _audit_samples(tokenizer: Any, n: int, length: int) -> list[torch.Tensor]:
     raise InputError(f"fewer than {n} Emma paragraphs of {length} tokens")
 
 
+def _cloze_ids(tokenizer: Any, items: Any) -> torch.Tensor:
+    """The ids :func:`~attncoda.hooks.evaluate.cloze_accuracy` scores (each item's context with
+    the tokenizer's special tokens, then ``" " + target``), flattened with -1 between items."""
+    flat: list[int] = []
+    for it in items:
+        flat += tokenizer(it.context).input_ids
+        flat += tokenizer(" " + it.target, add_special_tokens=False).input_ids
+        flat.append(-1)
+    return torch.tensor(flat)
+
+
 def _parse_ablation(text: str) -> dict[str, Any]:
     key, _, value = str(text).partition("=")
     if not value:
@@ -192,6 +206,7 @@ def run_evaluation(
     threads: int | None = None,
     progress: Callable[[str], None] | None = print,
     overwrite: bool = False,
+    record_tokens: Callable[[str, torch.Tensor], Any] | None = None,
 ) -> dict[str, Any]:
     """The paired ARACH evaluation of one offline model: same weights, ARACH off vs on.
 
@@ -227,6 +242,9 @@ def run_evaluation(
     overwrite : bool, default False
         Replace an existing output folder (only one attncoda wrote). The folder is written
         beside its place and swapped in when complete.
+    record_tokens : callable, optional
+        ``record_tokens(label, ids)`` for every token tensor evaluated (the perplexity texts,
+        the cloze items, the audit passages), e.g. :meth:`case_studies._study.Provenance.tokens`.
 
     Raises
     ------
@@ -275,6 +293,7 @@ def run_evaluation(
                 say,
                 assets.load_model,
                 assets.load_corpus,
+                record_tokens or (lambda _label, _ids: None),
             )
     finally:
         torch.set_num_threads(previous_threads)
@@ -290,6 +309,7 @@ def _run(
     say: Callable[[str], None],
     load_model: Callable[..., Any],
     load_corpus: Callable[..., Any],
+    record: Callable[[str, torch.Tensor], Any],
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     model, tokenizer = load_model(model_name)
@@ -314,6 +334,7 @@ def _run(
     ablation_rows: list[dict[str, Any]] = []
     for corpus in ("mobydick", "austen"):
         ids = _corpus_ids(tokenizer, corpus, plan.ppl_tokens)
+        record(f"{model_name}/{corpus} (perplexity, before windowing)", ids)
         for ctx in plan.contexts:
             off = score_tokens(model, ids, context=ctx, prefix=prefix)
             offsets = plan.offsets if ctx == plan.sweep_ppl_context else (base.offset,)
@@ -345,6 +366,10 @@ def _run(
 
     # 2. cloze
     items = cloze_items(load_corpus("austen"), n=plan.cloze_n, seed=plan.seed)
+    record(
+        f"{model_name}/cloze items (context + target, -1 between items)",
+        _cloze_ids(tokenizer, items),
+    )
     off_c = cloze_accuracy(model, tokenizer, items, batch_size=plan.cloze_batch)
     cloze_rows = []
     say(f"{stamp()} cloze off: {off_c.accuracy:.3f} (n={len(items)})")
@@ -364,6 +389,7 @@ def _run(
 
     # 3. audit
     samples = _audit_samples(tokenizer, plan.audit_samples, plan.audit_length)
+    record(f"{model_name}/audit passages (emma)", torch.stack(samples))
     ds = audit(model, samples, arach=hub(base.offset))
     ds.attrs["model"] = model_name
     ds.to_netcdf(out / "audit.nc")
@@ -525,3 +551,199 @@ def _plot_sweep(
     path = out / "sweep.png"
     fig.savefig(path, dpi=120)
     return path
+
+
+# ------------------------------------------------------------------------------------ the study
+
+# ``python -m case_studies.arach run|table|quick`` (``case_studies._study``): ``run`` is the
+# paired evaluation of both models with the default plan (one torch thread), ``quick`` the
+# ``EvalPlan.quick()`` smoke run of SmolLM2-135M compared with ``golden/``.
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MODELS = ("smollm2-135m", "gemma3-270m")
+TEXTS = {"mobydick": "Moby-Dick", "austen": "Emma"}
+MINUS = "\u2212"
+
+
+def _run_study(out: Path, args: Any, prov: Any) -> None:
+    for name in args.models:
+        for asset in (name, "austen", "mobydick"):
+            prov.asset(asset)
+        run_evaluation(
+            name,
+            out / name,
+            plan=EvalPlan(),
+            threads=1,
+            overwrite=True,
+            record_tokens=prov.tokens,
+        )
+    prov.settings.update(plan=dataclasses.asdict(EvalPlan()), models=list(args.models), threads=1)
+
+
+def _quick(out: Path, prov: Any) -> None:
+    """``EvalPlan.quick()`` on SmolLM2-135M, one torch thread, into ``out``."""
+    for asset in ("smollm2-135m", "austen", "mobydick"):
+        prov.asset(asset)
+    run_evaluation(
+        "smollm2-135m",
+        out,
+        plan=EvalPlan.quick(),
+        threads=1,
+        progress=None,
+        record_tokens=prov.tokens,
+    )
+    prov.settings.update(plan=dataclasses.asdict(EvalPlan.quick()), models=["smollm2-135m"])
+
+
+def _arguments(parser: Any) -> None:
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+
+
+def _signed(x: float, digits: int) -> str:
+    """``+0.169`` / ``−0.019`` / ``+0.000`` (a value that rounds to zero is ``+``)."""
+    text = f"{x:+.{digits}f}"
+    if text[1:].strip("0.") == "":
+        return "+" + text[1:]
+    return text.replace("-", MINUS)
+
+
+def _b(offset: float) -> str:
+    return f"{offset:g}".replace("-", MINUS)
+
+
+def _ci(r: Mapping[str, Any], digits: int = 2) -> str:
+    return (
+        f"{_signed(r['diff'], digits)} [{_signed(r['low'], digits)}, {_signed(r['high'], digits)}]"
+    )
+
+
+def render_tables(results: Path) -> dict[str, str]:
+    """The README tables, from ``results/<model>/results.json`` (``table`` renders them)."""
+    from .._study import markdown_table
+
+    res = {m: json.loads((results / m / "results.json").read_text()) for m in MODELS}
+    ppl, sweep, variants, cloze, audit_rows = [], [], [], [], []
+    offsets = sorted({row["offset"] for r in res.values() for row in r["perplexity"]}, reverse=True)
+    for m, r in res.items():
+        default = r["arach"]["offset"]
+        ctx = r["plan"]["sweep_ppl_context"]
+        for row in r["perplexity"]:
+            if row["offset"] == default:
+                ppl.append(
+                    [
+                        m,
+                        TEXTS[row["corpus"]],
+                        row["context"],
+                        f"{row['off']:.2f}",
+                        f"{row['on']:.2f}",
+                        _ci(row),
+                    ]
+                )
+        for corpus, text in TEXTS.items():
+            rows = {
+                row["offset"]: row
+                for row in r["perplexity"]
+                if row["corpus"] == corpus and row["context"] == ctx
+            }
+            off = next(iter(rows.values()))["off"]
+            sweep.append(
+                [
+                    m,
+                    text,
+                    f"{off:.2f}",
+                    *(f"{rows[b]['on']:.2f}" if b in rows else "" for b in offsets),
+                ]
+            )
+        for row in r["ablations"]:
+            variants.append(
+                [
+                    m,
+                    TEXTS[row["corpus"]],
+                    row["variant"],
+                    f"{row['off']:.2f}",
+                    f"{row['on']:.2f}",
+                    _ci(row),
+                ]
+            )
+        for row in r["cloze"]:
+            cloze.append(
+                [
+                    m,
+                    _b(row["offset"]),
+                    f"{row['off']:.3f}",
+                    f"{row['on']:.3f}",
+                    _ci(row, 3),
+                    _signed(row["mean_dlogprob"], 3),
+                ]
+            )
+        a = r["audit"]
+        within = a["mean_dH_within_content"]
+        audit_rows.append(
+            [
+                m,
+                f"L{a['strongest_sink_layer']}: {a['strongest_sink_off']:.3f} → "
+                f"{a['strongest_sink_on']:.3f}, {a['strongest_hub_on']:.3f}",
+                f"{a['largest_drop']:.3f} (L{a['largest_drop_layer']})",
+                f"{a['mean_sink_off']:.3f} → {a['mean_sink_on']:.3f}",
+                f"{a['mean_hub_on']:.3f}",
+                f"{a['mean_content_entropy_off']:.3f} → {a['mean_content_entropy_on']:.3f}",
+                f"{_signed(a['mean_dH_total'], 3)} = {_signed(a['mean_dH_between'], 3)} "
+                f"{'+' if within >= 0 else MINUS} {abs(within):.3f}",
+                _signed(a["corr_sink_off_vs_drop"], 2),
+            ]
+        )
+    return {
+        "perplexity": markdown_table(
+            ["model", "text", "context", "ppl off", "ppl on", "on − off [95% CI]"], ppl
+        ),
+        "sweep": markdown_table(["model", "text", "off", *(f"b={_b(b)}" for b in offsets)], sweep),
+        "variants": markdown_table(
+            ["model", "text", "variant", "ppl off", "ppl on", "on − off [95% CI]"], variants
+        ),
+        "cloze": markdown_table(
+            ["model", "b", "acc off", "acc on", "on − off [95% CI]", "mean Δ log p(target)"],
+            cloze,
+        ),
+        "audit": markdown_table(
+            [
+                "model",
+                "strongest-sink layer: sink off → on, hub share",
+                "largest sink drop",
+                "mean sink off → on",
+                "mean hub share",
+                "content entropy off → on",
+                "ΔH = between + within content",
+                "corr(sink off, sink drop) over layers",
+            ],
+            audit_rows,
+        ),
+    }
+
+
+#: The quick mode's files CI compares with ``golden/``. Perplexity and cloze use fixed tokens
+#: and greedy scoring, the bootstrap is seeded, so a rerun on this machine repeats them; rtol
+#: 1e-4 leaves room for another CPU's float rounding (a cloze item whose greedy answer flips
+#: would still show, as it should). Timings, thread count and figure names are not results.
+GOLDEN = (
+    Golden("ppl.csv", rtol=1e-4, atol=1e-6),
+    Golden("cloze.csv", rtol=1e-4, atol=1e-6),
+    Golden("results.json", rtol=1e-4, atol=1e-6, ignore=("seconds", "torch_threads", "figures")),
+)
+
+STUDY = Study(
+    name="arach",
+    description="ARACH hub tokens on SmolLM2-135M and Gemma-3-270M: paired perplexity and "
+    "cloze evaluation (ARACH off vs on, offset sweep, hub variants) and the sink / hub / "
+    "content attention audit.",
+    run=_run_study,
+    quick=_quick,
+    tables=render_tables,
+    golden=GOLDEN,
+    assets=(*MODELS, "austen", "mobydick"),
+    add_arguments=_arguments,
+)
+
+
+def main(argv: Any = None) -> int:
+    return study_main(STUDY, argv)
