@@ -338,9 +338,10 @@ def report(args: argparse.Namespace) -> str:
     )
     (out / "ablation.md").write_text(md)
     _figure_curves(out, runs)
-    from .study import write_runs_table
+    from .study import write_control_curves, write_runs_table
 
     write_runs_table(out)
+    write_control_curves(out)
     return md
 
 

@@ -4,7 +4,8 @@
 
 1. the ablation (``baseline``, ``rpa``, ``guardian``) and the ``schedules`` control, each for
    seeds 0, 1, 2, at the ``small`` size, one torch thread (:func:`case_studies.rpa.run.train_one`);
-2. the report: ``results.json``, ``runs.csv``, ``ablation.md``, ``figures/training_curves.png``;
+2. the report: ``results.json``, ``runs.csv``, ``control_curves.csv``, ``ablation.md``,
+   ``figures/training_curves.png``;
 3. the CoDa audit of seed 0 (``audit/``, ``audit_trajectory.csv``, ``audit_perturbation.csv``,
    ``figures/audit_seed0.png``);
 4. the membership statistics of every run with a prior (``memberships.csv``): how far the
@@ -136,6 +137,26 @@ def write_runs_table(out: Path) -> pd.DataFrame:
         )
     df = pd.DataFrame(rows)
     ac.write_table(df, out / "runs.csv")
+    return df
+
+
+def write_control_curves(out: Path) -> pd.DataFrame:
+    """``control_curves.csv``: every run's control-set evaluations during training (step,
+    control CE, learning rate, training CE; for runs with a prior also tau_att and the
+    normalised membership entropy), from the run folders' ``result.json``."""
+    import attncoda as ac
+
+    from .run import collect, run_dir
+
+    keep = ("step", "control_ce", "lr", "train_ce", "tau", "mu_entropy", "sat_frac")
+    rows = []
+    for r in collect(out):
+        hist = json.loads(run_dir(out, r["stage"], r["seed"]).result.read_text())["history"]
+        for h in hist:
+            if "control_ce" in h:
+                rows.append({"stage": r["stage"], "seed": r["seed"], **{k: h.get(k) for k in keep}})
+    df = pd.DataFrame(rows)
+    ac.write_table(df, out / "control_curves.csv")
     return df
 
 
@@ -312,7 +333,7 @@ def full_run(
     t0 = time.perf_counter()
     train_all(out, ns, seeds, ALL_STAGES, skip_existing)
     log(f"training done in {(time.perf_counter() - t0) / 60:.1f} min")
-    report(ns)  # results.json, runs.csv, ablation.md, the training curves
+    report(ns)  # results.json, runs.csv, control_curves.csv, ablation.md, the training curves
     audit_seed(out, AUDIT_SEED)
     membership_stats(out, seeds)
     if bench:
