@@ -40,6 +40,7 @@ import attncoda
 from attncoda import SUMMARY_VARIABLES, load, make_dataset, save
 
 from ._fallback import fallback_capture
+from ._kernels import kernel_head_size, pad_head
 from ._registry import (
     ATTENTION_NAME,
     attention_modules,
@@ -197,11 +198,32 @@ def _fast_summaries(
 
     With values ``V = [K (sink row zeroed), onehot(sink), 1 - onehot(sink)]`` SDPA returns, per
     row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms, so no
-    cancellation). Fused kernels want the same head size for queries, keys and values, so q and k
-    get two zero columns (the logits do not change). Then ``lse_c = z_s - log(s / (1 - s))`` and
-    the content entropy is ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is
-    ill-conditioned (sink not visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are
-    returned in ``redo`` for the explicit path.
+    cancellation). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
+    ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is ill-conditioned (sink
+    not visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are returned in ``redo`` for
+    the explicit path.
+
+    The call is built for CUDA's fused kernels (``_kernels`` lists their rules), so that it
+    never falls back to the math kernel, which would form the T x T weights of every head:
+
+    - q, k and v all have the head size ``D = kernel_head_size(d + 2)``, a multiple of 8: q and
+      k get ``D - d`` zero columns (the logits do not change; ``scale`` is passed explicitly),
+      v holds the two indicator columns and zeros after them. All three are contiguous.
+    - masks: ``is_causal=True`` when every query of a causal call is captured, no mask for
+      bidirectional calls, else the boolean visibility rows ``(b | 1, 1, nq, kv)`` with a
+      contiguous last dimension (the memory-efficient kernel takes them; flash takes none).
+    - dtype: fp32, whatever the model's dtype. q and k are upcast before the call (exact for
+      fp16/bf16 values), so on CUDA the call runs on the memory-efficient kernel (flash takes
+      only fp16/bf16). This is deliberate: the kernel's outputs are the statistics themselves,
+      and a 16-bit kernel rounds the probabilities to the input dtype before multiplying them
+      with V and returns its outputs in that dtype (8 significant bits in bf16). ``s`` and
+      ``1 - s`` would then carry 0.4% relative error each, so the sink log-odds would be off by
+      up to ~0.01 and shares near 0 or 1 would lose their small side; and the content entropy
+      is the difference ``lse_c - scale * q . sum_c p_k k_k / (1 - s)`` of two numbers of the
+      size of the logits, so the rounded numerator would shift it by ~|logit| / 256 (0.05 nats
+      for logits of 10). The other reductions stay in fp32 for the same reason: ``z_s``, the
+      prefix sums of the keys behind the balance (a running bf16 sum over T keys gathers up to
+      T x 2^-8 relative error), the log-odds, entropies and balance.
     """
     q, k = ctx.q, ctx.k
     b, h, kv, d = k.shape
@@ -209,8 +231,9 @@ def _fast_summaries(
     nq = len(pos)
     bidx = torch.arange(b, device=q.device)
     k_sink = k[bidx, :, ctx.sink_index]  # (b, h, d)
-    pad = torch.nn.functional.pad
-    values = pad(k, (0, 2))
+    size = kernel_head_size(d + 2)
+    keys = pad_head(k, size)
+    values = keys.clone()
     values[..., d + 1] = 1.0
     values[bidx, :, ctx.sink_index] = 0.0
     values[bidx, :, ctx.sink_index, d] = 1.0
@@ -223,9 +246,11 @@ def _fast_summaries(
         vis_rows = None
     else:
         vis_rows, _ = ctx.visible(pos, kv)
+        if vis_rows.stride(-1) != 1:  # e.g. a mask broadcast along the keys
+            vis_rows = vis_rows.contiguous()
         kwargs = {"attn_mask": vis_rows}
-    fused = f(pad(qsel, (0, 2)), pad(k, (0, 2)), values, scale=ctx.scale, **kwargs)
-    del values
+    fused = f(pad_head(qsel, size), keys, values, scale=ctx.scale, **kwargs)
+    del values, keys
     out_a, s, c = fused[..., :d], fused[..., d], fused[..., d + 1]
     z_s = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
     # sums of visible keys for the balance, by prefix sums (causal) or a masked matmul
