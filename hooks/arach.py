@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ import torch
 
 from attncoda import AttncodaError, InputError
 
+from ._kernels import aligned_bias, kernel_head_size, note_direct_call, pad_head
 from ._registry import (
     ATTENTION_NAME,
     AttentionPlugin,
@@ -292,6 +294,25 @@ class _FastState:
             self.masks[key] = full[..., : self.length, : self.length].contiguous()
         return self.masks[key]
 
+    def kernel_mask(
+        self, window: int | None, dtype: torch.dtype, device: torch.device, batch: int
+    ) -> torch.Tensor | None:
+        """The verbal mask of the stacked ``[verbal ; hub]`` query batch, ready for the kernels.
+
+        ``(2 * batch | 1, 1, T, T)`` in ``dtype``, rows stored at a stride the direct
+        memory-efficient kernel accepts (:func:`~attncoda.hooks._kernels.aligned_bias`); made
+        once per forward and layer kind, and expanded over heads at each call (no copy).
+        """
+        key = ("kernel", window, dtype, device, batch)
+        if key not in self.masks:
+            mask = self.verbal_mask(window, dtype, device)
+            if mask is not None:
+                if mask.shape[0] > 1:  # per-sample padding: the hub half repeats the verbal half
+                    mask = mask.expand(batch, -1, -1, -1).repeat(2, 1, 1, 1)
+                mask = aligned_bias(mask, mask.shape)
+            self.masks[key] = mask
+        return self.masks[key]
+
 
 _FAST: contextvars.ContextVar[_FastState | None] = contextvars.ContextVar(
     "attncoda_arach_fast", default=None
@@ -353,9 +374,9 @@ def _fast_attention(
     v_verbal = value[:, :, :t]
     k2 = torch.cat([k_verbal, k_verbal], dim=0)
     v2 = torch.cat([v_verbal, v_verbal], dim=0)
-    mask = state.verbal_mask(window, query.dtype, query.device)
-    if mask is not None:
-        mask = mask.expand(b, -1, -1, -1).repeat(2, 1, 1, 1)
+    mask = state.kernel_mask(window, query.dtype, query.device, b)
+    if mask is not None:  # the full (B, H, Q, K) shape the direct kernel reads; a view
+        mask = mask.expand(2 * b, n_heads, t, t)
     out, lse = _attend(q2, k2, v2, scale, mask, softcap)
     if state.hub_visible(_module_layer(module)):
         k_hub = key[:, :, t:].float()
@@ -372,7 +393,7 @@ def _fast_attention(
     return merged.transpose(1, 2), None
 
 
-_KERNEL_FAILED: set[str] = set()
+_KERNEL_WARNED: set[tuple[str, str]] = set()
 
 
 def _attend(
@@ -385,31 +406,78 @@ def _attend(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention (``mask`` is None) or masked attention, with the fp32 log-sum-exp.
 
-    Uses PyTorch's fused kernels that return the log-sum-exp (CPU flash; CUDA flash or
-    memory-efficient) and falls back to a chunked fp32 computation (softcapped logits, other
-    devices, or a kernel that refuses the inputs).
+    Uses PyTorch's fused kernels that return the log-sum-exp (CPU flash; CUDA flash for fp16
+    and bf16 without a mask, else memory-efficient), called directly because the SDPA function
+    does not return it. Their inputs are prepared as the direct entry points need (they skip
+    the SDPA function's own padding): head sizes padded with zero columns to a multiple of 8
+    (logits unchanged, ``scale`` explicit, output columns sliced off), contiguous q, k, v, and
+    the mask in the query dtype, expanded to ``(B, H, Q, K)`` with aligned rows
+    (:meth:`_FastState.kernel_mask`).
+
+    Softcapped logits (Gemma 2) and devices without these kernels take the chunked fp32
+    computation of :func:`_attend_reference`. So does a call a fused kernel refuses, with a
+    warning naming the reason, unless PyTorch's math attention backend is switched off (as
+    inside ``torch.nn.attention.sdpa_kernel([SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION])``): then the refusal raises :class:`ArachError`, since the
+    reference computation is that math path.
     """
-    if softcap is None:
-        kind = q.device.type
-        try:
-            if kind == "cpu" and "cpu" not in _KERNEL_FAILED:
-                out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    q, k, v, 0.0, mask is None, attn_mask=mask, scale=scale
-                )
-                return out, lse
-            if kind == "cuda" and "cuda" not in _KERNEL_FAILED:
-                if mask is None and q.dtype in (torch.float16, torch.bfloat16):
-                    res = torch.ops.aten._scaled_dot_product_flash_attention(
-                        q, k, v, 0.0, True, False, scale=scale
-                    )
-                    return res[0], res[1]
-                res = torch.ops.aten._scaled_dot_product_efficient_attention(
-                    q, k, v, mask, True, 0.0, mask is None, scale=scale
-                )
-                return res[0], res[1][..., : q.shape[-2]]
-        except (RuntimeError, NotImplementedError):
-            _KERNEL_FAILED.add(kind)
+    kind = q.device.type
+    if softcap is not None or kind not in ("cpu", "cuda"):
+        return _attend_reference(q, k, v, scale, mask, softcap)
+    d = q.shape[-1]
+    size = kernel_head_size(d)
+    qp, kp, vp = pad_head(q, size), pad_head(k, size), pad_head(v, size)
+    try:
+        out, lse = _fused_with_lse(qp, kp, vp, scale, mask)
+        return out[..., :d], lse
+    except (RuntimeError, NotImplementedError) as exc:
+        if isinstance(exc, torch.cuda.OutOfMemoryError):  # not a refusal: never hide it
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not torch.backends.cuda.math_sdp_enabled():
+            raise ArachError(
+                f"the fused attention kernel refused ARACH's fast path on {kind} ({reason}) "
+                "and the math attention backend is switched off; run outside "
+                "sdpa_kernel([...]) to use the chunked fp32 reference, or mode='dense'"
+            ) from exc
+        if (kind, reason) not in _KERNEL_WARNED:
+            _KERNEL_WARNED.add((kind, reason))
+            warnings.warn(
+                f"ARACH's fast path fell back to its chunked fp32 reference on {kind}: the fused "
+                f"kernel refused the call ({reason})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
     return _attend_reference(q, k, v, scale, mask, softcap)
+
+
+def _fused_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One direct fused-kernel call returning ``(out, lse)``; raises when the kernel refuses.
+
+    The call is reported to active kernel recorders as the CUDA entry point it uses there (on a
+    CPU the CPU flash kernel runs on the same inputs), so CPU tests check what CUDA would get.
+    """
+    causal = mask is None
+    flash = causal and q.dtype in (torch.float16, torch.bfloat16)
+    note_direct_call(
+        "flash" if flash else "efficient", q, k, v, mask, is_causal=causal, site=__name__
+    )
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=mask, scale=scale
+        )
+        return out, lse
+    if flash:
+        res = torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, True, False, scale=scale
+        )
+        return res[0], res[1]
+    res = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, mask, True, 0.0, causal, scale=scale
+    )
+    return res[0], res[1][..., : q.shape[-2]]
 
 
 def _attend_reference(
