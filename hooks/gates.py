@@ -8,6 +8,11 @@ projection. Zero ablation is exactly the same as zeroing the head's input column
 ``o_proj`` (GPT-2: rows of ``c_proj``; BERT: columns of ``output.dense``); the tests check this
 to 1e-5 on every zoo twin. The model is restored on exit, also after an exception.
 
+Gates add no attention call and leave the layer's own call as it was: the same q, k, v and
+the same mask (``None`` with ``is_causal`` for plain causal batches), so on CUDA it runs on the
+same fused kernel (flash, memory-efficient or cuDNN) as without gates; the gate is one
+``index_fill``/``index_copy`` on the ``(batch, query, head, head_dim)`` output.
+
 Units: ``unit="head"`` gates query heads. ``unit="kv_group"`` gates whole key/value groups of
 a GQA model (query heads ``g * r .. g * r + r - 1`` share KV head ``g``, ``r`` =
 heads / KV heads), the unit that can later be removed from the weights for real.

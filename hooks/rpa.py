@@ -108,6 +108,7 @@ from torch import nn
 
 from attncoda import AttncodaError
 
+from ._kernels import aligned_bias
 from ._registry import AttentionPlugin, attention_modules, plugged, text_config, visible_mask
 
 __all__ = [
@@ -972,6 +973,9 @@ class RPAPlugin(AttentionPlugin):
         rows = bias[kv_len - q_len :].to(device=query.device, dtype=query.dtype)
         out = _add_bias(rows, mask, query, module, kwargs, kv_len)
         if mask is None:
+            # kept with aligned rows: SDPA would otherwise copy it into aligned storage for the
+            # memory-efficient kernel at every layer call
+            out = aligned_bias(out, out.shape)
             prior._remember(key, out)
         return out
 
@@ -984,7 +988,13 @@ def _add_bias(
     kwargs: dict[str, Any],
     kv_len: int,
 ) -> torch.Tensor:
-    """The float additive mask: the layer's visibility (0 / finfo.min) with ``rows`` added."""
+    """The float additive mask: the layer's visibility (0 / finfo.min) with ``rows`` added.
+
+    It is what the model's own SDPA call receives, in the form CUDA's memory-efficient kernel
+    takes (flash takes no mask): the query dtype, shape ``(1 | batch, 1, Q, K)`` (broadcast
+    over heads), a contiguous last dimension. Invisible entries hold ``finfo.min``, not
+    ``-inf``, so no row is all ``-inf`` (NaN) and the sum with a bias stays finite.
+    """
     neg = torch.finfo(query.dtype).min
     if mask is None:
         q_len = query.shape[-2]
