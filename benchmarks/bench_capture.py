@@ -10,7 +10,9 @@ and the peak minus the RSS just before the forward is reported, in GB (10^9 byte
 reach, so its growth read 0.) For scale: HF eager attentions at T=2048 hold
 30 x 9 x 2048^2 x 4 B = 4.5 GB.
 
-Run: ``python benchmarks/bench_capture.py [--length 2048] [--repeats 3] [--long 8192]``.
+Run: ``python benchmarks/bench_capture.py [--length 2048] [--repeats 3] [--long 8192]``;
+``--quick`` is ``--length 512 --repeats 1`` (a smoke run, as ``benchmarks/run --quick``).
+On a GPU, ``benchmarks/gpu_check`` measures time and GPU memory at realistic sizes.
 """
 
 from __future__ import annotations
@@ -234,13 +236,17 @@ def _memory_row(m: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--length", type=int, default=2048)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--length", type=int, default=None, help="tokens (2048; --quick: 512)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats (3; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="T=512, one repeat")
     parser.add_argument("--long", type=int, default=0, help="also run summaries at this length")
     parser.add_argument("--memory", action="store_true", help="peak RSS per path")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.length is None:
+        args.length = 512 if args.quick else 2048
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
     if args.child:
         _peak_child(args.child, args.length)
         return []
