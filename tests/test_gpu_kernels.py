@@ -348,14 +348,35 @@ def _close(a, b, atol, rtol=1e-3):
     np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)], atol=atol, rtol=rtol)
 
 
-# same device, the same dtype (fused vs dense, vs zeroed projections): rounding of one dtype
-LOOSE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
-# GPU in the model's dtype against the CPU in fp32: a 16-bit forward's rounding, too
-VS_CPU = {
-    "float32": {"atol": 2e-4, "rtol": 1e-4},
-    "bfloat16": {"atol": 0.15, "rtol": 0.05},
-    "float16": {"atol": 0.03, "rtol": 0.01},
-}
+def _own_error(model, cpu, batch):
+    """The model's own rounding: its plain forward (GPU, its dtype) against the CPU in fp32."""
+    valid = batch["attention_mask"].bool().cpu()
+    with torch.no_grad(), fused_only():
+        own = model(**batch).logits.float().cpu()
+    with torch.no_grad():
+        ref = cpu(**_cpu(batch)).logits
+    d = (own - ref)[valid].abs()
+    return float(d.mean()), float(d.max())
+
+
+def _within(out, ref, batch, own):
+    """``out`` is as close to ``ref`` as the model's own forward is to its fp32 self.
+
+    Mean error at most 1.75x the model's own, the largest at most 4x (floors of 1e-5 and 1e-4
+    for fp32, whose own error is ~1e-6). Calibrated with the CPU's bf16/fp16 kernels on these
+    models, where every path's ratio was 0.8-1.2x (mean) and at most 2.2x (max), while a wrong
+    gated head gave 6-90x and a wrong ARACH offset 1.3-18x the model's own mean error.
+    """
+    valid = batch["attention_mask"].bool().cpu()
+    d = (out.float().cpu() - ref.float().cpu())[valid].abs()
+    mean, worst = float(d.mean()), float(d.max())
+    assert mean <= 1.75 * own[0] + 1e-5, f"mean error {mean:.3g}, the model's own {own[0]:.3g}"
+    assert worst <= 4 * own[1] + 1e-4, f"largest error {worst:.3g}, the model's own {own[1]:.3g}"
+
+
+# capture's sink shares on the GPU in the model's dtype against the CPU in fp32 (mean, max):
+# about 3x what the CPU's bf16/fp16 kernels give on this model (bf16 0.0016 / 0.12)
+SHARE_VS_CPU = {"float32": (1e-5, 2e-4), "bfloat16": (5e-3, 0.4), "float16": (1e-3, 0.1)}
 
 
 @pytest.mark.gpu
@@ -413,7 +434,10 @@ def test_capture_summaries_run_on_fused_kernels(dtype, variant):
     cpu = _on_cpu_fp32(model)
     with torch.no_grad(), capture(cpu, what="summaries", **options) as ref:
         cpu(**_cpu(batch))
-    _close(fast.dataset.sink_share.values, ref.dataset.sink_share.values, **VS_CPU[dtype])
+    a, b = fast.dataset.sink_share.values, ref.dataset.sink_share.values
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    d = np.abs(a - b)[~np.isnan(b)]
+    assert d.mean() <= SHARE_VS_CPU[dtype][0] and d.max() <= SHARE_VS_CPU[dtype][1]
 
 
 @pytest.mark.gpu
@@ -430,15 +454,15 @@ def test_gates_run_on_fused_kernels(dtype):
                 zeroed.model.layers[layer].self_attn.o_proj.weight[:, h * d : (h + 1) * d] = 0
     with torch.no_grad(), fused_only():
         with gates(model, heads) as g:
-            gated = model(**batch).logits.float()
-        expected = zeroed(**batch).logits.float()
+            gated = model(**batch).logits
+        expected = zeroed(**batch).logits
     assert g.calls == 2
-    valid = batch["attention_mask"].bool()
-    torch.testing.assert_close(gated[valid], expected[valid], rtol=0, atol=LOOSE[dtype])
     cpu = _on_cpu_fp32(model)
+    own = _own_error(model, cpu, batch)
+    _within(gated, expected, batch, own)
     with torch.no_grad(), gates(cpu, heads):
         reference = cpu(**_cpu(batch)).logits
-    torch.testing.assert_close(gated.cpu()[valid.cpu()], reference[valid.cpu()], **VS_CPU[dtype])
+    _within(gated, reference, batch, own)
 
 
 @pytest.mark.gpu
@@ -448,15 +472,15 @@ def test_gates_run_on_fused_kernels(dtype):
 def test_arach_fast_path_runs_on_fused_kernels(dtype, head_dim, padded):
     model = _gpu_model(dtype, head_dim=head_dim)
     batch = zoo.tiny_batch(model, length=40, left_padding=padded)
-    valid = batch["attention_mask"].bool()
     with torch.no_grad(), fused_only():  # a refused fused call raises ArachError here
-        fast = arach.Arach(model)(**batch).logits.float()
-        dense = arach.Arach(model, mode="dense")(**batch).logits.float()
-    torch.testing.assert_close(fast[valid], dense[valid], rtol=0, atol=LOOSE[dtype])
+        fast = arach.Arach(model)(**batch).logits
+        dense = arach.Arach(model, mode="dense")(**batch).logits
     cpu = _on_cpu_fp32(model)
+    own = _own_error(model, cpu, batch)
+    _within(fast, dense, batch, own)
     with torch.no_grad():
         reference = arach.Arach(cpu)(**_cpu(batch)).logits
-    torch.testing.assert_close(fast.cpu()[valid.cpu()], reference[valid.cpu()], **VS_CPU[dtype])
+    _within(fast, reference, batch, own)
 
 
 @pytest.mark.gpu
@@ -469,12 +493,11 @@ def test_rpa_bias_runs_on_fused_kernels(dtype, mode):
         prior.calibrate(model, [zoo.tiny_batch(model, length=40)["input_ids"]])
     cpu, cpu_prior = _on_cpu_fp32(model), copy.deepcopy(prior).to("cpu")
     batch = zoo.tiny_batch(model, length=40, left_padding=True)
-    valid = batch["attention_mask"].bool()
     with torch.no_grad(), fused_only(), rpa.attached(model, prior, mode=mode):
-        out = model(**batch).logits.float()
+        out = model(**batch).logits
     with torch.no_grad(), rpa.attached(cpu, cpu_prior, mode=mode):
         reference = cpu(**_cpu(batch)).logits
-    torch.testing.assert_close(out.cpu()[valid.cpu()], reference[valid.cpu()], **VS_CPU[dtype])
+    _within(out, reference, batch, _own_error(model, cpu, batch))
 
 
 @pytest.mark.gpu
