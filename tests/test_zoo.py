@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -64,7 +65,20 @@ def test_registry_facts():
         "smollm2-135m",
         "gemma3-270m",
         "minilm-l6",
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-1.5b",
     }
+    small, large = get("qwen2.5-coder-0.5b"), get("Qwen/Qwen2.5-Coder-1.5B-Instruct")
+    assert small.family == large.family == "qwen2" and small.gqa and large.gqa
+    assert (small.layers, small.heads, small.kv_heads, small.hidden) == (24, 14, 2, 896)
+    assert (large.layers, large.heads, large.kv_heads, large.hidden) == (28, 12, 2, 1536)
+    assert not small.bos_sink and small.asset == "qwen2.5-coder-0.5b"
+    # the provenance of the offline weights: tuning, domain and quantisation types
+    for entry, types in ((small, ("Q5_0", "Q8_0", "Q4_K", "Q6_K")), (large, ("Q4_K", "Q6_K"))):
+        assert "Instruct" in entry.provenance and "code model" in entry.provenance
+        assert all(t in entry.provenance for t in types)
+    assert all(e.provenance for e in zoo.list_models() if e.asset)
+    assert not any(e.provenance for e in zoo.list_models() if not e.asset)
     with pytest.raises(KeyError, match="pythia-70m"):
         get("pythia-70")
 
@@ -75,6 +89,48 @@ def test_registry_assets_exist_in_assets_module():
     for e in zoo.list_models():
         if e.asset is not None:
             assert e.asset in known
+
+
+def _asset_folder(tmp_path, family: str, manifest: dict):
+    """A saved twin in a folder whose manifest names an offline asset, as the cache holds it."""
+    folder = tmp_path / "asset"
+    zoo.tiny_twin(family).save_pretrained(folder)
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def test_provenance_reaches_the_captured_dataset(tmp_path):
+    from attncoda.hooks import capture
+
+    import attncoda as ac
+
+    entry = zoo.get_entry("qwen2.5-coder-0.5b")
+    folder = _asset_folder(tmp_path, "qwen2", {"asset": entry.asset, "kind": "model"})
+    model, _ = zoo.load(folder)
+    assert zoo.provenance_of(model) == entry.provenance
+    with torch.no_grad(), capture(model, what="summaries") as cap:
+        model(**zoo.tiny_batch(model, length=6))
+    ds = cap.dataset
+    assert ds.attrs["provenance"] == entry.provenance
+    assert ds.attrs["family"] == "qwen2"
+    path = ac.save(ds, tmp_path / "qwen.nc")  # a netCDF-safe string attribute
+    assert ac.load(path).attrs["provenance"] == entry.provenance
+
+
+def test_no_provenance_where_the_registry_cannot_vouch(tmp_path):
+    from attncoda.hooks import capture
+
+    twin = zoo.tiny_twin("qwen2")
+    assert zoo.provenance_of(twin) == ""
+    with torch.no_grad(), capture(twin) as cap:
+        twin(**zoo.tiny_batch(twin, length=6))
+    assert "provenance" not in cap.dataset.attrs
+    # a folder whose manifest names a corpus, an unknown asset, or is not JSON
+    for i, manifest in enumerate(({"asset": "austen", "kind": "corpus"}, {"asset": "x"})):
+        folder = _asset_folder(tmp_path / str(i), "llama", manifest)
+        assert zoo.provenance_of(zoo.load(folder)[0]) == ""
+    (folder / "manifest.json").write_text("{not json", encoding="utf-8")
+    assert zoo.provenance_of(zoo.load(folder)[0]) == ""
 
 
 def test_resolve_family():
