@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +50,81 @@ def need(*names: str) -> None:
     for name in names:
         if not assets.is_fetched(name):
             pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
+
+
+def eager_weights(model, batch):
+    """HF eager attention weights of every layer (``output_attentions=True``), as a numpy array
+    ``(sample, layer, head, query, key)``; the model's attention implementation is restored."""
+    import torch
+
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(**batch, output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    return torch.stack(out.attentions, dim=1).numpy()
+
+
+def check_capture_on_text(
+    model, tokenizer, text: str, length: int, *, summaries: bool = True, rows_close=None
+):
+    """Capture a real causal model over the first ``length`` tokens of ``text`` and check it.
+
+    The logits do not change while capturing (1e-5) and the captured rows equal HF eager
+    attention (1e-5; ``rows_close(actual, desired)`` replaces that comparison when given). With
+    ``summaries``, the rows are captured with the summaries (``what="both"``) and the fast
+    summaries path must equal the core's decomposition of the captured rows (1e-4). Returns the
+    captured dataset.
+    """
+    import torch
+    from attncoda.hooks import capture
+
+    import attncoda as ac
+
+    batch = tokenizer(text, return_tensors="pt")
+    batch = {k: v[:, :length] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    assert batch["input_ids"].shape[1] == length
+    with torch.no_grad():
+        before = model(**batch).logits
+        with capture(model, what="both" if summaries else "rows") as cap:
+            during = model(**batch).logits
+    np.testing.assert_allclose(during.numpy(), before.numpy(), atol=1e-5)
+    ds = cap.dataset
+    weights = eager_weights(model, batch)
+    if rows_close is None:
+        np.testing.assert_allclose(np.exp(ds.log_attn.values), weights, atol=1e-5)
+    else:
+        rows_close(np.exp(ds.log_attn.values), weights)
+    if not summaries:
+        return ds
+    # the fast summaries path equals the core applied to the captured rows
+    with torch.no_grad(), capture(model, what="summaries") as fast:
+        model(**batch)
+    la = ds.log_attn.values.astype(np.float64)
+    sink = np.arange(la.shape[-1]) == int(ds.sink_index.values[0])  # the sample's first valid key
+    d = ac.decompose(la, sink=np.broadcast_to(sink, la.shape), from_logits=True, degenerate="nan")
+    for var in ac.SUMMARY_VARIABLES:
+        got, want = fast.dataset[var].values, getattr(d, var)
+        finite = np.isfinite(want)
+        assert (np.isfinite(got) == finite).all(), var
+        np.testing.assert_allclose(got[finite], want[finite], atol=1e-4, rtol=1e-4, err_msg=var)
+    return ds
+
+
+#: Set to 1 to let the table tests write the tables they render into the docs and the README
+#: (``ATTNCODA_UPDATE_TABLES=1 pytest ...``) instead of failing on a difference.
+UPDATE_TABLES = os.environ.get("ATTNCODA_UPDATE_TABLES") == "1"
+
+
+def table_block(path: Path, name: str) -> tuple[str, int, int]:
+    """The text of ``path`` and the span of the body of its ``<!-- table: NAME -->`` block (the
+    lines between that marker and ``<!-- /table -->``, the same markers as the case studies)."""
+    text = path.read_text(encoding="utf-8")
+    m = re.search(rf"^<!-- table: {re.escape(name)} -->\n(.*?)^<!-- /table -->$", text, re.S | re.M)
+    assert m is not None, f"{path.name} has no <!-- table: {name} --> block"
+    return text, m.start(1), m.end(1)
 
 
 def per_layer_masks(model, masks):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import need
 
-import attncoda as ac
+from conftest import check_capture_on_text, eager_weights, need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture  # noqa: E402
@@ -20,42 +19,10 @@ def emma() -> str:
     return " ".join(assets.paragraphs(assets.load_text("austen", "emma"), min_words=40)[:12])
 
 
-def eager_weights(model, batch):
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(**batch, output_attentions=True)
-    finally:
-        model.set_attn_implementation("sdpa")
-    return torch.stack(out.attentions, dim=1).numpy()
-
-
-def check_model(name: str, text: str, length: int) -> None:
+def check_model(name: str, text: str, length: int):
     need(name)
     model, tokenizer = assets.load_model(name)
-    batch = tokenizer(text, return_tensors="pt")
-    batch = {k: v[:, :length] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    assert batch["input_ids"].shape[1] == length
-    with torch.no_grad():
-        before = model(**batch).logits
-        with capture(model, what="both") as cap:
-            during = model(**batch).logits
-    np.testing.assert_allclose(during.numpy(), before.numpy(), atol=1e-5)
-    ds = cap.dataset
-    weights = eager_weights(model, batch)
-    np.testing.assert_allclose(np.exp(ds.log_attn.values), weights, atol=1e-5)
-    # the fast summaries path equals the core applied to the captured rows
-    with torch.no_grad(), capture(model, what="summaries") as fast:
-        model(**batch)
-    la = ds.log_attn.values.astype(np.float64)
-    sink = np.arange(la.shape[-1]) == int(ds.sink_index.values[0])  # the sample's first valid key
-    d = ac.decompose(la, sink=np.broadcast_to(sink, la.shape), from_logits=True, degenerate="nan")
-    for var in ac.SUMMARY_VARIABLES:
-        got, want = fast.dataset[var].values, getattr(d, var)
-        finite = np.isfinite(want)
-        assert (np.isfinite(got) == finite).all(), var
-        np.testing.assert_allclose(got[finite], want[finite], atol=1e-4, rtol=1e-4, err_msg=var)
-    return ds
+    return check_capture_on_text(model, tokenizer, text, length)
 
 
 def test_smollm2_rows_and_summaries_on_austen(emma):
