@@ -1,0 +1,368 @@
+"""Qwen2.5-Coder 0.5B and 1.5B (qwen2: GQA with q/k/v biases, no BOS) from the offline assets.
+
+Each test skips, naming the fetch command, when its model or text is not fetched. The models load
+through ``zoo.load`` with the hub switched off. The last tests compute the sink profile of every
+real model and check the model tables of ``docs/capture.md`` and ``README.md`` (the blocks
+between ``<!-- table: real-models -->`` and ``<!-- /table -->``) against it; run them with
+``ATTNCODA_UPDATE_TABLES=1`` to write the measured rows into both files instead of typing them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import UPDATE_TABLES, check_capture_on_text, eager_weights, need, table_block
+
+torch = pytest.importorskip("torch")
+from attncoda.hooks import assets, capture, zoo  # noqa: E402
+
+import attncoda as ac  # noqa: E402
+
+pytestmark = pytest.mark.real
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+REAL = ["smollm2-135m", "gemma3-270m", "minilm-l6", *QWEN]
+PROFILE_TOKENS = 256
+
+
+def _load_offline(name: str):
+    """``zoo.load(name)`` with every hub access refused, as on a machine without a hub."""
+    import huggingface_hub.constants
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+        return zoo.load(name)
+
+
+@pytest.fixture(scope="module", params=QWEN)
+def qwen(request):
+    """(name, model, tokenizer) of one Qwen model; one model in memory at a time."""
+    need(request.param)
+    model, tokenizer = _load_offline(request.param)
+    yield request.param, model, tokenizer
+    del model
+
+
+@pytest.fixture(scope="module")
+def emma() -> str:
+    need("austen")
+    return " ".join(assets.paragraphs(assets.load_text("austen", "emma"), min_words=40)[:12])
+
+
+@pytest.fixture(scope="module")
+def wiki() -> str:
+    need("wikipedia")
+    text = assets.load_text("wikipedia", "Anarchism")
+    return " ".join(assets.paragraphs(text, min_words=40)[:6])
+
+
+# --------------------------------------------------------------------------------------------
+# The asset is the pinned model
+# --------------------------------------------------------------------------------------------
+
+
+def test_asset_is_the_pinned_qwen2_model(qwen):
+    name, model, tok = qwen
+    entry, asset = zoo.get_entry(name), assets.get_asset(name)
+    manifest = json.loads((assets.asset_path(name) / "manifest.json").read_text())
+    info = manifest["model"]
+    header = info["gguf_header"]
+    assert header["general.architecture"] == "qwen2"
+    assert header["general.basename"] == "Qwen2.5-Coder" and "Instruct" in header["general.name"]
+    assert header["qwen2.block_count"] == entry.layers == model.config.num_hidden_layers
+    assert header["qwen2.attention.head_count"] == entry.heads
+    assert header["qwen2.attention.head_count_kv"] == entry.kv_heads
+    assert header["qwen2.embedding_length"] == entry.hidden == model.config.hidden_size
+    assert info["gguf_sha256"] == asset.details["gguf_sha256"]
+    # the provenance the zoo states names every quantised tensor type the header lists
+    quantised = set(info["gguf_tensor_types"]) - {"F32", "F16"}
+    assert quantised and all(t in entry.provenance for t in quantised), quantised
+    assert "Instruct" in entry.provenance and "code model" in entry.provenance
+    # qwen2: GQA with biases on q, k and v only; untied output layer; no BOS
+    assert type(model).__name__ == "Qwen2ForCausalLM" and not model.training
+    assert getattr(model.config, "quantization_config", None) is None
+    attn = model.model.layers[0].self_attn
+    assert all(getattr(attn, p).bias is not None for p in ("q_proj", "k_proj", "v_proj"))
+    assert attn.o_proj.bias is None
+    assert model.config.num_key_value_heads == entry.kv_heads < entry.heads
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    ids = tok("It is a truth universally acknowledged")["input_ids"]
+    assert tok.bos_token_id not in ids and not entry.bos_sink
+
+
+# --------------------------------------------------------------------------------------------
+# Capture equals eager attention, changes nothing, and records the provenance
+# --------------------------------------------------------------------------------------------
+
+# Known capture bug, measured on both models: captured rows are log-probabilities
+# ``logits - logsumexp(logits)`` formed in fp32, and at Qwen's large attention logits (|lse| in
+# the hundreds to thousands in layers 0-1) both terms round to their ulp, so a probability near 1
+# is off by up to 6e-5 (0.5B) or 5e-4 (1.5B) against eager attention, which exponentiates
+# ``logits - max``. The tests below keep the 1e-5 requirement and expect this one failure,
+# strictly (they fail once it is fixed, and the marker goes then); a difference above 1e-3 is no
+# rounding and fails them outright.
+ROWS_OFF_BY_ROUNDING = {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
+
+
+class RowsOffByRounding(AssertionError):
+    """Captured rows differ from eager attention by more than 1e-5 but at most 1e-3."""
+
+
+def rows_close(actual, desired, mask=None) -> None:
+    """Rows equal to 1e-5; a difference of at most 1e-3 raises :class:`RowsOffByRounding`."""
+    if mask is not None:
+        actual, desired = np.where(mask, actual, 0), np.where(mask, desired, 0)
+    try:
+        np.testing.assert_allclose(actual, desired, atol=1e-5)
+    except AssertionError as exc:
+        np.testing.assert_allclose(actual, desired, atol=1e-3)  # beyond rounding: a real bug
+        raise RowsOffByRounding(str(exc)) from None
+
+
+@pytest.fixture
+def expect_rounding(request, qwen):
+    """Expect :class:`RowsOffByRounding` (strictly) on the models where it was measured."""
+    if qwen[0] in ROWS_OFF_BY_ROUNDING:
+        request.applymarker(
+            pytest.mark.xfail(
+                raises=RowsOffByRounding,
+                strict=True,
+                reason="capture's fp32 logits - logsumexp rounds at Qwen's large logits",
+            )
+        )
+    return qwen
+
+
+def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
+    name, model, tok = qwen
+    batch = tok(emma, return_tensors="pt")
+    batch = {k: v[:, :128] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        before = model(**batch).logits
+        with capture(model, what="rows") as cap:
+            during = model(**batch).logits
+    np.testing.assert_allclose(during.numpy(), before.numpy(), atol=1e-5)
+    ds = cap.dataset
+    assert ds.attrs["family"] == "qwen2"
+    assert ds.attrs["provenance"] == zoo.get_entry(name).provenance
+    files = json.loads((assets.asset_path(name) / "manifest.json").read_text())["files"]
+    weights = next(f["sha256"] for f in files if f["path"] == "model.safetensors")
+    assert ds.attrs["weights_sha256"] == weights
+    assert int(ds.sink_index.values[0]) == 0  # no BOS: the sink is the first word
+
+
+def test_rows_on_austen(expect_rounding, emma):
+    _, model, tok = expect_rounding
+    check_capture_on_text(model, tok, emma, 256, summaries=False, rows_close=rows_close)
+
+
+def test_rows_on_wikipedia(expect_rounding, wiki):
+    _, model, tok = expect_rounding
+    check_capture_on_text(model, tok, wiki, 160, summaries=False, rows_close=rows_close)
+
+
+@pytest.mark.xfail(
+    raises=ac.SchemaError,
+    strict=True,
+    reason="capture's fp32 content entropy cancels on Qwen's large attention logits and goes "
+    "below -1e-4 (fast path and logits path), which the dataset schema refuses",
+)
+def test_summaries_on_austen(qwen, emma):
+    _, model, tok = qwen
+    check_capture_on_text(model, tok, emma, 128)
+
+
+def test_left_padding(expect_rounding, emma, wiki):
+    _, model, tok = expect_rounding
+    first = tok(emma)["input_ids"][:96]
+    second = tok(wiki)["input_ids"][:60]
+    pads = len(first) - len(second)
+    ids = torch.tensor([first, [tok.pad_token_id] * pads + second])
+    mask = torch.tensor([[1] * len(first), [0] * pads + [1] * len(second)])
+    batch = {"input_ids": ids, "attention_mask": mask}
+    with torch.no_grad():
+        before = model(**batch).logits
+        with capture(model, what="rows") as cap:
+            during = model(**batch).logits
+    np.testing.assert_allclose(during.numpy(), before.numpy(), atol=1e-5)
+    ds = cap.dataset
+    assert ds.sink_index.values.tolist() == [0, pads]  # the first valid key of each sample
+    valid = mask.numpy().astype(bool)
+    rows = np.exp(ds.log_attn.values)
+    seen = valid[:, None, None, :, None] & valid[:, None, None, None, :]
+    padded_keys = np.broadcast_to(valid[:, None, None, :, None] & ~seen, rows.shape)
+    assert (rows[padded_keys] == 0).all()  # padding is a structural zero
+    rows_close(rows, eager_weights(model, batch), mask=seen)
+
+
+def test_generate_inside_capture(expect_rounding, emma):
+    _, model, tok = expect_rounding
+    prompt = tok(emma, return_tensors="pt")["input_ids"][:, :40]
+    kwargs = {
+        "attention_mask": torch.ones_like(prompt),
+        "max_new_tokens": 6,
+        "do_sample": False,
+        "pad_token_id": tok.pad_token_id,
+    }
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")  # capture computes the outputs with it, too
+    try:
+        with torch.no_grad():
+            plain = model.generate(
+                prompt, output_attentions=True, return_dict_in_generate=True, **kwargs
+            )
+            with capture(model, what="rows") as cap:
+                out = model.generate(prompt, **kwargs)
+    finally:
+        model.set_attn_implementation(previous)
+    assert torch.equal(out, plain.sequences)  # capturing changes no generated token
+    assert out.shape[1] > prompt.shape[1] + 1
+    ds = cap.dataset
+    total = out.shape[1] - 1
+    assert list(ds["query"].values) == list(range(total))
+    rows = np.exp(ds.log_attn.values[0])
+    # eager attention of the same cached steps (the same computation without capture), each
+    # step's queries in place: a fresh forward over the whole sequence is no reference, since
+    # the model's own cached and uncached attention differ by 5e-5 on the 0.5B
+    eager = np.zeros_like(rows)
+    start = 0
+    for step in plain.attentions:  # one tuple of layers per forward call of generate
+        n_q, n_k = step[0].shape[-2:]
+        eager[:, :, start : start + n_q, :n_k] = torch.stack(step, dim=1)[0].numpy()
+        start += n_q
+    assert start == total
+    rows_close(rows, eager)
+
+
+# --------------------------------------------------------------------------------------------
+# Sink profiles and the model tables of the docs
+# --------------------------------------------------------------------------------------------
+
+
+def sink_profile(model, tokenizer, text: str) -> dict:
+    """Where the sink sits and how much attention it takes, layer by layer.
+
+    Over the first ``PROFILE_TOKENS`` tokens of ``text``: the sink is the first key (no BOS:
+    an ordinary word; Gemma: ``<bos>``; MiniLM: ``[CLS]``). ``share[l]`` is its attention share
+    in layer ``l``, averaged over heads and queries 1..T-1. ``top[l]`` says whether it is also
+    the key with the most attention in layer ``l`` (mean over heads and the queries of the second
+    half, among the keys of the first half, which all those queries see).
+    """
+    batch = tokenizer(text, return_tensors="pt")
+    batch = {
+        k: v[:, :PROFILE_TOKENS] for k, v in batch.items() if k in ("input_ids", "attention_mask")
+    }
+    t = batch["input_ids"].shape[1]
+    assert t == PROFILE_TOKENS
+    with torch.no_grad(), capture(model, what="rows") as cap:
+        model(**batch)
+    ds = cap.dataset
+    sink = int(ds.sink_index.values[0])
+    rows = np.exp(ds.log_attn.values[0].astype(np.float64))  # layer, head, query, key
+    share = rows[:, :, 1:, sink].mean(axis=(1, 2))
+    mean = rows[:, :, t // 2 :, : t // 2].mean(axis=(1, 2))  # layer, key
+    top = mean.argmax(axis=-1) == sink
+    token = tokenizer.decode([int(batch["input_ids"][0, sink])])
+    token = token.strip() or repr(token)  # a bare space or newline is shown quoted
+    return {"sink": sink, "token": token, "share": share.tolist(), "top": top.tolist()}
+
+
+def _params(model) -> str:
+    n = sum(p.numel() for p in model.parameters())
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+
+
+def table_rows(name: str, model, profile: dict) -> dict[str, str]:
+    """The row of ``name`` in the docs table (per layer) and in the README table (summary)."""
+    entry, asset = zoo.get_entry(name), assets.get_asset(name)
+    share = np.asarray(profile["share"])
+    n = len(share)
+    size = (
+        f"{_params(model)} params, {entry.layers} layers, {entry.heads} heads ({entry.kv_heads} KV)"
+    )
+    sink = (
+        f"`{profile['token']}` (position {profile['sink']}; top key in "
+        f"{sum(profile['top'])}/{n} layers)"
+    )
+    fetch = f"`{asset.fetch_command}` ({asset.download_size / 1e6:,.0f} MB)"
+    if not asset.in_all:
+        fetch += ", not in `--all`"
+    per_layer = " ".join(f"{v:.2f}" for v in share)
+    summary = f"{share.mean():.2f} / {share[n // 2 :].mean():.2f} / {share.max():.2f}"
+    model_cell = f"`{name}`"
+    return {
+        "docs/capture.md": f"| {model_cell} | {entry.family} | {size} | {sink} | {per_layer} | "
+        f"{fetch} |",
+        "README.md": f"| {model_cell} | {entry.family} | {size} | {sink} | {summary} | {fetch} |",
+    }
+
+
+# what a rerun may change: the shares in their last digit, the count of top-key layers by one
+_MEASURED = re.compile(r"\b0\.\d\d\b|(?<=top key in )\d+")
+
+
+def _same_row(found: str, want: str) -> bool:
+    """Equal text, shares within 0.011 and top-key counts within 1 (a rerun may round
+    differently); everything else (names, sizes, commands) exactly equal."""
+    if _MEASURED.sub("#", found) != _MEASURED.sub("#", want):
+        return False
+    pairs = zip(_MEASURED.findall(found), _MEASURED.findall(want), strict=True)
+    return all(abs(float(a) - float(b)) <= (0.011 if "." in a else 1) for a, b in pairs)
+
+
+def _check_table_row(name: str, rows: dict[str, str]) -> None:
+    """Compare (or, with ``ATTNCODA_UPDATE_TABLES=1``, write) the row of ``name`` in both tables."""
+    stale = []
+    for file, row in rows.items():
+        text, start, end = table_block(ROOT / file, "real-models")
+        lines = text[start:end].splitlines()
+        mine = [i for i, line in enumerate(lines) if line.startswith(f"| `{name}` |")]
+        assert len(mine) <= 1, f"{file}: {name} has {len(mine)} rows"
+        if mine and _same_row(lines[mine[0]], row):
+            continue
+        if not UPDATE_TABLES:
+            stale.append(f"{file}: {row}")
+            continue
+        if mine:
+            lines[mine[0]] = row
+        else:  # a new row goes before the first row of a model listed after it in REAL
+            after = REAL[REAL.index(name) + 1 :]
+            at = next(
+                (i for i, ln in enumerate(lines) for n in after if ln.startswith(f"| `{n}` |")),
+                len(lines),
+            )
+            lines.insert(at, row)
+        (ROOT / file).write_text(text[:start] + "\n".join(lines) + "\n" + text[end:], "utf-8")
+    assert not stale, (
+        "the model table differs from the measured sink profile; rerun with "
+        "ATTNCODA_UPDATE_TABLES=1 to write these rows:\n" + "\n".join(stale)
+    )
+
+
+def test_qwen_sink_profile_and_table_row(qwen, emma):
+    name, model, tok = qwen
+    profile = sink_profile(model, tok, emma)
+    assert profile["sink"] == 0 and len(profile["share"]) == zoo.get_entry(name).layers
+    share = np.asarray(profile["share"])
+    assert ((share > 0) & (share < 1)).all()
+    # a trained model's sink: far above the uniform share of the first key (about ln(T)/T)
+    assert share.max() > 0.3 and sum(profile["top"]) >= len(share) // 2
+    _check_table_row(name, table_rows(name, model, profile))
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm-l6"])
+def test_other_real_models_table_rows(name, emma):
+    need(name)
+    model, tok = _load_offline(name)
+    profile = sink_profile(model, tok, emma)
+    assert profile["sink"] == 0 and len(profile["share"]) == zoo.get_entry(name).layers
+    special = {"gemma3-270m": "<bos>", "minilm-l6": "[CLS]"}  # SmolLM2: an ordinary word
+    assert (profile["token"] == special[name]) if name in special else profile["token"].isalpha()
+    _check_table_row(name, table_rows(name, model, profile))
