@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 #: The studies with the run|table|quick entry point, results/, golden/ and README tables.
-STUDIES = ("conventions", "pruning", "arach")
+STUDIES = ("conventions", "pruning", "arach", "rpa")
 
 
 def run_per_model(

@@ -506,10 +506,11 @@ def render_tables(results: Path) -> dict[str, str]:
         mrows.append(
             [
                 f"{stage} seed {seed}",
-                f"{g.entropy_norm_mean.min():.4f}",
-                f"{g.entropy_norm_min.min():.4f}",
-                f"[{g.batch_mean_min.min():.3f}, {g.batch_mean_max.max():.3f}]",
+                f"{g.entropy_norm_mean.min():.3f}",
+                f"{g.entropy_norm_min.min():.3f}",
+                f"[{g.cached_min.min():.4f}, {g.cached_max.max():.4f}]",
                 f"{g.cached_max_dev_uniform.max():.4f}",
+                f"[{g.mu_min.min():.2f}, {g.mu_max.max():.2f}]",
                 f"[{g.sigma_min.min():.3f}, {g.sigma_max.max():.3f}]",
                 f"{_signed(g.bias_last_query_first_key.min(), 2)} / "
                 f"{_signed(g.bias_last_query_last_key.max(), 2)}",
@@ -518,11 +519,12 @@ def render_tables(results: Path) -> dict[str, str]:
     memberships = markdown_table(
         [
             "run",
-            "H(μ) / log R, mean (lowest layer)",
-            "min over tokens",
-            "batch-mean μ, range",
-            "cached μ̄: max |μ̄ − 1/R|",
-            "σ_r range",
+            "H(μ) / log R: mean over tokens, lowest layer",
+            "lowest token",
+            "cached μ̄ (behind B(T)): range",
+            "max |μ̄ − 1/R|",
+            "per-token μ: range",
+            "σ_r: range",
             "B(T), last query: first key / last key",
         ],
         mrows,
