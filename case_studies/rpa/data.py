@@ -88,7 +88,7 @@ def load_austen(
     context: int = 128,
     vocab: int | None = 8192,
     control_chunks: int = 32,
-    cache_dir: str | Path = "case_studies/rpa/out/data",
+    cache_dir: str | Path = "case_studies/rpa/results/data",
 ) -> AustenData:
     """Train / control / validation token data from Austen's novels.
 
