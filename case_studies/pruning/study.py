@@ -3,10 +3,9 @@
 The study is ``attncoda prune MODEL`` with the command's defaults, run on SmolLM2-135M and
 Gemma-3-270M, and with the reversed scores on SmolLM2-135M (``python -m case_studies.pruning
 run|table|quick``: :data:`STUDY`; the README tables are :func:`render_tables`). Everything it
-computes is the
-library's :mod:`attncoda.hooks.prune` (one implementation, shared with the command): scores from
-the first windows of *Emma*, perplexity on *Moby-Dick* and *Pride and Prejudice*, tables at full
-precision and the figure. This module names the study's protocol and gives the sweep the study's
+computes is the library's :mod:`attncoda.hooks.prune` (one implementation, shared with the
+command): scores from the first windows of *Emma*, perplexity on *Moby-Dick* and *Pride and
+Prejudice*, tables at full precision and the figure. This module names the study's protocol and gives the sweep the study's
 names, so that a Python session can rerun one model or reread the results::
 
     from attncoda.hooks import assets
