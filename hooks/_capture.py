@@ -201,8 +201,9 @@ def _fast_summaries(
     row, ``sum_c p_k k_k``, ``s`` and ``1 - s`` (each a sum of positive terms, so no
     cancellation). Then ``lse_c = z_s - log(s / (1 - s))`` and the content entropy is
     ``lse_c - scale * q . sum_c p_k k_k / (1 - s)``. Rows where this is ill-conditioned (sink
-    not visible, ``s`` or ``1 - s`` below 1e-30, padding queries) are returned in ``redo`` for
-    the explicit path.
+    not visible, ``s`` or ``1 - s`` below 1e-30, padding queries, and logits so large that the
+    difference above could lose more than 1e-4 nats to fp32 rounding) are returned in ``redo``
+    for the explicit path.
 
     The call is built for CUDA's fused kernels (``_kernels`` lists their rules), so that it
     never falls back to the math kernel, which would form the T x T weights of every head:
@@ -283,6 +284,12 @@ def _fast_summaries(
     lse_c = z_s - logodds
     mean_pl = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, out_a) / c
     h_c = lse_c - mean_pl
+    # the entropy is a difference of two logit-sized numbers: where logits reach the hundreds
+    # (Qwen2.5's first layers reach thousands) fp32 rounding could cost more than 1e-4 nats, so
+    # those rows are recomputed on the explicit path (max-shifted, no cancellation)
+    cancel = 8 * torch.finfo(torch.float32).eps * (lse_c.abs() + mean_pl.abs())
+    redo = redo | (cancel > 1e-4)
+    h_c = h_c.clamp_min(0.0)  # an entropy is >= 0: rounding below 0 is moved to the bound
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
     entropy = attncoda.binary_entropy_from_logs(log_s, log_1ms) + c * h_c
@@ -332,9 +339,15 @@ def _explicit(
         else:
             sink_mask = _sink_mask(spec, ctx.sink_index, visible_len, q.device)
         if spec.what in ("rows", "both"):
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            # log-softmax from max-shifted logits: with logits in the thousands (Qwen2.5's first
+            # layers) logits - logsumexp(logits) loses the small term of m + log(sum) to fp32
+            # rounding (5e-4 in probability near 1); (l - m) - log(sum exp(l - m)) does not
+            m = logits.amax(dim=-1, keepdim=True)
+            shifted = logits - torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            lse = torch.log(shifted.exp().sum(dim=-1, keepdim=True))
             # query rows with no visible key (padding queries) stay all -inf, not NaN
-            logp = torch.where(torch.isfinite(lse), logits - lse, -math.inf)
+            logp = torch.where(torch.isfinite(m), shifted - lse, -math.inf)
+            del shifted
             if learned:
                 learned_rows.append(logp[..., 0].cpu())
                 logp = logp[..., 1:]

@@ -35,19 +35,23 @@ def _summaries_from_logits(
     n_s = sink_vis.sum(-1)
     sum_s = torch.where(sink_vis, logits, 0.0).sum(-1)
     del sink_logits
-    # content channel
+    # content channel, on logits shifted by their maximum: the entropy is then
+    # log(sum e) - sum e (l - m) / sum e, two non-negative terms, so no cancellation even where
+    # logits are in the thousands (lse_c - sum e l / sum e lost 1e-4 nats to fp32 rounding there)
     logits.masked_fill_(~content, -math.inf)
     m_c = logits.amax(-1, keepdim=True)
     m_c = torch.where(torch.isfinite(m_c), m_c, torch.zeros_like(m_c))
-    e = (logits - m_c).exp_()
+    logits.sub_(m_c)
+    e = logits.exp()
     logits.masked_fill_(~content, 0.0)
     z_c = e.sum(-1)
-    el = torch.linalg.vecdot(e, logits)
-    sum_c = logits.sum(-1)
+    el = torch.linalg.vecdot(e, logits)  # sum e (l - m): <= 0
+    sum_c_shifted = logits.sum(-1)
     del e
     n_c = content.sum(-1).to(logits.dtype)
-    lse_c = m_c[..., 0] + torch.log(z_c)
-    h_c = torch.where(n_c > 0, lse_c - el / z_c, torch.full_like(z_c, math.nan))
+    log_z = torch.log(z_c)
+    lse_c = m_c[..., 0] + log_z
+    h_c = torch.where(n_c > 0, log_z - el / z_c, torch.full_like(z_c, math.nan))
     logodds = lse_s - lse_c  # +inf without content, -inf without a visible sink
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
@@ -58,7 +62,9 @@ def _summaries_from_logits(
     ok = (n_c > 0) & (n_sf > 0)
     safe_c = torch.where(ok, n_c, torch.ones_like(n_c))
     safe_s = torch.where(ok, n_sf, torch.ones_like(n_sf))
-    balance = torch.sqrt(safe_s * safe_c / (safe_s + safe_c)) * (sum_s / safe_s - sum_c / safe_c)
+    mean_s = sum_s / safe_s - m_c[..., 0]  # the means of the sink and content logits, both
+    mean_c = sum_c_shifted / safe_c  # shifted by the content maximum
+    balance = torch.sqrt(safe_s * safe_c / (safe_s + safe_c)) * (mean_s - mean_c)
     balance = torch.where(ok, balance, torch.full_like(balance, math.nan))
     empty = ~visible.any(-1).expand_as(share)  # padding queries: no row at all
     nan = torch.full_like(share, math.nan)

@@ -21,8 +21,6 @@ from conftest import UPDATE_TABLES, check_capture_on_text, eager_weights, need, 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture, zoo  # noqa: E402
 
-import attncoda as ac  # noqa: E402
-
 pytestmark = pytest.mark.real
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,43 +99,13 @@ def test_asset_is_the_pinned_qwen2_model(qwen):
 # Capture equals eager attention, changes nothing, and records the provenance
 # --------------------------------------------------------------------------------------------
 
-# Known capture bug, measured on both models: captured rows are log-probabilities
-# ``logits - logsumexp(logits)`` formed in fp32, and at Qwen's large attention logits (|lse| in
-# the hundreds to thousands in layers 0-1) both terms round to their ulp, so a probability near 1
-# is off by up to 6e-5 (0.5B) or 5e-4 (1.5B) against eager attention, which exponentiates
-# ``logits - max``. The tests below keep the 1e-5 requirement and expect this one failure,
-# strictly (they fail once it is fixed, and the marker goes then); a difference above 1e-3 is no
-# rounding and fails them outright.
-ROWS_OFF_BY_ROUNDING = {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
-
-
-class RowsOffByRounding(AssertionError):
-    """Captured rows differ from eager attention by more than 1e-5 but at most 1e-3."""
-
 
 def rows_close(actual, desired, mask=None) -> None:
-    """Rows equal to 1e-5; a difference of at most 1e-3 raises :class:`RowsOffByRounding`."""
+    """Captured rows equal eager attention to 1e-5 (capture forms log-probabilities from
+    max-shifted fp32 logits, so Qwen's logits in the thousands lose nothing to rounding)."""
     if mask is not None:
         actual, desired = np.where(mask, actual, 0), np.where(mask, desired, 0)
-    try:
-        np.testing.assert_allclose(actual, desired, atol=1e-5)
-    except AssertionError as exc:
-        np.testing.assert_allclose(actual, desired, atol=1e-3)  # beyond rounding: a real bug
-        raise RowsOffByRounding(str(exc)) from None
-
-
-@pytest.fixture
-def expect_rounding(request, qwen):
-    """Expect :class:`RowsOffByRounding` (strictly) on the models where it was measured."""
-    if qwen[0] in ROWS_OFF_BY_ROUNDING:
-        request.applymarker(
-            pytest.mark.xfail(
-                raises=RowsOffByRounding,
-                strict=True,
-                reason="capture's fp32 logits - logsumexp rounds at Qwen's large logits",
-            )
-        )
-    return qwen
+    np.testing.assert_allclose(actual, desired, atol=1e-5)
 
 
 def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
@@ -158,29 +126,23 @@ def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
     assert int(ds.sink_index.values[0]) == 0  # no BOS: the sink is the first word
 
 
-def test_rows_on_austen(expect_rounding, emma):
-    _, model, tok = expect_rounding
+def test_rows_on_austen(qwen, emma):
+    _, model, tok = qwen
     check_capture_on_text(model, tok, emma, 256, summaries=False, rows_close=rows_close)
 
 
-def test_rows_on_wikipedia(expect_rounding, wiki):
-    _, model, tok = expect_rounding
+def test_rows_on_wikipedia(qwen, wiki):
+    _, model, tok = qwen
     check_capture_on_text(model, tok, wiki, 160, summaries=False, rows_close=rows_close)
 
 
-@pytest.mark.xfail(
-    raises=ac.SchemaError,
-    strict=True,
-    reason="capture's fp32 content entropy cancels on Qwen's large attention logits and goes "
-    "below -1e-4 (fast path and logits path), which the dataset schema refuses",
-)
 def test_summaries_on_austen(qwen, emma):
     _, model, tok = qwen
     check_capture_on_text(model, tok, emma, 128)
 
 
-def test_left_padding(expect_rounding, emma, wiki):
-    _, model, tok = expect_rounding
+def test_left_padding(qwen, emma, wiki):
+    _, model, tok = qwen
     first = tok(emma)["input_ids"][:96]
     second = tok(wiki)["input_ids"][:60]
     pads = len(first) - len(second)
@@ -202,8 +164,8 @@ def test_left_padding(expect_rounding, emma, wiki):
     rows_close(rows, eager_weights(model, batch), mask=seen)
 
 
-def test_generate_inside_capture(expect_rounding, emma):
-    _, model, tok = expect_rounding
+def test_generate_inside_capture(qwen, emma):
+    _, model, tok = qwen
     prompt = tok(emma, return_tensors="pt")["input_ids"][:, :40]
     kwargs = {
         "attention_mask": torch.ones_like(prompt),
