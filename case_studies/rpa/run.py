@@ -44,9 +44,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
-from attncoda.hooks import rpa, rpa_train
+from attncoda.hooks import rpa, rpa_audit, rpa_train
 from attncoda.hooks.rpa_checkpoints import RunFolder
+
+import attncoda as ac
 
 from .data import load_austen
 
@@ -338,8 +341,6 @@ def report(args: argparse.Namespace) -> str:
     )
     (out / "ablation.md").write_text(md)
     _figure_curves(out, runs)
-    from .study import write_control_curves, write_runs_table
-
     write_runs_table(out)
     write_control_curves(out)
     return md
@@ -386,9 +387,7 @@ def _figure_curves(out: Path, runs: list[dict[str, Any]]) -> None:
 
 def audit(args: argparse.Namespace) -> str:
     """CoDa audit of one seed: entropy trajectories side by side and the prior's perturbation
-    (:func:`case_studies.rpa.study.audit_seed`); the markdown."""
-    from .study import audit_seed
-
+    (:func:`audit_seed`); the markdown."""
     return audit_seed(Path(args.out), args.seed)[1]
 
 
@@ -522,3 +521,130 @@ def _run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def write_runs_table(out: Path) -> pd.DataFrame:
+    """``runs.csv``: one row per run, from ``results.json`` (flat, for tables and golden)."""
+    runs = json.loads((out / "results.json").read_text())
+    rows = []
+    for r in runs:
+        rows.append(
+            {
+                "stage": r["stage"],
+                "seed": r["seed"],
+                "val_ce_raw": r["val_ce"].get("raw"),
+                "val_ce_ema": r["val_ce"].get("ema"),
+                "val_ce_swa_select": r["val_ce"].get("swa_select"),
+                "final_tau": r["final_tau"],
+                "swa_accepted": r["swa_accepted"],
+                "swa_used": r["swa_used"],
+                "context_mixture": ", ".join(
+                    f"{k}:{v:.6f}" for k, v in r["context_mixture"].items()
+                ),
+                "tokens": r["tokens"],
+                "model_parameters": r["model_parameters"],
+                "prior_parameters": r["prior_parameters"],
+                "seconds": r["seconds"],
+            }
+        )
+    df = pd.DataFrame(rows)
+    ac.write_table(df, out / "runs.csv")
+    return df
+
+
+def write_control_curves(out: Path) -> pd.DataFrame:
+    """``control_curves.csv``: every run's control-set evaluations during training (step,
+    control CE, learning rate, training CE; for runs with a prior also tau_att and the
+    normalised membership entropy), from the run folders' ``result.json``."""
+    keep = ("step", "control_ce", "lr", "train_ce", "tau", "mu_entropy", "sat_frac")
+    rows = []
+    for r in collect(out):
+        hist = json.loads(run_dir(out, r["stage"], r["seed"]).result.read_text())["history"]
+        for h in hist:
+            if "control_ce" in h:
+                rows.append({"stage": r["stage"], "seed": r["seed"], **{k: h.get(k) for k in keep}})
+    df = pd.DataFrame(rows)
+    ac.write_table(df, out / "control_curves.csv")
+    return df
+
+
+def write_audit_tables(out: Path, result: dict[str, Any], seed: int) -> None:
+    """``audit_trajectory.csv`` and ``audit_perturbation.csv``: the audit's means at full
+    precision (the ``.nc`` datasets under ``audit/`` are not committed)."""
+    traj, pert = [], []
+    for stage, res in result.items():
+        ds = res["trajectory"]
+        for i, label in enumerate(ds["checkpoint"].values):
+            sel = ds.isel(checkpoint=i)
+            traj.append(
+                {
+                    "stage": stage,
+                    "seed": seed,
+                    "checkpoint": str(label),
+                    "step": int(str(label).removeprefix("step")),
+                    "entropy": float(sel.entropy.mean()),
+                    "sink_share": float(sel.sink_share.mean()),
+                    "content_entropy": float(sel.content_entropy.mean()),
+                    "delta_entropy": float(sel.delta_entropy.mean()),
+                    "delta_sink": float(sel.delta_sink.mean()),
+                    "delta_content": float(sel.delta_content.mean()),
+                    "sink_fraction": float(sel.sink_fraction),
+                    "sink_fraction_path": float(sel.sink_fraction_path),
+                    "entropy_no_prior": float(sel.entropy_no_prior.mean()),
+                    "sink_share_no_prior": float(sel.sink_share_no_prior.mean()),
+                    "sink_fraction_path_no_prior": float(sel.sink_fraction_path_no_prior),
+                }
+            )
+        p = res.get("perturbation")
+        if p is None:
+            continue
+        for layer in p["layer"].values:
+            s = p.sel(layer=layer).mean("head")
+            pert.append(
+                {
+                    "stage": stage,
+                    "seed": seed,
+                    "layer": int(layer),
+                    **{
+                        v: float(s[v])
+                        for v in (
+                            "aitchison_sink",
+                            "aitchison_content",
+                            "sink_fraction",
+                            "entropy_without",
+                            "entropy_with",
+                            "delta_entropy",
+                            "delta_entropy_sink",
+                            "delta_entropy_content",
+                            "sink_share_without",
+                            "sink_share_with",
+                        )
+                    },
+                    "perturbation_max_error": float(p.attrs["perturbation_max_error"]),
+                }
+            )
+    ac.write_table(pd.DataFrame(traj), out / "audit_trajectory.csv")
+    ac.write_table(pd.DataFrame(pert), out / "audit_perturbation.csv")
+
+
+def audit_seed(out: Path, seed: int) -> tuple[dict[str, Any], str]:
+    """The audit of every run of ``seed``: ``audit/``, ``audit_seed<k>.md`` and the CSVs; the
+    datasets per stage and the markdown."""
+    result: dict[str, Any] = {}
+    parts = []
+    for stage in ALL_STAGES:
+        run = run_dir(out, stage, seed)
+        if not run.audit_ids.is_file():
+            continue
+        res = rpa_audit.audit_rpa(
+            run.path, out=out / "audit" / f"{stage}_seed{seed}", overwrite=True
+        )
+        result[stage] = res
+        parts += [f"# {stage} (seed {seed})", "", rpa_audit.audit_markdown(res)]
+    if not result:
+        raise SystemExit(f"no runs for seed {seed} under {out / 'runs'}")
+    md = "\n".join(parts)
+    (out / "audit" / f"audit_seed{seed}.md").write_text(md)
+    write_audit_tables(out, result, seed)
+    _figure_audit(out, result, seed)
+    return result, md

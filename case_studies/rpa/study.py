@@ -33,8 +33,19 @@ from typing import Any
 
 import pandas as pd
 
+import attncoda as ac
+
 from .._study import Golden, Provenance, Study, markdown_table
 from .._study import main as study_main
+from .data import load_austen
+from .run import (
+    ALL_STAGES,
+    SIZES,
+    audit_seed,
+    report,
+    run_dir,
+    train_one,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -75,9 +86,6 @@ def run_args(out: Path, size: str = "small", **over: Any) -> argparse.Namespace:
 
 def record_tokens(out: Path, ns: argparse.Namespace, prov: Provenance) -> None:
     """The assets and the sha256 of every token tensor the runs train and evaluate on."""
-    from .data import load_austen
-    from .run import SIZES
-
     prov.asset("austen")
     prov.asset("smollm2-135m")  # the tokenizer
     size = SIZES[ns.size]
@@ -96,8 +104,6 @@ def train_all(
     stages: Sequence[str],
     skip_existing: bool = False,
 ) -> None:
-    from .run import run_dir, train_one
-
     for seed in seeds:
         for stage in stages:
             if skip_existing and run_dir(out, stage, seed).summary.is_file():
@@ -107,118 +113,6 @@ def train_all(
             s = train_one(stage, seed, ns)
             ce = ", ".join(f"{k} {v:.4f}" for k, v in s["val_ce"].items())
             log(f"{stage} seed {seed}: validation CE {ce} ({time.perf_counter() - t0:.0f} s)")
-
-
-def write_runs_table(out: Path) -> pd.DataFrame:
-    """``runs.csv``: one row per run, from ``results.json`` (flat, for tables and golden)."""
-    import attncoda as ac
-
-    runs = json.loads((out / "results.json").read_text())
-    rows = []
-    for r in runs:
-        rows.append(
-            {
-                "stage": r["stage"],
-                "seed": r["seed"],
-                "val_ce_raw": r["val_ce"].get("raw"),
-                "val_ce_ema": r["val_ce"].get("ema"),
-                "val_ce_swa_select": r["val_ce"].get("swa_select"),
-                "final_tau": r["final_tau"],
-                "swa_accepted": r["swa_accepted"],
-                "swa_used": r["swa_used"],
-                "context_mixture": ", ".join(
-                    f"{k}:{v:.6f}" for k, v in r["context_mixture"].items()
-                ),
-                "tokens": r["tokens"],
-                "model_parameters": r["model_parameters"],
-                "prior_parameters": r["prior_parameters"],
-                "seconds": r["seconds"],
-            }
-        )
-    df = pd.DataFrame(rows)
-    ac.write_table(df, out / "runs.csv")
-    return df
-
-
-def write_control_curves(out: Path) -> pd.DataFrame:
-    """``control_curves.csv``: every run's control-set evaluations during training (step,
-    control CE, learning rate, training CE; for runs with a prior also tau_att and the
-    normalised membership entropy), from the run folders' ``result.json``."""
-    import attncoda as ac
-
-    from .run import collect, run_dir
-
-    keep = ("step", "control_ce", "lr", "train_ce", "tau", "mu_entropy", "sat_frac")
-    rows = []
-    for r in collect(out):
-        hist = json.loads(run_dir(out, r["stage"], r["seed"]).result.read_text())["history"]
-        for h in hist:
-            if "control_ce" in h:
-                rows.append({"stage": r["stage"], "seed": r["seed"], **{k: h.get(k) for k in keep}})
-    df = pd.DataFrame(rows)
-    ac.write_table(df, out / "control_curves.csv")
-    return df
-
-
-def write_audit_tables(out: Path, result: dict[str, Any], seed: int) -> None:
-    """``audit_trajectory.csv`` and ``audit_perturbation.csv``: the audit's means at full
-    precision (the ``.nc`` datasets under ``audit/`` are not committed)."""
-    import attncoda as ac
-
-    traj, pert = [], []
-    for stage, res in result.items():
-        ds = res["trajectory"]
-        for i, label in enumerate(ds["checkpoint"].values):
-            sel = ds.isel(checkpoint=i)
-            traj.append(
-                {
-                    "stage": stage,
-                    "seed": seed,
-                    "checkpoint": str(label),
-                    "step": int(str(label).removeprefix("step")),
-                    "entropy": float(sel.entropy.mean()),
-                    "sink_share": float(sel.sink_share.mean()),
-                    "content_entropy": float(sel.content_entropy.mean()),
-                    "delta_entropy": float(sel.delta_entropy.mean()),
-                    "delta_sink": float(sel.delta_sink.mean()),
-                    "delta_content": float(sel.delta_content.mean()),
-                    "sink_fraction": float(sel.sink_fraction),
-                    "sink_fraction_path": float(sel.sink_fraction_path),
-                    "entropy_no_prior": float(sel.entropy_no_prior.mean()),
-                    "sink_share_no_prior": float(sel.sink_share_no_prior.mean()),
-                    "sink_fraction_path_no_prior": float(sel.sink_fraction_path_no_prior),
-                }
-            )
-        p = res.get("perturbation")
-        if p is None:
-            continue
-        for layer in p["layer"].values:
-            s = p.sel(layer=layer).mean("head")
-            pert.append(
-                {
-                    "stage": stage,
-                    "seed": seed,
-                    "layer": int(layer),
-                    **{
-                        v: float(s[v])
-                        for v in (
-                            "aitchison_sink",
-                            "aitchison_content",
-                            "sink_fraction",
-                            "entropy_without",
-                            "entropy_with",
-                            "delta_entropy",
-                            "delta_entropy_sink",
-                            "delta_entropy_content",
-                            "sink_share_without",
-                            "sink_share_with",
-                        )
-                    },
-                    "perturbation_max_error": float(p.attrs["perturbation_max_error"]),
-                }
-            )
-    ac.write_table(pd.DataFrame(traj), out / "audit_trajectory.csv")
-    ac.write_table(pd.DataFrame(pert), out / "audit_perturbation.csv")
 
 
 def membership_stats(out: Path, seeds: Sequence[int]) -> pd.DataFrame:
@@ -234,10 +128,6 @@ def membership_stats(out: Path, seeds: Sequence[int]) -> pd.DataFrame:
     import torch
     from attncoda.hooks import rpa
     from attncoda.hooks.rpa_checkpoints import load_checkpoint
-
-    import attncoda as ac
-
-    from .run import ALL_STAGES, run_dir
 
     rows = []
     for seed in seeds:
@@ -324,8 +214,6 @@ def full_run(
     (``bench``) the latency benchmark, into ``out``."""
     import torch
 
-    from .run import ALL_STAGES, report
-
     torch.set_num_threads(threads)
     ns = run_args(out, size=size, threads=threads, **over)
     out.mkdir(parents=True, exist_ok=True)
@@ -347,33 +235,6 @@ def full_run(
         benchmark=f"benchmarks/bench_rpa.py {' '.join(BENCH)}" if bench else None,
         **{k: v for k, v in over.items()},
     )
-
-
-def audit_seed(out: Path, seed: int) -> tuple[dict[str, Any], str]:
-    """The audit of every run of ``seed``: ``audit/``, ``audit_seed<k>.md`` and the CSVs; the
-    datasets per stage and the markdown."""
-    from attncoda.hooks import rpa_audit
-
-    from .run import ALL_STAGES, _figure_audit, run_dir
-
-    result: dict[str, Any] = {}
-    parts = []
-    for stage in ALL_STAGES:
-        run = run_dir(out, stage, seed)
-        if not run.audit_ids.is_file():
-            continue
-        res = rpa_audit.audit_rpa(
-            run.path, out=out / "audit" / f"{stage}_seed{seed}", overwrite=True
-        )
-        result[stage] = res
-        parts += [f"# {stage} (seed {seed})", "", rpa_audit.audit_markdown(res)]
-    if not result:
-        raise SystemExit(f"no runs for seed {seed} under {out / 'runs'}")
-    md = "\n".join(parts)
-    (out / "audit" / f"audit_seed{seed}.md").write_text(md)
-    write_audit_tables(out, result, seed)
-    _figure_audit(out, result, seed)
-    return result, md
 
 
 # ------------------------------------------------------------------------------------ tables
@@ -407,8 +268,6 @@ def _mean_sd(vals: Sequence[float]) -> str:
 
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables, from the result files in ``results`` (``table`` renders them)."""
-    import attncoda as ac
-
     runs = ac.read_table(results / "runs.csv")
     seeds = sorted(int(s) for s in runs.seed.unique())
     seed_cols = [f"seed {s}" for s in seeds]
