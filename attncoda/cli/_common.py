@@ -86,24 +86,24 @@ def parse_index(text: str) -> list[int] | slice | None:
     return items
 
 
-def positive(text: str) -> int:
+def _whole(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
     return value
+
+
+def positive(text: str) -> int:
+    """An option's whole number >= 1."""
+    return _whole(text, 1)
 
 
 def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    """An option's whole number >= 0."""
+    return _whole(text, 0)
 
 
 def threads(text: str) -> int:
