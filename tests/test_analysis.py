@@ -14,12 +14,12 @@ import itertools
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import has_torch
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy as scipy_entropy
 
 import attncoda as ac
 from attncoda._analysis import _row_summaries
+from conftest import has_torch
 
 _needs_torch = pytest.mark.skipif(not has_torch, reason="torch")
 # numpy; torch matrix products; and device= (products and the js/tv passes in torch)

@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import requires_composition_stats, requires_skbio
 from hypothesis import given, settings
 from strategies import logit_rows, softmax_masked
 
 import attncoda as ac
+from conftest import requires_composition_stats, requires_skbio
 
 torch = pytest.importorskip("torch")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import need
 
 import attncoda as ac
+from conftest import need
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")

@@ -12,7 +12,6 @@ import math
 
 import numpy as np
 import pytest
-from conftest import requires_skbio, requires_torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -20,6 +19,7 @@ from strategies import ilr_bases, sbp_matrices
 
 import attncoda as ac
 from attncoda import _coda
+from conftest import requires_skbio, requires_torch
 
 X3 = np.array([0.2, 0.3, 0.5])
 X = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])
