@@ -76,6 +76,7 @@ from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
 )
+from ._labels import Spec, labelled
 
 __all__ = [
     "add_learned_sink",
@@ -105,6 +106,7 @@ __all__ = [
 # closure and zeros
 
 
+@labelled(Spec())
 def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
     """Scale each row to sum to one over its visible parts.
 
@@ -158,6 +160,7 @@ def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
     return xp.moveaxis(data / xp.sum(data, axis=-1, keepdims=True), -1, ax)
 
 
+@labelled(Spec())
 def multi_replace(
     x: Array,
     delta: float | None = None,
@@ -242,6 +245,7 @@ def _real_scalar(value: object, what: str) -> float:
     return out
 
 
+@labelled(Spec(resized="same"))
 def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
     """Prepend the missing mass of rows that sum below one as an explicit sink part.
 
@@ -283,6 +287,7 @@ def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
 # log-ratio transforms
 
 
+@labelled(Spec())
 def clr(
     x: Array,
     axis: int = -1,
@@ -381,6 +386,7 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
     return out.reshape(x.shape)
 
 
+@labelled(Spec(parts=("z", "mask")))
 def clr_inv(z: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
     """Inverse of :func:`clr`: the closed composition ``softmax(z)`` over visible parts.
 
@@ -414,6 +420,7 @@ def _sink_index(lc: LogComposition) -> Array:
     return xp.argmax(xp.astype(vis, xp.int8), axis=-1, keepdims=True)
 
 
+@labelled(Spec(resized="alr"))
 def alr(
     x: Array,
     ref: int | None = None,
@@ -513,6 +520,7 @@ def alr(
     return lc.restore(lc.zero_invisible(lc.log - ref_log))
 
 
+@labelled(Spec(parts=("y", "mask"), resized="inverse", default_dim=("key_alr", "key")))
 def alr_inv(
     y: Array,
     ref: int | None = None,
@@ -844,6 +852,7 @@ def _pivot_inverse(z: Array, counts: Array, xp: Any) -> Array:
     return own - before
 
 
+@labelled(Spec(resized="ilr"))
 def ilr(
     x: Array,
     basis: Array | None = None,
@@ -1045,6 +1054,7 @@ def _basis_like(basis: Array, xp: Any, like: Array, n_parts: int, validate: bool
     return b
 
 
+@labelled(Spec(parts=("z", "mask"), resized="inverse", default_dim=("key_ilr",)))
 def ilr_inv(
     z: Array,
     basis: Array | None = None,
@@ -1146,6 +1156,7 @@ def _pair(x: Array, y: Array, mask: Array | None, axis: int) -> tuple[Any, Array
     return xp, x, y
 
 
+@labelled(Spec(parts=("x", "y", "mask")))
 def perturb(
     x: Array, y: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None
 ) -> Array:
@@ -1180,6 +1191,7 @@ def perturb(
     return closure(product, axis, validate, mask=mask)
 
 
+@labelled(Spec(parts=("x", "y", "mask")))
 def perturb_inv(
     x: Array, y: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None
 ) -> Array:
@@ -1208,6 +1220,7 @@ def perturb_inv(
     return perturb(x, inv, axis, validate, mask=mask)
 
 
+@labelled(Spec(rows=("a",)))
 def power(
     x: Array, a: Array | float, axis: int = -1, validate: bool = True, *, mask: Array | None = None
 ) -> Array:
@@ -1267,6 +1280,7 @@ def power(
         return lc.restore(xp.exp(scaled - logsumexp(xp, scaled, keepdims=True)))
 
 
+@labelled(Spec(parts=("x", "y", "mask"), pairwise=True))
 def inner(
     x: Array,
     y: Array,
@@ -1376,6 +1390,7 @@ def inner(
     return g
 
 
+@labelled(Spec(parts=("x", "y", "mask")))
 def paired_inner(
     x: Array,
     y: Array,
@@ -1418,6 +1433,7 @@ def paired_inner(
     return xp.sum(cx * cy, axis=normalize_axis(axis, cx.ndim))
 
 
+@labelled(Spec())
 def aitchison_norm(
     x: Array,
     axis: int = -1,
@@ -1444,6 +1460,7 @@ def aitchison_norm(
     return xp.sqrt(xp.sum(c * c, axis=normalize_axis(axis, c.ndim)))
 
 
+@labelled(Spec(parts=("x", "y", "mask")))
 def aitchison_distance(
     x: Array,
     y: Array,
@@ -1613,6 +1630,7 @@ def _distances_from_gram(d2: Array, na: Array, nb: Array, *, same: bool, squared
     return d2.sqrt_()
 
 
+@labelled(Spec(parts=("x", "y", "mask"), pairwise=True))
 def pairwise_aitchison(
     x: Array,
     y: Array | None = None,

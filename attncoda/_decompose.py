@@ -55,6 +55,7 @@ from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
 )
+from ._labels import Spec, labelled
 
 __all__ = [
     "AitchisonSplit",
@@ -89,6 +90,7 @@ def _neg_plogp(xp: Any, logp: Array) -> Array:
     return xp.where(finite, -xp.exp(safe) * safe, xp.zeros_like(safe))
 
 
+@labelled(Spec())
 def entropy(
     x: Array,
     axis: int = -1,
@@ -146,6 +148,7 @@ def entropy(
     return lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
 
 
+@labelled(Spec(parts=(), rows=("s",)))
 def binary_entropy(s: Array) -> Array:
     """Binary entropy ``H_b(s) = -s log s - (1 - s) log(1 - s)`` in nats, with ``H_b(0) = H_b(1) = 0``.
 
@@ -183,6 +186,7 @@ def _binary_from_logs(xp: Any, log_s: Array, log_1ms: Array) -> Array:
     return _neg_plogp(xp, log_s) + _neg_plogp(xp, log_1ms)
 
 
+@labelled(Spec(parts=(), rows=("log_s", "log_1ms")))
 def binary_entropy_from_logs(log_s: Array, log_1ms: Array) -> Array:
     """Binary entropy ``H_b(s)`` from ``log s`` and ``log(1 - s)`` (nats; ``0 log 0 = 0``).
 
@@ -319,6 +323,7 @@ def _sub_entropy(xp: Any, log: Array, keep: Array) -> tuple[Array, Array]:
     return lse[..., 0], xp.sum(_neg_plogp(xp, sub - safe_lse), axis=-1)
 
 
+@labelled(Spec(parts=("x", "mask", "sink")))
 def decompose(
     x: Array,
     sink: SinkSpec = None,
@@ -747,6 +752,7 @@ def _labels(groups: Any, lc: LogComposition) -> tuple[Array, int, np.ndarray | N
     return labels, m, listed
 
 
+@labelled(Spec(parts=("x", "mask", "groups"), resized="group"))
 def group_decompose(
     x: Array,
     groups: Sequence[Sequence[int]] | Array,
@@ -894,6 +900,7 @@ def _channels(
     return xp, balance, clr_s, clr_c, vis
 
 
+@labelled(Spec(parts=("x", "y", "mask", "sink")))
 def aitchison_split(
     x: Array,
     y: Array,
@@ -943,6 +950,7 @@ def aitchison_split(
     )
 
 
+@labelled(Spec(parts=("x", "mask", "sink"), pairwise=True))
 def pairwise_aitchison_split(
     x: Array,
     sink: SinkSpec = None,
@@ -1006,6 +1014,9 @@ class EntropyChange:
     total: Array
 
 
+@labelled(
+    Spec(parts=(), rows=("sink_share_a", "content_entropy_a", "sink_share_b", "content_entropy_b"))
+)
 def attribute_entropy_change(
     sink_share_a: Array, content_entropy_a: Array, sink_share_b: Array, content_entropy_b: Array
 ) -> EntropyChange:
@@ -1087,6 +1098,7 @@ def _check_entropies(xp: Any, h: Array, what: str) -> None:
         )
 
 
+@labelled(Spec(parts=("x_a", "x_b", "mask", "sink"), strict=("x_a", "x_b", "mask")))
 def entropy_change(
     x_a: Array,
     x_b: Array,
@@ -1136,6 +1148,13 @@ class GroupedEntropyChange:
     total: Array
 
 
+@labelled(
+    Spec(
+        parts=("shares_a", "within_a", "shares_b", "within_b"),
+        strict=("shares_a", "within_a", "shares_b", "within_b"),
+        default_dim=("group",),
+    )
+)
 def attribute_grouped_entropy_change(
     shares_a: Array, within_a: Array, shares_b: Array, within_b: Array
 ) -> GroupedEntropyChange:
