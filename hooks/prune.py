@@ -66,6 +66,7 @@ __all__ = [
     "CALIBRATION_TEXT",
     "EVALUATION_TEXTS",
     "TEXTS",
+    "TEXT_STARTS",
     "PruneSweep",
     "default_windows",
     "novel_text",
@@ -76,12 +77,18 @@ __all__ = [
     "write_sweep",
 ]
 
-#: Where each text of ``attncoda prune`` starts (the first paragraph of the novel proper):
+#: Where each text :func:`novel_text` knows starts (a novel at the first paragraph of the novel
+#: proper; the Wikipedia sample, every article joined, at its first article, *Anarchism*):
 #: ``name -> (corpus, document, first words)``.
-TEXTS: dict[str, tuple[str, str | None, str]] = {
+TEXT_STARTS: dict[str, tuple[str, str | None, str]] = {
     "emma": ("austen", "emma", "Emma Woodhouse, handsome, clever, and rich"),
     "mobydick": ("mobydick", None, "Call me Ishmael."),
     "prideprejudice": ("austen", "prideprejudice", "It is a truth universally acknowledged"),
+    "wikipedia": ("wikipedia", None, "Anarchism is a political philosophy"),
+}
+#: The texts of ``attncoda prune`` (of :data:`TEXT_STARTS`).
+TEXTS: dict[str, tuple[str, str | None, str]] = {
+    name: TEXT_STARTS[name] for name in ("emma", "mobydick", "prideprejudice")
 }
 #: The text the scores come from.
 CALIBRATION_TEXT = "emma"
@@ -90,7 +97,7 @@ EVALUATION_TEXTS = ("mobydick", "prideprejudice")
 
 
 def novel_text(name: str) -> str:
-    """One of :data:`TEXTS`: the novel's paragraphs from its first one on.
+    """One of :data:`TEXT_STARTS`: the text's paragraphs from its first one on.
 
     Paragraphs are unwrapped (:func:`attncoda.hooks.assets.paragraphs`) and joined by blank
     lines, so the front matter (title pages, transcriber's notes) is left out.
@@ -105,9 +112,9 @@ def novel_text(name: str) -> str:
     >>> novel_text("mobydick")[:30]  # doctest: +SKIP
     'Call me Ishmael. Some years ago'
     """
-    if name not in TEXTS:
-        raise GateError(f"unknown study text {name!r}; known: {', '.join(TEXTS)}")
-    corpus, document, start = TEXTS[name]
+    if name not in TEXT_STARTS:
+        raise GateError(f"unknown study text {name!r}; known: {', '.join(TEXT_STARTS)}")
+    corpus, document, start = TEXT_STARTS[name]
     paras = assets.paragraphs(assets.load_text(corpus, document))
     first = next((i for i, p in enumerate(paras) if p.startswith(start)), None)
     if first is None:  # pragma: no cover - the assets are pinned

@@ -44,6 +44,8 @@ __all__ = [
     "ScoreInfo",
     "gradient_importance",
     "head_scores",
+    "order_within_layers",
+    "order_without_layers",
     "prune_order",
     "prune_plan",
     "score_info",
@@ -408,6 +410,47 @@ def prune_order(scores: xr.Dataset, score: str) -> list[tuple[int, int]]:
     flat = [(float(key[layer, u]), layer, u) for layer in range(n_layers) for u in range(n_units)]
     flat.sort()
     return [(layer, u) for _, layer, u in flat]
+
+
+def order_within_layers(order: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A score's order re-ranked within each layer: the same number of units in every layer.
+
+    Each unit gets its rank among the units of its own layer in ``order``; units are then sorted
+    by that rank, ties (one unit per layer) kept in ``order``'s sequence. The first ``k`` units
+    of the result take ``k // layers`` or one more from every layer, each layer's least important
+    first, so a plan (:func:`prune_plan`) cannot concentrate on a few layers: the layer-position
+    control of a score.
+
+    Examples
+    --------
+    >>> order_within_layers([(0, 1), (0, 0), (0, 2), (1, 2), (1, 0), (1, 1)])
+    [(0, 1), (1, 2), (0, 0), (1, 0), (0, 2), (1, 1)]
+    """
+    seen: dict[int, int] = {}
+    ranked = []
+    for position, (layer, u) in enumerate(order):
+        rank = seen.get(layer, 0)
+        seen[layer] = rank + 1
+        ranked.append((rank, position, (layer, u)))
+    ranked.sort()
+    return [unit for _, _, unit in ranked]
+
+
+def order_without_layers(
+    order: Sequence[tuple[int, int]], layers: Sequence[int]
+) -> list[tuple[int, int]]:
+    """A score's order with every unit of some layers left out (they are never pruned).
+
+    The other layer-position control: e.g. ``layers=(0, 1, 2)`` asks whether a score's damage
+    comes from the early layers it prunes first.
+
+    Examples
+    --------
+    >>> order_without_layers([(0, 1), (2, 0), (1, 1), (2, 1)], layers=[0, 1])
+    [(2, 0), (2, 1)]
+    """
+    drop = set(layers)
+    return [(layer, u) for layer, u in order if layer not in drop]
 
 
 def prune_plan(

@@ -22,18 +22,31 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attncoda.hooks.prune import TEXTS, PruneSweep, default_windows, sweep_pruning
+from attncoda.hooks import assets
+from attncoda.hooks.evaluate import text_windows
+from attncoda.hooks.prune import (
+    CALIBRATION_TEXT,
+    TEXT_STARTS,
+    TEXTS,
+    PruneSweep,
+    default_windows,
+    sweep_pruning,
+)
 from attncoda.hooks.prune import novel_text as study_text
 from attncoda.hooks.prune import plot_sweep as plot_study
 from attncoda.hooks.prune import read_sweep as read_study
 from attncoda.hooks.prune import write_sweep as write_study
 
+import attncoda as ac
+
 from .._study import Golden, Provenance, Study, markdown_table
 from .._study import main as study_main
+from .evidence import Cell, Evidence, load_cells, run_cells, window_table
 
 __all__ = [
     "PROTOCOL",
@@ -121,6 +134,14 @@ JOBS: dict[str, tuple[str, tuple[str, ...]]] = {
     "gemma3-270m": ("gemma3-270m", ()),
     "smollm2-135m-reversed": ("smollm2-135m", ("--scores", ",".join(REVERSED))),
 }
+#: Where ``run`` writes the evidence protocol's results (one folder per model).
+EVIDENCE_DIR = "evidence"
+#: The evidence protocol per model (issue 16): 20 random orders on SmolLM2, 10 on the others.
+EVIDENCE: dict[str, Evidence] = {
+    "smollm2-135m": Evidence(random_seeds=20),
+    "gemma3-270m": Evidence(random_seeds=10),
+    "qwen2.5-coder-0.5b": Evidence(random_seeds=10),
+}
 #: The scores of the README's diagnostic tables.
 DIAGNOSED = (
     "sink_share",
@@ -154,11 +175,79 @@ def _prune_into(model: str, folder: Path, extra: Sequence[str], prov: Provenance
         prov.token_sha256[f"{folder.name}/{corpus}"] = ev["tokens_sha256"]
 
 
+def evidence_windows(tokenizer: Any, protocol: Evidence) -> tuple[Any, dict[str, Any]]:
+    """The evidence protocol's tokens: *Emma*'s calibration windows and ``{text: windows}``."""
+    calibration = text_windows(
+        tokenizer,
+        study_text(CALIBRATION_TEXT),
+        window=protocol.window,
+        n_windows=protocol.calibration_windows,
+    )
+    evaluation = {
+        t: text_windows(
+            tokenizer, study_text(t), window=protocol.window, n_windows=protocol.eval_windows
+        )
+        for t in protocol.texts
+    }
+    return calibration, evaluation
+
+
+def run_evidence(
+    name: str,
+    folder: Path,
+    protocol: Evidence,
+    prov: Provenance,
+    *,
+    time_limit_s: float | None = None,
+) -> list[Cell]:
+    """The evidence protocol on one model into ``folder``: every missing cell
+    (:func:`~case_studies.pruning.evidence.run_cells`, resumable), then ``window_nll.csv`` (one
+    row per cell and window, the cells done so far) and the folder's ``manifest.json``."""
+    import torch  # heavy; only a run needs it
+
+    torch.set_num_threads(1)
+    for asset in (name, *sorted({TEXT_STARTS[t][0] for t in (CALIBRATION_TEXT, *protocol.texts)})):
+        prov.asset(asset)
+    model, tokenizer = assets.load_model(name)
+    calibration, evaluation = evidence_windows(tokenizer, protocol)
+    prov.tokens(f"{name}/calibration ({CALIBRATION_TEXT})", calibration)
+    for t, ids in evaluation.items():
+        prov.tokens(f"{name}/{t}", ids)
+    done = run_cells(
+        model,
+        calibration,
+        evaluation,
+        folder,
+        protocol,
+        time_limit_s=time_limit_s,
+        progress=lambda line: print(f"{name}: {line}", flush=True),
+        record={"commit": prov.git["commit"], "dirty": prov.git["dirty"]},
+    )
+    ac.write_table(window_table(load_cells(folder)), folder / "window_nll.csv")
+    planned = json.loads((folder / "meta.json").read_text())["cells"]
+    prov.settings.setdefault("evidence", {})[name] = {
+        "protocol": dataclasses.asdict(protocol),
+        "cells_done": len(done),
+        "cells_planned": len(planned),
+    }
+    prov.write(folder)
+    return done
+
+
 def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
     for folder in args.folders:
         model, extra = JOBS[folder]
         _prune_into(model, out / folder, extra, prov)
-    prov.settings.update(protocol=dataclasses.asdict(PROTOCOL), folders=list(args.folders))
+    if args.folders:
+        prov.settings.update(protocol=dataclasses.asdict(PROTOCOL), folders=list(args.folders))
+    started = time.perf_counter()
+    for name in args.models:
+        left = None
+        if args.time_limit is not None:
+            left = args.time_limit * 60 - (time.perf_counter() - started)
+            if left <= 0:
+                break
+        run_evidence(name, out / EVIDENCE_DIR / name, EVIDENCE[name], prov, time_limit_s=left)
 
 
 def _quick(out: Path, prov: Provenance) -> None:
@@ -167,13 +256,35 @@ def _quick(out: Path, prov: Provenance) -> None:
     prov.settings.update(protocol=dataclasses.asdict(QUICK))
 
 
+def _minutes(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of minutes, got {text!r}")
+    return value
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--models",
+        nargs="*",
+        default=list(EVIDENCE),
+        choices=list(EVIDENCE),
+        help="models to run the evidence protocol on, into results/evidence/MODEL; cells "
+        "already done are skipped (default: all three)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=_minutes,
+        metavar="MINUTES",
+        help="start no new cell after this many minutes (rerun the same command to continue)",
+    )
+    parser.add_argument(
         "--folders",
-        nargs="+",
-        default=list(JOBS),
+        nargs="*",
+        default=[],
         choices=list(JOBS),
-        help="which result folders to regenerate (default: all three)",
+        help="also regenerate these earlier result folders (attncoda prune's defaults: 4 "
+        "windows of two novels)",
     )
 
 
