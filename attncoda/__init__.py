@@ -110,6 +110,7 @@ from ._plot import (
 from ._report import Analysis, ReportError, analyze, check_report, load_analysis, write_report
 from ._tables import read_table, write_table
 from ._version import __version__
+from ._view import HeadView, head_view
 
 __all__ = [
     "CONVENTIONS",
@@ -134,6 +135,7 @@ __all__ = [
     "FlipCount",
     "GroupDecomposition",
     "GroupedEntropyChange",
+    "HeadView",
     "InputError",
     "NegativePartError",
     "NonFiniteError",
@@ -179,6 +181,7 @@ __all__ = [
     "head_comparisons",
     "head_distances",
     "head_profiles",
+    "head_view",
     "ilr",
     "ilr_inv",
     "inner",

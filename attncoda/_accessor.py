@@ -27,10 +27,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from . import _analysis as an
 from . import _plot as pl
+from . import _view as vw
 
 __all__ = ["CodaAccessor"]
 
@@ -99,7 +101,9 @@ class CodaAccessor:
     :func:`~attncoda.sink_rate`, :func:`~attncoda.head_comparisons`,
     :func:`~attncoda.head_distances`, :func:`~attncoda.flip_rates`,
     :func:`~attncoda.cluster_heads` and :func:`~attncoda.attribute_entropy`; ``ds.coda.plot``
-    holds the figures (:class:`PlotAccessor`).
+    holds the figures (:class:`PlotAccessor`). ``ds.coda.view(...)`` is
+    :func:`~attncoda.head_view` (an interactive, offline view of one head) and
+    ``ds.coda.decompose()`` the summaries dataset of a rows dataset.
 
     Parameters
     ----------
@@ -118,6 +122,64 @@ class CodaAccessor:
     flip_rates = _DatasetMethod(an.flip_rates)
     cluster_heads = _DatasetMethod(an.cluster_heads)
     attribute_entropy = _DatasetMethod(an.attribute_entropy)
+    #: ``ds.coda.view(...)`` is :func:`attncoda.head_view` (``ds``, ...): the name the
+    #: interactive view goes by in notebooks.
+    view = _DatasetMethod(vw.head_view)
+
+    def decompose(self, *, sink: Any = None) -> xr.Dataset:
+        """The summaries dataset of a rows dataset: each row split into sink and content.
+
+        What ``attncoda capture --what summaries`` would have written for the same tokens:
+        the summary variables (``sink_share``, ``sink_logodds``, ``balance``, ``entropy``,
+        ``content_entropy``) computed from
+        ``log_attn`` with :func:`attncoda.decompose`, the rows dropped, coordinates (tokens,
+        sink positions) and attributes kept. Summaries already present are recomputed. A row
+        whose only visible key is the sink gets ``s = 1``, infinite log-odds and entropy 0, as
+        in a capture; other rows without a sink or a content key get NaN.
+
+        Parameters
+        ----------
+        sink : optional
+            Key position of each sample's sink; default the ``sink_index`` coordinate (which
+            the result then records).
+
+        Returns
+        -------
+        xarray.Dataset
+            Dims ``sample, layer, head, query`` (and ``position`` for per-token coordinates).
+
+        Raises
+        ------
+        RowsRequiredError
+            If the dataset has no rows (``log_attn``).
+
+        Examples
+        --------
+        >>> import attncoda as ac
+        >>> rows = ac.testing.synthetic_rows(n_layers=2, n_heads=3)
+        >>> summ = rows.drop_vars(list(ac.SUMMARY_VARIABLES)).coda.decompose()
+        >>> sorted(summ.data_vars) == sorted(ac.SUMMARY_VARIABLES), "log_attn" in summ
+        (True, False)
+        """
+        ds = self._ds
+        summ = an._row_summaries(ds, sink)
+        sinks = an._sink_positions(ds, sink)
+        if sink is not None:
+            ds = ds.assign_coords(sink_index=("sample", sinks))
+        # rows whose only visible key is the sink: all mass on it, as capture records them
+        vis = np.isfinite(np.asarray(ds["log_attn"].values))
+        only_sink = (vis.sum(-1) == 1) & np.take_along_axis(
+            vis, sinks[:, None, None, None, None], axis=-1
+        )[..., 0]
+        fill = {"sink_share": 1.0, "sink_logodds": np.inf, "entropy": 0.0}
+        out = ds.drop_vars(["log_attn", *(v for v in summ.data_vars if v in ds.data_vars)])
+        out = out.drop_dims("key", errors="ignore")
+        for name in summ.data_vars:
+            val = np.asarray(summ[name].values, np.float32)
+            if name in fill:
+                val = np.where(only_sink, np.float32(fill[name]), val)
+            out[name] = (summ[name].dims, val, dict(ds[name].attrs) if name in ds else {})
+        return out
 
     @property
     def plot(self) -> PlotAccessor:
