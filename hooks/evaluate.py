@@ -669,6 +669,8 @@ class ClozeItem:
     target: str
     source: str
     index: int  # word index of the target in its source text
+    #: whether the target word (case-insensitive) occurs among the context's words
+    in_context: bool = True
 
 
 def cloze_items(
@@ -678,13 +680,16 @@ def cloze_items(
     window: int = 80,
     min_letters: int = 4,
     seed: int = 0,
+    require_in_context: bool = True,
 ) -> list[ClozeItem]:
     """A deterministic LAMBADA-style last-word task from raw texts.
 
     A candidate is a word that ends a sentence (it is followed by ``.``, ``!`` or ``?`` and
     optionally closing quotes), has at least ``min_letters`` letters only, is not a stop word,
-    and occurs (case-insensitively) among the ``window`` words before it; its context is those
-    ``window`` words. ``n`` candidates are drawn without replacement with ``seed`` from all texts
+    and (with ``require_in_context``, the default) occurs (case-insensitively) among the
+    ``window`` words before it; its context is those ``window`` words. Every item records in
+    ``in_context`` whether its target occurs in its context, so an unfiltered draw
+    (``require_in_context=False``) holds the filtered task as its ``in_context`` subset. ``n`` candidates are drawn without replacement with ``seed`` from all texts
     and returned in text order. Paragraphs are unwrapped first (:func:`assets.paragraphs`).
 
     Parameters
@@ -695,6 +700,9 @@ def cloze_items(
     window : int, default 80
     min_letters : int, default 4
     seed : int, default 0
+    require_in_context : bool, default True
+        Keep only targets that occur in their context (the filter of the earlier studies).
+        ``False`` keeps every candidate, as LAMBADA's own items do not all repeat the target.
 
     Returns
     -------
@@ -706,6 +714,10 @@ def cloze_items(
     >>> items = cloze_items({"t": text}, n=1, window=12)
     >>> items[0].target, items[0].context.split()[-3:]
     ('garden', ['She', 'loved', 'the'])
+    >>> unfiltered = cloze_items({"t": "We sat by the quiet river. We walked along the river."},
+    ...                          n=2, window=5, require_in_context=False)
+    >>> [(it.target, it.in_context) for it in unfiltered]
+    [('river', False), ('river', True)]
     """
     if n < 1 or window < 1:
         raise InputError("n and window must be positive")
@@ -721,9 +733,10 @@ def cloze_items(
             low = target.lower()
             if len(low) < min_letters or low in _STOP:
                 continue
-            if low not in bare[k - window : k]:
+            seen = low in bare[k - window : k]
+            if require_in_context and not seen:
                 continue
-            candidates.append(ClozeItem(" ".join(words[k - window : k]), target, source, k))
+            candidates.append(ClozeItem(" ".join(words[k - window : k]), target, source, k, seen))
     if len(candidates) < n:
         raise InputError(f"only {len(candidates)} candidate items; ask for fewer")
     rng = np.random.default_rng(seed)

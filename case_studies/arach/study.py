@@ -49,6 +49,7 @@ from attncoda import AttncodaError, InputError, require_int, require_real
 
 from .._study import Golden, Study
 from .._study import main as study_main
+from .claims import CLAIM_MODELS, ClaimPlan, Config, run_claims, summarise
 
 __all__ = ["OFFSETS", "STUDY", "EvalPlan", "plot_audit", "render_tables", "run_evaluation"]
 
@@ -567,23 +568,85 @@ MINUS = "\u2212"
 
 
 def _run_study(out: Path, args: Any, prov: Any) -> None:
+    """The claim study (:mod:`case_studies.arach.claims`) of ``args.models`` into ``out/claims``,
+    resumable: complete cells are kept, and no new cell starts after ``--stop-after`` seconds."""
+    plan = ClaimPlan()
+    root = out / "claims"
+    t0 = time.perf_counter()
     for name in args.models:
-        for asset in (name, "austen", "mobydick"):
+        for asset in (name, "austen", "mobydick", "wikipedia"):
             prov.asset(asset)
-        run_evaluation(
-            name,
-            out / name,
-            plan=EvalPlan(),
-            threads=1,
-            overwrite=True,
-            record_tokens=prov.tokens,
+        left = (
+            None
+            if args.stop_after is None
+            else max(0.0, args.stop_after - (time.perf_counter() - t0))
         )
-    prov.settings.update(plan=dataclasses.asdict(EvalPlan()), models=list(args.models), threads=1)
+        counts = run_claims(name, root, plan=plan, stop_after=left, record_tokens=prov.tokens)
+        prov.settings.setdefault("cells", {})[name] = counts
+    write_claim_outputs(root, n_boot=plan.n_boot, seed=plan.seed)
+    prov.settings.update(plan=dataclasses.asdict(plan), models=list(args.models), threads=1)
+
+
+def write_claim_outputs(
+    root: Path, *, n_boot: int, seed: int, figures: bool = True
+) -> list[dict[str, Any]]:
+    """``claims.csv`` (one row per model, configuration and measure) and the sweep figures,
+    from the cells under ``root``."""
+    rows = summarise(root, n_boot=n_boot, seed=seed)
+    if rows:
+        ac.write_table(rows, root / "claims.csv")
+    if figures:
+        for model in sorted({r["model"] for r in rows}):
+            plot_claims(rows, model, root / f"{model}-sweep.png")
+    return rows
+
+
+def plot_claims(rows: list[dict[str, Any]], model: str, path: Path) -> Path | None:
+    """Paired differences against b, one line per hub-position rule, for each measure."""
+    from matplotlib.figure import Figure  # optional dependency (attncoda[analysis])
+
+    measures = ("cloze", "cloze-in-context", "ppl-mobydick", "ppl-wikipedia")
+    mine = [r for r in rows if r["model"] == model]
+    if not mine:
+        return None
+    fig = Figure(figsize=(12, 3.2))
+    axes = fig.subplots(1, len(measures))
+    for ax, measure in zip(axes, measures, strict=True):
+        for rule, marker in (("same", "o-"), ("none", "s--")):
+            sel = sorted(
+                (r for r in mine if r["measure"] == measure and r["hub_positions"] == rule),
+                key=lambda r: r["offset"],
+            )
+            if not sel:
+                continue
+            b = np.array([r["offset"] for r in sel])
+            d = np.array([r["diff"] for r in sel])
+            lo = np.array([r["low"] for r in sel])
+            hi = np.array([r["high"] for r in sel])
+            ax.errorbar(
+                b, d, yerr=[d - lo, hi - d], fmt=marker, capsize=3, label=f"hub_positions={rule}"
+            )
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_xlabel("offset b")
+        ax.set_title(measure, fontsize=9)
+        ax.set_ylabel(
+            "accuracy on − plain" if measure.startswith("cloze") else "perplexity on − plain"
+        )
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7, frameon=False)
+    fig.suptitle(f"{model}: ARACH − plain, paired 95% bootstrap intervals")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+#: The configurations of the quick claim run (CI).
+QUICK_CONFIGS = (Config(), Config(-0.5, "same"), Config(-0.5, "none"))
 
 
 def _quick(out: Path, prov: Any) -> None:
-    """``EvalPlan.quick()`` on SmolLM2-135M, one torch thread, into ``out``."""
-    for asset in ("smollm2-135m", "austen", "mobydick"):
+    """``EvalPlan.quick()`` and ``ClaimPlan.quick()`` on SmolLM2-135M, one torch thread."""
+    for asset in ("smollm2-135m", "austen", "mobydick", "wikipedia"):
         prov.asset(asset)
     run_evaluation(
         "smollm2-135m",
@@ -593,11 +656,38 @@ def _quick(out: Path, prov: Any) -> None:
         progress=None,
         record_tokens=prov.tokens,
     )
-    prov.settings.update(plan=dataclasses.asdict(EvalPlan.quick()), models=["smollm2-135m"])
+    quick = ClaimPlan.quick()
+    run_claims(
+        "smollm2-135m",
+        out / "claims",
+        plan=quick,
+        configs=QUICK_CONFIGS,
+        progress=None,
+        record_tokens=prov.tokens,
+    )
+    write_claim_outputs(out / "claims", n_boot=quick.n_boot, seed=quick.seed, figures=False)
+    (out / "claims.csv").write_bytes((out / "claims" / "claims.csv").read_bytes())
+    prov.settings.update(
+        plan=dataclasses.asdict(EvalPlan.quick()),
+        claim_plan=dataclasses.asdict(quick),
+        models=["smollm2-135m"],
+    )
 
 
 def _arguments(parser: Any) -> None:
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(CLAIM_MODELS),
+        choices=list(CLAIM_MODELS),
+        help="models of the claim study, run in this order (default: all three)",
+    )
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="SECONDS",
+        help="start no new cell after this many seconds (rerun the same command to continue)",
+    )
 
 
 def _signed(x: float, digits: int) -> str:

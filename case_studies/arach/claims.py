@@ -1,0 +1,599 @@
+"""The ARACH claim study (issue #16): the paper's two GPT-2 claims tested on three offline models.
+
+The paper (arXiv 2603.11067, as summarised) reports for GPT-2 small LAMBADA accuracy
+46.89 -> 50.42 and PG-19 perplexity 37.33 -> 33.11 with ARACH on. This module measures the
+same two quantities, paired (the same weights and the same tokens with ARACH off and on):
+
+- **cloze**: LAMBADA-style last-word items (:func:`claim_items`) drawn deterministically, the
+  same number from each source (Austen's six novels, Moby-Dick, the Wikipedia sample),
+  *without* the "target already in context" filter; each item carries ``in_context`` so the
+  filtered task is a secondary result of the same run;
+- **perplexity**: the first ``ppl_tokens`` tokens of Moby-Dick (from "Call me Ishmael") and of
+  the Wikipedia sample in non-overlapping windows of ``context`` tokens
+  (:func:`attncoda.hooks.evaluate.text_windows`), with the summed NLL of every window stored so
+  the paired bootstrap resamples whole windows.
+
+Every (model, configuration, task) is one **cell**, a JSON file written atomically as soon as it
+is done (:func:`run_claims`); a rerun skips every cell that is complete and made from the same
+tokens, and redoes a cell that is missing, unreadable or stale. So a long run can be stopped
+(``stop_after``, Ctrl-C, a crash) and continued later with the same command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from attncoda.hooks import assets
+from attncoda.hooks.arach import Arach, ArachConfig
+from attncoda.hooks.evaluate import (
+    ClozeItem,
+    cloze_accuracy,
+    cloze_items,
+    paired_bootstrap,
+    perplexity,
+    text_windows,
+    tokens_sha256,
+)
+
+import attncoda as ac
+from attncoda import InputError, require_int, require_real
+
+__all__ = [
+    "CELL_FORMAT",
+    "CLAIM_MODELS",
+    "ClaimPlan",
+    "Config",
+    "cell_path",
+    "claim_configs",
+    "claim_items",
+    "load_cells",
+    "read_cell",
+    "run_claims",
+    "summarise",
+]
+
+#: The models of the claim study (the issue's "Qwen2.5-0.5B" is the offline Coder-Instruct model).
+CLAIM_MODELS: tuple[str, ...] = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b")
+#: The model that gets the full offset sweep.
+SWEEP_MODEL = "smollm2-135m"
+CLOZE_SOURCES: tuple[str, ...] = ("austen", "mobydick", "wikipedia")
+PPL_TEXTS: tuple[str, ...] = ("mobydick", "wikipedia")
+#: Written into every cell; a cell of another format is redone.
+CELL_FORMAT = "arach-claim-cell/1"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One arm of the comparison: the plain model (``offset is None``) or ARACH with an offset
+    and a hub-position rule (the other options keep :class:`ArachConfig`'s defaults)."""
+
+    offset: float | None = None
+    hub_positions: str = "same"
+
+    def __post_init__(self) -> None:
+        if self.offset is not None:
+            b = require_real(self.offset, "offset")
+            object.__setattr__(self, "offset", float(b))
+        if self.hub_positions not in ("same", "none"):
+            raise InputError(f"hub_positions must be 'same' or 'none', got {self.hub_positions!r}")
+
+    @property
+    def name(self) -> str:
+        """``plain``, ``same_b-0.5``, ``none_b-2`` (a file name)."""
+        return "plain" if self.offset is None else f"{self.hub_positions}_b{self.offset:g}"
+
+    @property
+    def label(self) -> str:
+        """A table label: ``plain`` or ``'same', b = −0.5``."""
+        if self.offset is None:
+            return "plain"
+        return f"{self.hub_positions}, b = {self.offset:g}".replace("-", "\u2212")
+
+    def arach(self) -> ArachConfig:
+        if self.offset is None:
+            raise InputError("the plain configuration has no ARACH options")
+        return ArachConfig(offset=self.offset, hub_positions=self.hub_positions)  # type: ignore[arg-type]
+
+
+#: The configurations every model runs (the issue's list), in the order they are run.
+CORE_CONFIGS: tuple[Config, ...] = (
+    Config(),
+    Config(-0.5, "same"),
+    Config(-0.5, "none"),
+    Config(-1.0, "none"),
+    Config(-2.0, "none"),
+)
+#: The offset grid of the full sweep (SmolLM2 only, both hub-position rules).
+SWEEP: tuple[float, ...] = (0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0)
+
+
+def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
+    """The configurations of one model: the core list, then (for SmolLM2) the rest of the sweep.
+
+    Examples
+    --------
+    >>> [c.name for c in claim_configs("gemma3-270m")]
+    ['plain', 'same_b-0.5', 'none_b-0.5', 'none_b-1', 'none_b-2']
+    >>> len(claim_configs("smollm2-135m"))
+    15
+    """
+    out = list(CORE_CONFIGS)
+    if model == SWEEP_MODEL:
+        for rule in ("same", "none"):
+            for b in sweep:
+                c = Config(b, rule)
+                if c not in out:
+                    out.append(c)
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """Sizes of the claim study.
+
+    Attributes
+    ----------
+    cloze_per_source : int
+        Cloze items drawn from each of Austen, Moby-Dick and Wikipedia (400: 1,200 in all, a
+        95% half-width of at most 2.8 points on an accuracy).
+    cloze_window : int
+        Words of context before each target.
+    ppl_tokens, context : int
+        Perplexity tokens of each text (rounded up to whole windows) and the window length.
+    cloze_batch, ppl_batch : int
+        Items and windows per forward.
+    sweep : tuple of float
+        The offset grid of the SmolLM2 sweep.
+    n_boot, seed : int
+    """
+
+    cloze_per_source: int = 400
+    cloze_window: int = 80
+    ppl_tokens: int = 16384
+    context: int = 1024
+    cloze_batch: int = 16
+    ppl_batch: int = 1
+    sweep: tuple[float, ...] = SWEEP
+    n_boot: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require_int(self.cloze_per_source, "cloze_per_source", low=1)
+        require_int(self.cloze_window, "cloze_window", low=1)
+        require_int(self.context, "context", low=8)
+        require_int(self.ppl_tokens, "ppl_tokens", low=self.context)
+        require_int(self.cloze_batch, "cloze_batch", low=1)
+        require_int(self.ppl_batch, "ppl_batch", low=1)
+        require_int(self.n_boot, "n_boot", low=0)
+        require_int(self.seed, "seed", low=0)
+        if not isinstance(self.sweep, tuple) or not self.sweep:
+            raise InputError(f"sweep must be a non-empty tuple of offsets, got {self.sweep!r}")
+        for b in self.sweep:
+            require_real(b, "sweep")
+
+    @classmethod
+    def quick(cls) -> ClaimPlan:
+        """A CI smoke plan: 3 items per source, two windows of 64 tokens per text."""
+        return cls(cloze_per_source=3, ppl_tokens=128, context=64, sweep=(-0.5,), n_boot=200)
+
+
+# --------------------------------------------------------------------------------------------
+# items and windows
+
+
+def _source_texts(source: str) -> dict[str, str]:
+    return assets.load_corpus(source)
+
+
+def claim_items(
+    plan: ClaimPlan, texts: Callable[[str], Mapping[str, str]] = _source_texts
+) -> list[ClozeItem]:
+    """``plan.cloze_per_source`` unfiltered items from each source, in source then text order.
+
+    ``texts(source)`` gives a source's documents (default: the fetched corpus).
+    """
+    out: list[ClozeItem] = []
+    for source in CLOZE_SOURCES:
+        out += cloze_items(
+            texts(source),
+            n=plan.cloze_per_source,
+            window=plan.cloze_window,
+            seed=plan.seed,
+            require_in_context=False,
+        )
+    return out
+
+
+def ppl_text(name: str, n_chars: int) -> str:
+    """About ``n_chars`` characters of a perplexity text, paragraphs joined by blank lines:
+    Moby-Dick from "Call me Ishmael", the Wikipedia sample from its first article."""
+    if name == "mobydick":
+        text = assets.load_text("mobydick")
+        docs: Iterable[str] = [text[text.find("Call me Ishmael") :]]
+    elif name == "wikipedia":
+        docs = assets.load_corpus("wikipedia").values()
+    else:
+        raise InputError(f"unknown perplexity text {name!r}; use one of {PPL_TEXTS}")
+    paras: list[str] = []
+    size = 0
+    for doc in docs:
+        for p in assets.paragraphs(doc):
+            paras.append(p)
+            size += len(p) + 2
+            if size >= n_chars:
+                return "\n\n".join(paras)
+    return "\n\n".join(paras)
+
+
+def ppl_windows(tokenizer: Any, name: str, plan: ClaimPlan) -> torch.Tensor:
+    """The ``(windows, context)`` ids of one perplexity text."""
+    return text_windows(
+        tokenizer,
+        ppl_text(name, plan.ppl_tokens * 8),
+        window=plan.context,
+        n_tokens=plan.ppl_tokens,
+    )
+
+
+def cloze_token_ids(tokenizer: Any, items: Sequence[ClozeItem]) -> torch.Tensor:
+    """The ids the cloze scores (context with special tokens, then ``" " + target``), flattened
+    with -1 between items: what a cell's ``tokens_sha256`` proves."""
+    flat: list[int] = []
+    for it in items:
+        flat += tokenizer(it.context).input_ids
+        flat += tokenizer(" " + it.target, add_special_tokens=False).input_ids
+        flat.append(-1)
+    return torch.tensor(flat)
+
+
+# --------------------------------------------------------------------------------------------
+# cells
+
+
+def cell_path(root: Path, model: str, config: Config, task: str) -> Path:
+    """``root/MODEL/CONFIG/TASK.json``."""
+    return Path(root) / model / config.name / f"{task}.json"
+
+
+def _is_cell(path: Path) -> str | None:
+    """None if ``path`` is a cell file this study wrote (even a damaged one), else why not."""
+    try:
+        head = path.read_bytes()[:200]
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    if head == b"" or b'"format": "arach-claim-cell/' in head:
+        return None
+    return "not an ARACH claim cell (no format marker)"
+
+
+def read_cell(path: Path, *, tokens: str | None = None, n: int | None = None) -> dict | None:
+    """A complete cell, or None if it is missing, unreadable, of another format, made from other
+    tokens than ``tokens`` (a sha256) or of another length than ``n``."""
+    try:
+        cell = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cell, dict) or cell.get("format") != CELL_FORMAT:
+        return None
+    if tokens is not None and cell.get("tokens_sha256") != tokens:
+        return None
+    values = cell.get("values")
+    if not isinstance(values, dict) or not values:
+        return None
+    lengths = {len(v) for v in values.values() if isinstance(v, list)}
+    if len(lengths) != 1 or (n is not None and lengths != {n}):
+        return None
+    return cell
+
+
+def _write_cell(path: Path, cell: Mapping[str, Any]) -> None:
+    # "format" first, so _is_cell recognises the file from its first bytes
+    text = json.dumps({"format": CELL_FORMAT, **cell}, indent=None)
+    with ac.atomic_output(path, overwrite=True, kind="file", is_ours=_is_cell) as tmp:
+        tmp.write_text(text + "\n", encoding="utf-8")
+
+
+def _git_commit() -> str:
+    from .._study import git_state
+
+    state = git_state()
+    return state["commit"] + ("+dirty" if state.get("dirty") else "")
+
+
+@dataclass(frozen=True)
+class _Task:
+    name: str  # "ppl-mobydick", "cloze-austen", ...
+    ids: Any  # windows tensor or the items
+    sha: str
+    n: int  # values per cell (windows or items)
+
+
+def run_claims(
+    model_name: str,
+    root: str | Path,
+    *,
+    plan: ClaimPlan | None = None,
+    configs: Sequence[Config] | None = None,
+    stop_after: float | None = None,
+    threads: int | None = 1,
+    progress: Callable[[str], None] | None = print,
+    record_tokens: Callable[[str, torch.Tensor], Any] | None = None,
+    load_model: Callable[[str], tuple[Any, Any]] | None = None,
+    texts: Callable[[str], Mapping[str, str]] | None = None,
+) -> dict[str, int]:
+    """Run every missing cell of one model into ``root/MODEL/CONFIG/TASK.json``.
+
+    Cells run task-major in priority order: perplexity of every configuration (cheap), then the
+    cloze of every configuration, each in :func:`claim_configs` order (the issue's list first,
+    then the SmolLM2 sweep). A cell that is complete and made from the same tokens is skipped.
+
+    Parameters
+    ----------
+    model_name : str
+        An offline causal LM (:data:`CLAIM_MODELS`).
+    root : path-like
+        The cells folder (``results/claims``).
+    plan : ClaimPlan, optional
+    configs : sequence of Config, optional
+        Default :func:`claim_configs` of the model.
+    stop_after : float, optional
+        Seconds after which no new cell starts (the run resumes later where it stopped).
+    threads : int, optional, default 1
+        ``torch.set_num_threads`` during the run (restored).
+    progress, record_tokens
+        One line per cell; ``record_tokens(label, ids)`` for every token tensor scored.
+    load_model, texts
+        Replace :func:`attncoda.hooks.assets.load_model` and the corpus reader (tests).
+
+    Returns
+    -------
+    dict
+        ``{"done": cells computed, "skipped": complete cells kept, "left": cells not started}``.
+
+    Examples
+    --------
+    >>> run_claims("smollm2-135m", "results/claims", stop_after=3600)  # doctest: +SKIP
+    """
+    plan = plan or ClaimPlan()
+    configs = list(configs) if configs is not None else claim_configs(model_name, plan.sweep)
+    if not configs or configs[0] != Config():
+        raise InputError("the first configuration must be the plain model (the pairing arm)")
+    if load_model is None:
+        asset = assets.get_asset(model_name)
+        if asset.kind != "model" or model_name == "minilm-l6":
+            raise InputError(f"{model_name!r} is not a causal LM; use one of {CLAIM_MODELS}")
+        load_model = assets.load_model
+    if threads is not None:
+        require_int(threads, "threads", low=1, high=os.cpu_count() or 1)
+    if stop_after is not None:
+        require_real(stop_after, "stop_after", low=0)
+    root = Path(root)
+    ac.check_output(root / model_name, kind="folder", overwrite=True, is_ours=lambda _p: None)
+    say = progress or (lambda _msg: None)
+    record = record_tokens or (lambda _label, _ids: None)
+    t0 = time.perf_counter()
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        model, tok = load_model(model_name)
+        tasks: list[_Task] = []
+        for name in PPL_TEXTS:
+            w = ppl_windows(tok, name, plan)
+            record(f"{model_name}/ppl-{name} windows", w)
+            tasks.append(_Task(f"ppl-{name}", w, tokens_sha256(w), len(w)))
+        items = claim_items(plan, texts or _source_texts)
+        by_source = _split_items(items, plan.cloze_per_source)
+        for source, its in zip(CLOZE_SOURCES, by_source, strict=True):
+            ids = cloze_token_ids(tok, its)
+            record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
+            tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
+        counts = {"done": 0, "skipped": 0, "left": 0}
+        order = [(t, c) for t in tasks if t.name.startswith("ppl") for c in configs]
+        order += [(t, c) for t in tasks if t.name.startswith("cloze") for c in configs]
+        for task, config in order:
+            path = cell_path(root, model_name, config, task.name)
+            if read_cell(path, tokens=task.sha, n=task.n) is not None:
+                counts["skipped"] += 1
+                continue
+            if stop_after is not None and time.perf_counter() - t0 > stop_after:
+                counts["left"] += 1
+                continue
+            start = time.perf_counter()
+            wrapper = None if config.offset is None else Arach(model, config=config.arach())
+            if task.name.startswith("ppl"):
+                res = perplexity(
+                    wrapper if wrapper is not None else model, task.ids, batch_size=plan.ppl_batch
+                )
+                values: dict[str, list] = {
+                    "window_nll": res.nll.tolist(),
+                    "window_tokens": res.n_tokens.tolist(),
+                }
+                summary = f"ppl {res.value:.3f}"
+            else:
+                c = cloze_accuracy(
+                    model, tok, task.ids, wrapper=wrapper, batch_size=plan.cloze_batch
+                )
+                values = {
+                    "correct": c.correct.astype(int).tolist(),
+                    "target_logprob": c.target_logprob.tolist(),
+                    "in_context": [bool(it.in_context) for it in task.ids],
+                }
+                summary = f"acc {c.accuracy:.3f}"
+            seconds = time.perf_counter() - start
+            _write_cell(
+                path,
+                {
+                    "model": model_name,
+                    "config": dataclasses.asdict(config),
+                    "task": task.name,
+                    "tokens_sha256": task.sha,
+                    "plan": dataclasses.asdict(plan),
+                    "seconds": round(seconds, 1),
+                    "torch_threads": torch.get_num_threads(),
+                    "commit": _git_commit(),
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "values": values,
+                },
+            )
+            counts["done"] += 1
+            say(
+                f"[{time.perf_counter() - t0:6.0f}s] {model_name} {config.name} {task.name}: "
+                f"{summary} ({seconds:.0f} s)"
+            )
+        return counts
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[ClozeItem]]:
+    """The items of each source group, in :data:`CLOZE_SOURCES` order (claim_items's order)."""
+    return [list(items[i * per_source : (i + 1) * per_source]) for i in range(len(CLOZE_SOURCES))]
+
+
+# --------------------------------------------------------------------------------------------
+# summaries (what the tables show)
+
+
+def load_cells(root: Path) -> dict[tuple[str, str, str], dict]:
+    """Every complete cell under ``root``: ``{(model, config name, task): cell}``."""
+    out: dict[tuple[str, str, str], dict] = {}
+    for path in sorted(Path(root).glob("*/*/*.json")):
+        cell = read_cell(path)
+        if cell is not None:
+            out[(cell["model"], Config(**cell["config"]).name, cell["task"])] = cell
+    return out
+
+
+def _window_ppl(x: np.ndarray) -> float:
+    return float(np.exp(x.mean()))
+
+
+def summarise(root: Path, *, n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """One row per (model, configuration, measure) with the paired interval against the plain
+    model on the same tokens.
+
+    Measures: ``cloze`` (all items, accuracy), ``cloze-in-context`` (the filtered subset),
+    ``ppl-mobydick``, ``ppl-wikipedia`` (perplexity; the bootstrap resamples whole windows). A
+    cloze row needs all three sources' cells of both arms; otherwise the row is absent.
+    """
+    cells = load_cells(root)
+    models = sorted({m for m, _, _ in cells}, key=lambda m: (m not in CLAIM_MODELS, m))
+    rows: list[dict[str, Any]] = []
+    for model in models:
+        names = {c for m, c, _ in cells if m == model}
+        configs = [c for c in claim_configs(model) if c.name in names and c.offset is not None]
+        configs += sorted(
+            (
+                Config(**cells[k]["config"])
+                for k in cells
+                if k[0] == model
+                and k[1] in names
+                and k[1] not in {c.name for c in claim_configs(model)}
+            ),
+            key=lambda c: (c.hub_positions, -(c.offset or 0)),
+        )
+        seen: set[str] = set()
+        for config in configs:
+            if config.name in seen:
+                continue
+            seen.add(config.name)
+            for text in PPL_TEXTS:
+                a = cells.get((model, "plain", f"ppl-{text}"))
+                b = cells.get((model, config.name, f"ppl-{text}"))
+                if a is None or b is None or a["tokens_sha256"] != b["tokens_sha256"]:
+                    continue
+                na = np.asarray(a["values"]["window_nll"]) / np.asarray(
+                    a["values"]["window_tokens"]
+                )
+                nb = np.asarray(b["values"]["window_nll"]) / np.asarray(
+                    b["values"]["window_tokens"]
+                )
+                r = paired_bootstrap(na, nb, statistic=_window_ppl, n_boot=n_boot, seed=seed)
+                rows.append(
+                    _row(
+                        model,
+                        config,
+                        f"ppl-{text}",
+                        r.as_dict(),
+                        int(sum(a["values"]["window_tokens"])),
+                        len(na),
+                    )
+                )
+            parts = [
+                (
+                    cells.get((model, "plain", f"cloze-{s}")),
+                    cells.get((model, config.name, f"cloze-{s}")),
+                )
+                for s in CLOZE_SOURCES
+            ]
+            if all(
+                a is not None and b is not None and a["tokens_sha256"] == b["tokens_sha256"]
+                for a, b in parts
+            ):
+                off = np.concatenate([a["values"]["correct"] for a, _ in parts]).astype(float)
+                on = np.concatenate([b["values"]["correct"] for _, b in parts]).astype(float)
+                inctx = np.concatenate([a["values"]["in_context"] for a, _ in parts]).astype(bool)
+                lp = np.concatenate(
+                    [
+                        np.asarray(b["values"]["target_logprob"])
+                        - np.asarray(a["values"]["target_logprob"])
+                        for a, b in parts
+                    ]
+                )
+                r = paired_bootstrap(off, on, n_boot=n_boot, seed=seed)
+                rows.append(
+                    _row(
+                        model,
+                        config,
+                        "cloze",
+                        r.as_dict(),
+                        len(off),
+                        len(off),
+                        mean_dlogprob=float(lp.mean()),
+                    )
+                )
+                r = paired_bootstrap(off[inctx], on[inctx], n_boot=n_boot, seed=seed)
+                rows.append(
+                    _row(
+                        model,
+                        config,
+                        "cloze-in-context",
+                        r.as_dict(),
+                        int(inctx.sum()),
+                        int(inctx.sum()),
+                        mean_dlogprob=float(lp[inctx].mean()),
+                    )
+                )
+    return rows
+
+
+def _row(
+    model: str,
+    config: Config,
+    measure: str,
+    r: Mapping[str, float],
+    n: int,
+    blocks: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "config": config.name,
+        "offset": config.offset,
+        "hub_positions": config.hub_positions,
+        "measure": measure,
+        **{k: r[k] for k in ("off", "on", "diff", "low", "high")},
+        "n": n,
+        "blocks": blocks,
+        **extra,
+    }
