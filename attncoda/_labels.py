@@ -166,7 +166,8 @@ def _dim_at(x: xr.DataArray, axis: Any, what: str) -> Hashable:
 def _arrange(da: xr.DataArray, order: Sequence[Hashable]) -> np.ndarray:
     """``da``'s values with its dims in ``order`` and length-1 axes for the dims it lacks."""
     present = [d for d in order if d in da.dims]
-    values = np.asarray(da.transpose(*present).values)
+    # C order, as a numpy caller's own array would be: results then equal theirs bit for bit
+    values = np.ascontiguousarray(da.transpose(*present).values)
     index = tuple(slice(None) if d in da.dims else np.newaxis for d in order)
     return values[index]
 
@@ -275,8 +276,9 @@ def _call_labelled(fn: Callable[..., Any], spec: Spec, bound: inspect.BoundArgum
     ctx = _Context(spec, x, pdim, item, out_lead, sources, args, fn.__name__)
     if dataclasses.is_dataclass(result):
         fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
-        if isinstance(getattr(type(result), "total", None), property):
-            fields["total"] = result.total
+        total = getattr(type(result), "total", None)
+        if isinstance(total, property) and total.fget is not None:  # AitchisonSplit.total
+            fields["total"] = total.fget(result)
         variables = {name: ctx.wrap(value, name) for name, value in fields.items()}
         return xr.Dataset(variables)
     return ctx.wrap(result, fn.__name__)
@@ -334,15 +336,9 @@ class _Context:
             return pdim
         if resized == "alr":  # each coordinate is log(x_j / x_ref): label it by its part j
             new = f"{pdim}_alr"
-            ref = next(
-                (
-                    self.args.get(k)
-                    for k in ("ref", "ref_idx", "denominator_idx")
-                    if self.args.get(k) is not None
-                ),
-                0,
-            )
-            keep = [j for j in range(n_parts) if j != int(ref) % n_parts]
+            given = [self.args[k] for k in ("ref", "ref_idx", "denominator_idx") if k in self.args]
+            ref = int(next((r for r in given if r is not None), 0))
+            keep = [j for j in range(n_parts) if j != ref % n_parts]
             for cname, coord in self.x.coords.items():
                 if coord.dims == (pdim,) and np.asarray(coord.values).dtype != object:
                     extra[f"{cname}_alr" if cname == pdim else cname] = (
