@@ -38,6 +38,7 @@ __all__ = ["HeadView", "head_view", "token_labels"]
 #: The only sources a saved view may load: inline styles (no network, no script).
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _GENERATOR = "attncoda"
+_SVG_NS = "http://www.w3.org/2000/svg"
 
 # viridis at nine stops (matplotlib's values), for content cells
 _VIRIDIS = (
@@ -147,7 +148,8 @@ class HeadView:
     Attributes
     ----------
     svg : str
-        The ``<svg>`` element, with its own inline style and a ``<title>`` tooltip per cell.
+        The ``<svg>`` element, with its own inline style and a ``<title>`` tooltip per cell,
+        for an HTML page (no namespace declaration: HTML gives inline SVG its namespace).
     title : str
         What is drawn (layer, head, sample).
     truncated : bool
@@ -191,7 +193,10 @@ class HeadView:
         from ._atomic import atomic_output
 
         target = Path(path).expanduser()
-        text = self.svg + "\n" if target.suffix.lower() == ".svg" else self.to_html()
+        if target.suffix.lower() == ".svg":  # a file of its own needs the SVG namespace
+            text = self.svg.replace("<svg ", f'<svg xmlns="{_SVG_NS}" ', 1) + "\n"
+        else:
+            text = self.to_html()
         with atomic_output(target, overwrite=overwrite, is_ours=_is_view, what="view") as tmp:
             tmp.write_text(text, encoding="utf-8")
         return target
@@ -370,7 +375,7 @@ def head_view(
     heading = title or f"layer {layer_v}, head {head_v}, sample {sample}"
     what = "content weight c / (1 − s)" if color == "content" else "weight p"
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="acv" data-generator="attncoda" '
+        f'<svg class="acv" data-generator="attncoda" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{esc(heading)}">',
         f"<style>{_STYLE}</style>",

@@ -8,18 +8,11 @@ each image's natural size. It skips with a reason where chromium is absent
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
 import re
-import select
-import shutil
-import subprocess
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from browser import load_in_browser, needs_chromium
 
 import attncoda as ac
 from attncoda._report import (
@@ -115,161 +108,11 @@ def test_errors_are_report_errors(tmp_path: Path) -> None:
 # a real headless browser
 
 
-def _chromium() -> str | None:
-    for name in (os.environ.get("ATTNCODA_CHROMIUM"), "chromium", "chromium-browser"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-class _DevTools:
-    """A minimal DevTools protocol client over ``--remote-debugging-pipe`` (fds 3 and 4)."""
-
-    def __init__(self, binary: str, profile: Path) -> None:
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        # the child expects commands on fd 3 and writes replies to fd 4; move our ends above 4
-        # first so that dup2 cannot clobber one with the other
-        hi_r = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 5)
-        hi_w = fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 5)
-        os.close(to_child_r)
-        os.close(from_child_w)
-
-        def setup() -> None:
-            os.dup2(hi_r, 3)
-            os.dup2(hi_w, 4)
-
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-extensions",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                "--remote-debugging-pipe",
-                "about:blank",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            preexec_fn=setup,
-            close_fds=False,
-        )
-        os.close(hi_r)
-        os.close(hi_w)
-        self._buf = b""
-        self._id = 0
-        self.events: list[dict[str, Any]] = []
-
-    def _read_message(self, deadline: float) -> dict[str, Any]:
-        while b"\0" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("chromium did not answer in time")
-            ready, _, _ = select.select([self._from_child], [], [], left)
-            if ready:
-                chunk = os.read(self._from_child, 1 << 16)
-                if not chunk:
-                    raise RuntimeError("chromium closed the DevTools pipe")
-                self._buf += chunk
-        raw, self._buf = self._buf.split(b"\0", 1)
-        return json.loads(raw)
-
-    def call(
-        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
-    ) -> dict[str, Any]:
-        self._id += 1
-        msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
-        if session:
-            msg["sessionId"] = session
-        os.write(self._to_child, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + 60
-        while True:
-            reply = self._read_message(deadline)
-            if reply.get("id") == self._id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for(self, method: str, timeout: float = 60) -> dict[str, Any]:
-        for ev in self.events:
-            if ev.get("method") == method:
-                return ev
-        deadline = time.monotonic() + timeout
-        while True:
-            ev = self._read_message(deadline)
-            self.events.append(ev)
-            if ev.get("method") == method:
-                return ev
-
-    def close(self) -> None:
-        try:
-            self.call("Browser.close")
-        except Exception:
-            pass
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._to_child)
-        os.close(self._from_child)
-
-
-def _load_in_browser(page: Path, profile: Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """Open ``page``; return the URLs it requested and each image's load state."""
-    binary = _chromium()
-    assert binary is not None
-    dt = _DevTools(binary, profile)
-    try:
-        target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
-            "sessionId"
-        ]
-        for domain in ("Network", "Page", "Runtime"):
-            dt.call(f"{domain}.enable", session=session)
-        dt.call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
-        dt.wait_for("Page.loadEventFired")
-        images = json.loads(
-            dt.call(
-                "Runtime.evaluate",
-                {
-                    "expression": "JSON.stringify(Array.from(document.images).map(i => ({"
-                    "complete: i.complete, width: i.naturalWidth, height: i.naturalHeight, "
-                    "scheme: i.currentSrc.split(':')[0]})))",
-                    "returnByValue": True,
-                },
-                session=session,
-            )["result"]["value"]
-        )
-        urls = [
-            ev["params"]["request"]["url"]
-            for ev in dt.events
-            if ev.get("method") == "Network.requestWillBeSent"
-        ]
-    finally:
-        dt.close()
-    return urls, images
-
-
-needs_chromium = pytest.mark.skipif(
-    _chromium() is None,
-    reason="needs Debian's chromium for the headless-browser check (apt-get install -y chromium)",
-)
-
-
 @pytest.mark.real
 @needs_chromium
 def test_report_renders_offline_in_chromium(folder: Path, tmp_path: Path) -> None:
     page = folder / REPORT
-    urls, images = _load_in_browser(page, tmp_path / "profile")
+    urls, images = load_in_browser(page, tmp_path / "profile")
     external = [u for u in urls if not u.startswith("data:") and u != page.resolve().as_uri()]
     assert external == [], f"the report made network requests: {external}"
     res = load_analysis(folder)
@@ -285,6 +128,6 @@ def test_browser_check_sees_requests(tmp_path: Path) -> None:
     """The check above would notice a request: a page with a remote image is caught."""
     page = tmp_path / "leaky.html"
     page.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png"></body></html>')
-    urls, images = _load_in_browser(page, tmp_path / "profile")
+    urls, images = load_in_browser(page, tmp_path / "profile")
     assert "http://127.0.0.1:9/x.png" in urls
     assert images and images[0]["width"] == 0
