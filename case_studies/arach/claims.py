@@ -25,7 +25,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,16 +213,21 @@ def claim_items(
     return out
 
 
-def ppl_text(name: str, n_chars: int) -> str:
+def ppl_text(
+    name: str, n_chars: int, texts: Callable[[str], Mapping[str, str]] = _source_texts
+) -> str:
     """About ``n_chars`` characters of a perplexity text, paragraphs joined by blank lines:
-    Moby-Dick from "Call me Ishmael", the Wikipedia sample from its first article."""
-    if name == "mobydick":
-        text = assets.load_text("mobydick")
-        docs: Iterable[str] = [text[text.find("Call me Ishmael") :]]
-    elif name == "wikipedia":
-        docs = assets.load_corpus("wikipedia").values()
-    else:
+    Moby-Dick from "Call me Ishmael", the Wikipedia sample from its first article.
+
+    ``texts(name)`` gives the corpus's documents (default: the fetched corpus).
+    """
+    if name not in PPL_TEXTS:
         raise InputError(f"unknown perplexity text {name!r}; use one of {PPL_TEXTS}")
+    docs: list[str] = list(texts(name).values())
+    if name == "mobydick":
+        whole = "\n\n".join(docs)
+        start = whole.find("Call me Ishmael")
+        docs = [whole[max(start, 0) :]]
     paras: list[str] = []
     size = 0
     for doc in docs:
@@ -234,11 +239,16 @@ def ppl_text(name: str, n_chars: int) -> str:
     return "\n\n".join(paras)
 
 
-def ppl_windows(tokenizer: Any, name: str, plan: ClaimPlan) -> torch.Tensor:
+def ppl_windows(
+    tokenizer: Any,
+    name: str,
+    plan: ClaimPlan,
+    texts: Callable[[str], Mapping[str, str]] = _source_texts,
+) -> torch.Tensor:
     """The ``(windows, context)`` ids of one perplexity text."""
     return text_windows(
         tokenizer,
-        ppl_text(name, plan.ppl_tokens * 8),
+        ppl_text(name, plan.ppl_tokens * 8, texts),
         window=plan.context,
         n_tokens=plan.ppl_tokens,
     )
@@ -388,7 +398,7 @@ def run_claims(
         model, tok = load_model(model_name)
         tasks: list[_Task] = []
         for name in PPL_TEXTS:
-            w = ppl_windows(tok, name, plan)
+            w = ppl_windows(tok, name, plan, texts or _source_texts)
             record(f"{model_name}/ppl-{name} windows", w)
             tasks.append(_Task(f"ppl-{name}", w, tokens_sha256(w), len(w)))
         items = claim_items(plan, texts or _source_texts)
@@ -597,3 +607,215 @@ def _row(
         "blocks": blocks,
         **extra,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# the claim tables
+
+MINUS = "\u2212"
+#: The paper's GPT-2 small numbers (as summarised; `reference/papers.md`, 1.2).
+PAPER = {
+    "cloze": ("LAMBADA accuracy", 46.89, 50.42),
+    "ppl": ("PG-19 perplexity", 37.33, 33.11),
+}
+MEASURE_LABEL = {
+    "cloze": "cloze accuracy (%), all items",
+    "cloze-in-context": "cloze accuracy (%), target in context",
+    "ppl-mobydick": "perplexity, Moby-Dick",
+    "ppl-wikipedia": "perplexity, Wikipedia",
+}
+
+
+def _s(x: float, digits: int) -> str:
+    text = f"{x:+.{digits}f}"
+    if text[1:].strip("0.") == "":
+        return "+" + text[1:]
+    return text.replace("-", MINUS)
+
+
+def verdict(row: Mapping[str, Any]) -> str:
+    """The direction test of one row against the paper's claim (accuracy up, perplexity down).
+
+    ``reproduced (direction)`` when the whole 95% interval lies on the paper's side of zero,
+    ``contradicted`` when it lies on the other side, else ``not resolved``; the size is never
+    comparable (another model, other texts, a reconstructed mechanism; see the README).
+
+    Examples
+    --------
+    >>> verdict({"measure": "cloze", "low": -0.05, "high": -0.01})
+    'contradicted: worse, 95% CI excludes 0'
+    >>> verdict({"measure": "ppl-wikipedia", "low": -2.0, "high": -0.5})
+    'reproduced (direction): better, 95% CI excludes 0'
+    """
+    better_is_up = str(row["measure"]).startswith("cloze")
+    low, high = float(row["low"]), float(row["high"])
+    if low > 0 or high < 0:
+        better = (low > 0) == better_is_up
+        return (
+            "reproduced (direction): better, 95% CI excludes 0"
+            if better
+            else "contradicted: worse, 95% CI excludes 0"
+        )
+    return "not resolved: 95% CI includes 0"
+
+
+def _fmt_row(row: Mapping[str, Any]) -> list[str]:
+    """Plain → ARACH, the difference with its interval, and n (points for accuracies)."""
+    if str(row["measure"]).startswith("cloze"):
+        k, d = 100.0, 1
+        ours = f"{row['off'] * k:.1f} → {row['on'] * k:.1f}"
+        n = f"{row['n']} items"
+    else:
+        k, d = 1.0, 2
+        ours = f"{row['off']:.2f} → {row['on']:.2f}"
+        n = f"{row['n']} tokens ({row['blocks']} windows)"
+    ci = f"{_s(row['diff'] * k, d)} [{_s(row['low'] * k, d)}, {_s(row['high'] * k, d)}]"
+    return [ours, ci, n]
+
+
+def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, str]:
+    """The README tables of the claim study, from the cells under ``root`` (``results/claims``).
+
+    ``claims``: the paper's two claims against ours for every model and core configuration
+    (rows whose cells are not yet run say so); ``claims-filtered``: the target-in-context
+    subset; ``claims-sweep``: the SmolLM2 offset sweep; ``claims-cost``: measured seconds per
+    cell and the time a model's full run takes.
+    """
+    from .._study import markdown_table
+
+    rows = summarise(root, n_boot=n_boot, seed=seed) if Path(root).is_dir() else []
+    index = {(r["model"], r["config"], r["measure"]): r for r in rows}
+    main, filtered, sweep = [], [], []
+    paper_cloze = f"{PAPER['cloze'][1]:.2f} → {PAPER['cloze'][2]:.2f} (+3.53)"
+    paper_ppl = f"{PAPER['ppl'][1]:.2f} → {PAPER['ppl'][2]:.2f} ({MINUS}4.22)"
+    for model in CLAIM_MODELS:
+        for config in CORE_CONFIGS[1:]:
+            for measure in ("cloze", "ppl-mobydick", "ppl-wikipedia"):
+                paper = paper_cloze if measure == "cloze" else paper_ppl
+                r = index.get((model, config.name, measure))
+                head = [MEASURE_LABEL[measure], model, f"`{config.name}`", paper]
+                if r is None:
+                    main.append([*head, "not run yet", "", "", "not run yet"])
+                else:
+                    main.append([*head, *_fmt_row(r), verdict(r)])
+            r = index.get((model, config.name, "cloze-in-context"))
+            if r is not None:
+                filtered.append([model, f"`{config.name}`", *_fmt_row(r), verdict(r)])
+    swept = sorted(
+        (c for c in claim_configs(SWEEP_MODEL) if c.offset is not None),
+        key=lambda c: (c.hub_positions != "same", -float(c.offset or 0.0)),
+    )
+    for config in swept:
+        cells = [index.get((SWEEP_MODEL, config.name, m)) for m in MEASURE_LABEL]
+        if all(c is None for c in cells):
+            sweep.append(
+                [
+                    config.hub_positions,
+                    f"{config.offset:g}".replace("-", MINUS),
+                    "not run yet",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+            continue
+        sweep.append(
+            [config.hub_positions, f"{config.offset:g}".replace("-", MINUS)]
+            + [("" if c is None else _fmt_row(c)[1]) for c in cells]
+        )
+    return {
+        "claims": markdown_table(
+            [
+                "claim (measure)",
+                "model",
+                "configuration",
+                "paper, GPT-2 small",
+                "ours: plain → ARACH",
+                "ARACH − plain [95% CI]",
+                "n",
+                "verdict",
+            ],
+            main,
+        ),
+        "claims-filtered": markdown_table(
+            [
+                "model",
+                "configuration",
+                "plain → ARACH (%)",
+                "ARACH − plain [95% CI], points",
+                "n",
+                "verdict",
+            ],
+            filtered,
+        ),
+        "claims-sweep": markdown_table(
+            [
+                "hub_positions",
+                "b",
+                *(f"{MEASURE_LABEL[m]}: ARACH − plain [95% CI]" for m in MEASURE_LABEL),
+            ],
+            sweep,
+        ),
+        "claims-cost": cost_table(root),
+    }
+
+
+def cost_table(root: Path) -> str:
+    """Measured seconds per cell (median over the cells run) and a model's full-run estimate."""
+    from .._study import markdown_table
+
+    cells = load_cells(root) if Path(root).is_dir() else {}
+    out = []
+    for model in CLAIM_MODELS:
+        mine = [c for (m, _, _), c in cells.items() if m == model]
+        if not mine:
+            out.append(
+                [model, "", "", "", "", "0 / " + str(5 * len(claim_configs(model))), "not run yet"]
+            )
+            continue
+        med: dict[tuple[bool, str], float] = {}
+        for plain in (True, False):
+            for kind in ("ppl", "cloze"):
+                secs = [
+                    c["seconds"]
+                    for c in mine
+                    if (c["config"]["offset"] is None) == plain and c["task"].startswith(kind)
+                ]
+                if secs:
+                    med[(plain, kind)] = float(np.median(secs))
+        configs = claim_configs(model)
+        total = 0.0
+        known = True
+        for config in configs:
+            for kind, n in (("ppl", len(PPL_TEXTS)), ("cloze", len(CLOZE_SOURCES))):
+                key = (config.offset is None, kind)
+                if key not in med:
+                    key = (False, kind)  # an ARACH cell's cost stands in for a missing plain one
+                if key not in med:
+                    known = False
+                    continue
+                total += n * med[key]
+        out.append(
+            [
+                model,
+                *(
+                    f"{med[key]:.0f}" if key in med else "?"
+                    for key in ((True, "ppl"), (False, "ppl"), (True, "cloze"), (False, "cloze"))
+                ),
+                f"{len(mine)} / {5 * len(configs)}",
+                f"{total / 3600:.1f} h"
+                + ("" if known else " (lower bound: a cell kind not yet timed)"),
+            ]
+        )
+    return markdown_table(
+        [
+            "model",
+            "s per ppl cell, plain",
+            "s per ppl cell, ARACH",
+            "s per cloze cell, plain",
+            "s per cloze cell, ARACH",
+            "cells done",
+            "full run (from the medians)",
+        ],
+        out,
+    )

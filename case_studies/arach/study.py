@@ -20,6 +20,7 @@ one crash-safe output folder. ``python -m case_studies.arach.run`` is its comman
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -49,7 +50,7 @@ from attncoda import AttncodaError, InputError, require_int, require_real
 
 from .._study import Golden, Study
 from .._study import main as study_main
-from .claims import CLAIM_MODELS, ClaimPlan, Config, run_claims, summarise
+from .claims import CLAIM_MODELS, ClaimPlan, Config, claim_tables, run_claims, summarise
 
 __all__ = ["OFFSETS", "STUDY", "EvalPlan", "plot_audit", "render_tables", "run_evaluation"]
 
@@ -674,6 +675,17 @@ def _quick(out: Path, prov: Any) -> None:
     )
 
 
+def _seconds(text: str) -> float:
+    """A non-negative, finite number of seconds (argparse refuses anything else: exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a non-negative number of seconds: {text!r}")
+    return value
+
+
 def _arguments(parser: Any) -> None:
     parser.add_argument(
         "--models",
@@ -684,7 +696,7 @@ def _arguments(parser: Any) -> None:
     )
     parser.add_argument(
         "--stop-after",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="start no new cell after this many seconds (rerun the same command to continue)",
     )
@@ -709,8 +721,13 @@ def _ci(r: Mapping[str, Any], digits: int = 2) -> str:
 
 
 def render_tables(results: Path) -> dict[str, str]:
-    """The README tables, from ``results/<model>/results.json`` (``table`` renders them)."""
-    from .._study import markdown_table
+    """The README tables: the claim study's from ``results/claims/`` (cells), the earlier
+    evaluation's from ``results/<model>/results.json`` and its provenance from
+    ``results/evaluation/manifest.json`` (``table`` renders them)."""
+    from .._study import markdown_table, provenance_table
+
+    claim = claim_tables(results / "claims")
+    evaluation = {"provenance-evaluation": provenance_table(results / "evaluation")}
 
     res = {m: json.loads((results / m / "results.json").read_text()) for m in MODELS}
     ppl, sweep, variants, cloze, audit_rows = [], [], [], [], []
@@ -784,6 +801,8 @@ def render_tables(results: Path) -> dict[str, str]:
             ]
         )
     return {
+        **claim,
+        **evaluation,
         "perplexity": markdown_table(
             ["model", "text", "context", "ppl off", "ppl on", "on − off [95% CI]"], ppl
         ),
@@ -816,6 +835,7 @@ def render_tables(results: Path) -> dict[str, str]:
 #: 1e-4 leaves room for another CPU's float rounding (a cloze item whose greedy answer flips
 #: would still show, as it should). Timings, thread count and figure names are not results.
 GOLDEN = (
+    Golden("claims.csv", rtol=1e-4, atol=1e-6),
     Golden("ppl.csv", rtol=1e-4, atol=1e-6),
     Golden("cloze.csv", rtol=1e-4, atol=1e-6),
     Golden("results.json", rtol=1e-4, atol=1e-6, ignore=("seconds", "torch_threads", "figures")),
@@ -823,14 +843,14 @@ GOLDEN = (
 
 STUDY = Study(
     name="arach",
-    description="ARACH hub tokens on SmolLM2-135M and Gemma-3-270M: paired perplexity and "
-    "cloze evaluation (ARACH off vs on, offset sweep, hub variants) and the sink / hub / "
-    "content attention audit.",
+    description="ARACH hub tokens: the claim study (the paper's cloze and perplexity gains "
+    "tested on SmolLM2-135M, Gemma-3-270M and Qwen2.5-Coder-0.5B, paired against the plain "
+    "model, resumable); `quick` also reruns the earlier evaluation's smoke plan.",
     run=_run_study,
     quick=_quick,
     tables=render_tables,
     golden=GOLDEN,
-    assets=(*MODELS, "austen", "mobydick"),
+    assets=(*CLAIM_MODELS, "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
 )
 

@@ -1,0 +1,180 @@
+"""The ARACH claim study's new pieces on tiny twins and generated text: unfiltered cloze items
+with their in-context flag, batched cloze scoring equal to one-by-one scoring, and resumable
+cells (a rerun skips complete cells and redoes a damaged or stale one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+from attncoda.hooks import arach, zoo
+from attncoda.hooks.evaluate import cloze_accuracy, cloze_items
+
+import attncoda as ac
+from case_studies.arach import claims
+
+WORDS = "alpha beta gamma delta river meadow harbour lantern".split()
+
+
+def _text(seed: int, n: int = 600) -> str:
+    """Generated prose: sentences of random words, so some targets repeat in their context and
+    some do not."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ws = rng.choice(WORDS, size=rng.integers(3, 7)).tolist()
+        out.append(" ".join(["The", *ws]) + ".")
+    return " ".join(out)
+
+
+class _WordTok:
+    """A whitespace tokenizer over the tiny twins' vocabulary (ids 4..99); no special tokens."""
+
+    pad_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [4 + (sum(map(ord, w)) % 96) for w in text.split()]
+        return type("Enc", (), {"input_ids": ids})()
+
+
+def test_unfiltered_items_keep_targets_missing_from_their_context_and_flag_them():
+    texts = {"a": _text(0), "b": _text(1)}
+    every = cloze_items(texts, n=200, window=12, require_in_context=False)
+    flags = [it.in_context for it in every]
+    assert any(flags) and not all(flags)  # the draw holds both kinds
+    for it in every:  # the flag is exactly "target among the context's words"
+        bare = {w.strip(".").lower() for w in it.context.split()}
+        assert it.in_context == (it.target.lower() in bare)
+    filtered = cloze_items(texts, n=50, window=12)
+    assert all(it.in_context for it in filtered)
+    # the default (filtered) draw is unchanged by the new option
+    assert filtered == cloze_items(texts, n=50, window=12, require_in_context=True)
+    # deterministic
+    assert every == cloze_items(texts, n=200, window=12, require_in_context=False)
+
+
+@pytest.mark.parametrize("wrapper", [False, True])
+def test_batched_cloze_scores_equal_one_by_one_scores(wrapper):
+    model = zoo.tiny_twin("llama")
+    items = cloze_items({"a": _text(2)}, n=12, window=9, require_in_context=False)
+    hub = arach.Arach(model, offset=-0.5) if wrapper else None
+    tok = _WordTok()
+    batched = cloze_accuracy(model, tok, items, wrapper=hub, batch_size=5)
+    single = cloze_accuracy(model, tok, items, wrapper=hub, batch_size=1)
+    np.testing.assert_allclose(batched.target_logprob, single.target_logprob, atol=1e-4)
+    assert np.array_equal(batched.correct, single.correct)
+
+
+# ------------------------------------------------------------------------------ resumable cells
+
+PLAN = claims.ClaimPlan(cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, n_boot=50)
+CONFIGS = (claims.Config(), claims.Config(-0.5, "same"), claims.Config(-1.0, "none"))
+
+
+def _corpora(source: str) -> dict[str, str]:
+    return {f"{source}-{i}": _text(10 * i + len(source)) for i in range(2)}
+
+
+def _run(root: Path, **kwargs):
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    return claims.run_claims(
+        "twin",
+        root,
+        plan=PLAN,
+        configs=CONFIGS,
+        progress=None,
+        load_model=lambda _name: (model, tok),
+        texts=_corpora,
+        **kwargs,
+    )
+
+
+def test_cells_resume_skip_complete_ones_and_redo_damaged_or_stale_ones(tmp_path):
+    root = tmp_path / "claims"
+    n_cells = len(CONFIGS) * (len(claims.PPL_TEXTS) + len(claims.CLOZE_SOURCES))
+    assert _run(root, stop_after=0.0) == {"done": 0, "skipped": 0, "left": n_cells}
+    first = _run(root)
+    assert first == {"done": n_cells, "skipped": 0, "left": 0}
+    cells = sorted(root.glob("twin/*/*.json"))
+    assert len(cells) == n_cells
+    kept = {p: p.read_text() for p in cells}
+    assert _run(root) == {"done": 0, "skipped": n_cells, "left": 0}
+    assert {p: p.read_text() for p in cells} == kept  # untouched
+    # a cell cut short (a crash mid-write cannot leave one: writes are atomic; a damaged disk can)
+    damaged = claims.cell_path(root, "twin", CONFIGS[1], "cloze-mobydick")
+    damaged.write_text(kept[damaged][:40])
+    # a stale cell: made from other tokens
+    stale = claims.cell_path(root, "twin", CONFIGS[2], "ppl-wikipedia")
+    cell = json.loads(kept[stale])
+    cell["tokens_sha256"] = "0" * 64
+    stale.write_text(json.dumps(cell))
+    assert _run(root) == {"done": 2, "skipped": n_cells - 2, "left": 0}
+    # redone from the same tokens: the same numbers
+    for p in (damaged, stale):
+        assert json.loads(p.read_text())["values"] == json.loads(kept[p])["values"]
+
+
+def test_a_file_that_is_not_a_cell_is_never_overwritten(tmp_path):
+    root = tmp_path / "claims"
+    foreign = claims.cell_path(root, "twin", CONFIGS[0], "ppl-mobydick")
+    foreign.parent.mkdir(parents=True)
+    foreign.write_text("my notes\n")
+    with pytest.raises(ac.OutputExistsError):
+        _run(root)
+    assert foreign.read_text() == "my notes\n"
+
+
+def test_summary_pairs_every_configuration_with_the_plain_model(tmp_path):
+    root = tmp_path / "claims"
+    _run(root)
+    rows = claims.summarise(root, n_boot=50)
+    measures = {(r["config"], r["measure"]) for r in rows}
+    for config in CONFIGS[1:]:
+        for m in ("cloze", "cloze-in-context", "ppl-mobydick", "ppl-wikipedia"):
+            assert (config.name, m) in measures
+    cloze = next(r for r in rows if r["measure"] == "cloze" and r["config"] == "same_b-0.5")
+    assert cloze["n"] == 3 * PLAN.cloze_per_source
+    ppl = next(r for r in rows if r["measure"] == "ppl-mobydick" and r["config"] == "same_b-0.5")
+    assert ppl["blocks"] == PLAN.ppl_tokens // PLAN.context
+    assert ppl["low"] <= ppl["diff"] <= ppl["high"]
+
+
+def test_plans_and_configurations_refuse_bad_values():
+    with pytest.raises(ac.InputError, match="ppl_tokens"):
+        claims.ClaimPlan(ppl_tokens=10, context=64)
+    with pytest.raises(ac.InputError, match="hub_positions"):
+        claims.Config(-0.5, "first")
+    with pytest.raises(ac.InputError, match="plain model"):
+        claims.run_claims("twin", "unused", configs=[claims.Config(-0.5)], load_model=lambda n: 1)
+    assert [c.name for c in claims.claim_configs("smollm2-135m")][:5] == [
+        "plain",
+        "same_b-0.5",
+        "none_b-0.5",
+        "none_b-1",
+        "none_b-2",
+    ]
+    assert len(claims.claim_configs("smollm2-135m")) == 1 + 2 * len(claims.SWEEP)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--stop-after", "-1"],
+        ["run", "--stop-after", "nan"],
+        ["run", "--models", "minilm-l6"],
+    ],
+)
+def test_the_study_command_refuses_bad_options_before_work(argv, capsys, monkeypatch):
+    from case_studies.arach import study
+
+    monkeypatch.setattr(claims, "run_claims", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as exc:
+        study.main(argv)
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
