@@ -46,6 +46,7 @@ import numpy as np
 import xarray as xr
 
 from . import _analysis as an
+from . import _view as vw
 from ._data import SUMMARY_VARIABLES
 from ._errors import EXIT_USAGE, AttncodaError
 
@@ -90,10 +91,15 @@ class ReportError(AttncodaError, ValueError):
 
 @dataclass
 class FigureRef:
-    """A figure of a section: ``stem.png`` and ``stem.svg`` in the analysis folder."""
+    """A figure of a section: ``stem.png`` and ``stem.svg`` in the analysis folder.
+
+    ``view`` names an SVG file of the folder drawn with hover tooltips (no script): the report
+    shows it inline in place of the PNG, which stays linked.
+    """
 
     stem: str
     caption: str
+    view: str = ""
 
 
 @dataclass
@@ -397,8 +403,8 @@ def _analyze_into(
     n_units_rows = 0 if rows is None else rows.sizes["layer"] * rows.sizes["head"]
     use_rows = rows is not None and n_units_rows >= 3 and rows.sizes["sample"] >= 1
     attrs = dict(summaries.attrs)
-    model = str(attrs.get("model_id", "capture"))
-    label = str((meta or {}).get("model") or Path(model).name or model)
+    model = _model_name(str(attrs.get("model_id", "capture")))
+    label = str((meta or {}).get("model") or model)
     res = Analysis(title=title or f"attncoda report: {label}")
     res.meta = {
         "model_id": model,
@@ -419,6 +425,7 @@ def _analyze_into(
         steps += ["flips", "clustering", "rows"]
     bar = _Steps(steps, progress)
     try:
+        _text_section(res, summaries if rows is None else rows, summaries, folder)
         bar("profiles")
         prof = an.head_profiles(summaries, max_offset=None)
         _profiles_section(res, summaries, prof, folder, threshold, figures)
@@ -447,8 +454,7 @@ def _analyze_into(
             _clustering_section(res, cmp, rows, folder, seed, figures)
             bar.done()
             bar("rows")
-            if figures:
-                _rows_section(res, rows, folder)
+            _rows_section(res, rows, folder, figures)
             bar.done()
         elif rows is not None:
             res.summary.append(
@@ -468,6 +474,15 @@ def _version() -> str:
     from ._version import __version__
 
     return __version__
+
+
+def _model_name(model_id: str) -> str:
+    """A model's name for the report: the folder name of a local path (which says where the
+    weights lay on one machine, not which model it is), a hub id as it is."""
+    path = Path(model_id).expanduser()
+    if model_id.startswith(("/", "~", ".")) or (os.sep in model_id and path.exists()):
+        return path.name or model_id
+    return model_id
 
 
 def _save(fig: Any, folder: Path, stem: str) -> None:
@@ -558,24 +573,159 @@ def _profiles_section(
             TableRef("head_profiles.csv", "per head: means over samples and queries", 0),
         ],
     )
+    label = str(res.meta.get("model") or res.meta.get("model_id", ""))
     if figures:
         from ._plot import plot_sink_grid, plot_sink_vs_content
 
-        label = str(res.meta.get("model") or Path(str(res.meta.get("model_id", ""))).name)
         grid = plot_sink_grid(
             prof, annotate=share.size <= 150, title=f"mean sink share per head: {label}"
         )
         _save(grid, folder, "sink_grid")
         _save(plot_sink_vs_content(prof), folder, "sink_vs_content")
-        sec.figures = [
-            FigureRef("sink_grid", "mean sink share of every head (layer x head)"),
-            FigureRef(
-                "sink_vs_content",
-                "the two channels per head: mean sink share against mean content entropy "
-                "(entropy of the renormalised content c / (1 - s))",
-            ),
-        ]
+    hc = prof["content_entropy"].transpose("layer", "head").values
+    n_r = prof["n_rows"].transpose("layer", "head").values
+    heads = [int(h) for h in share["head"].values]
+
+    def about(i: int, j: int) -> str:
+        return (
+            f"layer {layers[i]}, head {heads[j]}\nmean sink share {share.values[i, j]:.3f}\n"
+            f"mean content entropy {hc[i, j]:.3f} nats\n{int(n_r[i, j]):,} rows"
+        )
+
+    grid_view = vw.grid_svg(
+        share.values,
+        [str(v) for v in layers],
+        [str(h) for h in heads],
+        [[about(i, j) for j in range(len(heads))] for i in range(len(layers))],
+        heading=f"mean sink share per head: {label}",
+        row_name="layer",
+        col_name="head",
+        legend="mean sink share: 0 … 1 (hover a cell for the head's numbers)",
+        cell_text=[[f"{v:.2f}" for v in row] for row in share.values],
+        cell_w=40 if len(heads) <= 24 else 24,
+        cell_h=20 if len(layers) <= 48 else 12,
+    )
+    n_l = max(len(layers) - 1, 1)
+    scatter = vw.scatter_svg(
+        share.values.ravel(),
+        hc.ravel(),
+        np.repeat(np.arange(len(layers)) / n_l, len(heads)),
+        [about(i, j) for i in range(len(layers)) for j in range(len(heads))],
+        heading="the two channels per head (hover a point: which head it is)",
+        x_label="mean sink share s",
+        y_label="mean content entropy (nats)",
+        legend=f"layer {layers[0]} … {layers[-1]}",
+        x_range=(0.0, 1.0),
+    )
+    sec.figures = [
+        FigureRef(
+            "sink_grid",
+            "mean sink share of every head (layer x head)",
+            _write_view(folder, "sink_grid_view.svg", grid_view),
+        ),
+        FigureRef(
+            "sink_vs_content",
+            "the two channels per head: mean sink share against mean content entropy "
+            "(entropy of the renormalised content c / (1 - s))",
+            _write_view(folder, "sink_vs_content_view.svg", scatter),
+        ),
+    ]
     res.sections.append(sec)
+
+
+_SHOWN_SAMPLES = 4
+_SHOWN_CHARS = 700
+
+
+def _write_view(folder: Path, name: str, svg: str) -> str:
+    """Write an inline-SVG figure as a file of its own (it opens in a browser) and return
+    its name; the report inlines it."""
+    text = svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, folder / name)
+    return name
+
+
+def _valid_positions(ds: xr.Dataset, sample: int) -> list[int]:
+    """Token positions of a sample that are text, not padding: from its sink on, and where
+    the dataset has rows or summaries, only positions whose query sees some key."""
+    positions = [int(p) for p in np.asarray(ds["position"].values)]
+    sink = int(ds["sink_index"].values[sample]) if "sink_index" in ds.coords else 0
+    keep = [p for p in positions if p >= sink]
+    seen: set[int] | None = None
+    if "sink_share" in ds.data_vars:
+        ok = ds["sink_share"].isel(sample=sample).notnull().any(["layer", "head"])
+        seen = {int(q) for q, v in zip(ds["query"].values, ok.values, strict=True) if v}
+    elif "log_attn" in ds.data_vars:
+        la = ds["log_attn"].isel(sample=sample)
+        ok = (abs(la) < np.inf).any(["layer", "head", "key"])
+        seen = {int(q) for q, v in zip(ds["query"].values, ok.values, strict=True) if v}
+    if seen:
+        last = max(seen)
+        keep = [p for p in keep if p <= last]
+    return keep
+
+
+def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: Path) -> None:
+    """The text the model read and the token each sample's sink is (from the ``token``
+    coordinate of the capture; only the ids where a capture has no token strings)."""
+    if "token" not in ds.coords and "token" in summaries.coords:
+        ds = summaries
+    has_text = "token" in ds.coords
+    if not has_text and "token_id" not in ds.coords:
+        return
+    n = int(ds.sizes["sample"])
+    table = []
+    shown = []
+    sinks: dict[str, int] = {}
+    for i in range(n):
+        labels = vw.token_labels(ds, i)
+        pos = _valid_positions(ds, i)
+        if not pos:
+            continue
+        sink_pos = int(ds["sink_index"].values[i]) if "sink_index" in ds.coords else pos[0]
+        sink_tok = labels.get(sink_pos, f"@{sink_pos}")
+        sinks[sink_tok] = sinks.get(sink_tok, 0) + 1
+        text = "".join(labels[p] for p in pos) if has_text else " ".join(labels[p] for p in pos)
+        table.append([i, len(pos), sink_pos, sink_tok, text])
+        if len(shown) < _SHOWN_SAMPLES:
+            cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + " …"
+            shown.append(
+                f"Sample {i} ({len(pos)} tokens; sink: {json.dumps(sink_tok, ensure_ascii=False)}"
+                f" at position {sink_pos}): {cut}"
+            )
+    if not table:
+        return
+    _write_csv(
+        folder / "passages.csv", ["sample", "tokens", "sink_position", "sink_token", "text"], table
+    )
+    named = ", ".join(
+        f"{json.dumps(t, ensure_ascii=False)} ({c} sample{'s' if c > 1 else ''})"
+        for t, c in sorted(sinks.items(), key=lambda kv: -kv[1])[:6]
+    )
+    res.numbers["sink_tokens"] = sorted(sinks)
+    res.summary.append(f"sink tokens: {named}")
+    intro = [
+        "The sink of each sample is its first visible token (the capture's sink_index); here "
+        f"it is {named}. A model that adds no beginning-of-sequence token makes an "
+        "ordinary sub-word the sink (the first piece of each passage); its attention share "
+        "then measures the mass parked on the first position, not interest in that word. To "
+        "put the sink elsewhere, capture with another sink= or pass sink= to the analysis "
+        "functions.",
+    ]
+    if not has_text:
+        intro.append(
+            "This capture holds token ids only (#id), not their text: capture with a "
+            "tokenizer to see the passages."
+        )
+    res.sections.append(
+        Section(
+            "What the model read",
+            text=intro + shown,
+            tables=[TableRef("passages.csv", "each sample's tokens and sink token", 0)],
+        )
+    )
 
 
 def _summ(ds: xr.Dataset) -> xr.Dataset:
@@ -764,7 +914,43 @@ def _flips_section(
         from ._plot import plot_flip_table
 
         _save(plot_flip_table(fr), folder, "flip_rates")
-        sec.figures = [FigureRef("flip_rates", "verdicts flipped between kept and dropped")]
+    pair0 = str(fr["pair"].values[0])
+    one = fr.sel(pair=pair0)
+    metric_names = [str(m) for m in one["metric"].values]
+    scopes = [str(c) for c in one["scope"].values]
+
+    def flip_about(m: str, sc: str) -> str:
+        v = one.sel(metric=m, scope=sc)
+        lo, hi = float(v["ci_low"]), float(v["ci_high"])
+        ci = f" (interval {_pct(lo)} to {_pct(hi)})" if math.isfinite(lo) else ""
+        return (
+            f"{m}, {sc}, {pair0}: {_pct(float(v['flip_rate']))} of verdicts flipped{ci}\n"
+            f"{int(v['flips'])} of {int(v['n_triples'])} comparisons"
+        )
+
+    rates = one["flip_rate"].transpose("metric", "scope").values
+    flip_view = vw.grid_svg(
+        rates,
+        metric_names,
+        scopes,
+        [[flip_about(m, sc) for sc in scopes] for m in metric_names],
+        heading=f"verdicts flipped, {pair0} (hover a cell for the interval and counts)",
+        row_name="metric",
+        col_name="scope (all captured heads, or one layer)",
+        legend="verdicts flipped: 0% … 50% and more",
+        vmax=0.5,
+        cell_text=[[_pct(v) for v in row] for row in rates],
+        cell_w=max(64, 8 * max(len(c) for c in scopes)),
+        cell_h=22,
+        stops=vw._ORANGES,
+    )
+    sec.figures = [
+        FigureRef(
+            "flip_rates",
+            "verdicts flipped between kept and dropped",
+            _write_view(folder, "flip_rates_view.svg", flip_view),
+        )
+    ]
     res.sections.append(sec)
 
 
@@ -799,7 +985,7 @@ def _clustering_section(
         mds1_sink_rho_dropped=rho_drop,
     )
     res.summary.append(
-        f"head clustering (Jensen-Shannon): agreement kept vs dropped ARI "
+        f"head clustering (Jensen-Shannon): agreement kept vs dropped, adjusted Rand index ARI "
         f"{_fmt(float(cl['ari'].sel(pair=pair, k=ks[0])), 2)} at k={ks[0]}; first MDS axis vs "
         f"sink share: |rho| {rho_kept:.2f} kept, {rho_drop:.2f} dropped"
     )
@@ -811,6 +997,13 @@ def _clustering_section(
             "rows and once on the content alone. Leaves are coloured by mean sink share. When "
             "the sink is kept, the leading structure follows the sink share (|Spearman rho| of "
             f"the first MDS axis with it: {rho_kept:.2f}; without the sink: {rho_drop:.2f}).",
+            "Spearman's rho is the rank correlation (|rho| = 1: the first axis of the map of "
+            "heads orders them exactly as their sink share does; 0: unrelated). The adjusted "
+            "Rand index (ARI) measures how alike two groupings of the same heads are: 1 for the "
+            "same groups, 0 for no more alike than chance. ARI kept vs dropped "
+            f"{_fmt(float(cl['ari'].sel(pair=pair, k=ks[0])), 2)} at k={ks[0]} groups: the "
+            "sink decides which heads look alike as much as their content does when it is far "
+            "below 1.",
         ],
         tables=[
             TableRef(
@@ -824,13 +1017,38 @@ def _clustering_section(
         from ._plot import plot_dendrograms
 
         _save(plot_dendrograms(cl), folder, "dendrograms")
-        sec.figures = [FigureRef("dendrograms", "Jensen-Shannon head clustering, kept vs dropped")]
+    c_layers = [int(v) for v in cl["layer"].values]
+    c_heads = [int(v) for v in cl["head"].values]
+    c_share = np.asarray(cl["sink_share"].values, np.float64)
+    convs = [str(c) for c in cl["convention"].values]
+    what = {"kept": "sink kept in the rows", "dropped": "sink dropped, content renormalised"}
+    dendro = vw.dendrograms_svg(
+        [cl["linkage"].sel(convention=c).values for c in convs],
+        [
+            f"{c} ({what.get(c, c)}): |rho| {abs(float(cl['axis_sink_rho'].sel(convention=c).values[0])):.2f}"
+            for c in convs
+        ],
+        [f"L{la} H{h}" for la, h in zip(c_layers, c_heads, strict=True)],
+        [
+            f"layer {la}, head {h}\nmean sink share {v:.3f}"
+            for la, h, v in zip(c_layers, c_heads, c_share, strict=True)
+        ],
+        np.clip(np.nan_to_num(c_share), 0, 1),
+        heading="Jensen-Shannon head clustering (hover a head for its sink share)",
+        legend="leaf colour: mean sink share 0 … 1",
+        height_label="merge height (mean Jensen-Shannon divergence)",
+    )
+    sec.figures = [
+        FigureRef(
+            "dendrograms",
+            "Jensen-Shannon head clustering, kept vs dropped",
+            _write_view(folder, "dendrograms_view.svg", dendro),
+        )
+    ]
     res.sections.append(sec)
 
 
-def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path) -> None:
-    from ._plot import plot_rows
-
+def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path, figures: bool) -> None:
     prof = an.head_profiles(rows, max_offset=None)
     share = prof["sink_share"].transpose("layer", "head")
     vals = np.where(np.isfinite(share.values), share.values, np.nan)
@@ -853,24 +1071,35 @@ def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path) -> None:
         layer = int(share["layer"].values[i])
         head = int(share["head"].values[j])
         stem = f"rows_L{layer}_H{head}"
-        fig = plot_rows(
-            one,
-            sample=0,
-            layer=layer,
-            head=head,
-            title=f"layer {layer}, head {head} ({tag} sink-heavy captured head, mean sink share "
-            f"{vals[i, j]:.2f}), sample {best}",
+        heading = (
+            f"layer {layer}, head {head} ({tag} sink-heavy captured head, mean sink share "
+            f"{vals[i, j]:.2f}), sample {best}"
         )
-        _save(fig, folder, stem)
-        figs.append(FigureRef(stem, f"rows of layer {layer}, head {head}: sink share and content"))
+        if figures:
+            from ._plot import plot_rows
+
+            _save(plot_rows(one, sample=0, layer=layer, head=head, title=heading), folder, stem)
+        view = vw.head_view(one, layer=layer, head=head, sample=0, title=heading)
+        name = f"view_L{layer}_H{head}.svg"
+        view.save(folder / name)
+        figs.append(
+            FigureRef(
+                stem,
+                f"rows of layer {layer}, head {head}: sink share and content"
+                + (" (the first 64 tokens)" if view.truncated else ""),
+                name,
+            )
+        )
     res.sections.append(
         Section(
             "Two heads, row by row",
             text=[
-                "Left: the sink share of each query. Right: the content subcomposition "
-                "c / (1 - s) of each row (the sink column blank), which is what the dropped "
-                "convention compares. A sink-heavy head can have sharp or diffuse content "
-                "attention; its sink share alone does not tell.",
+                "One row per query token, one column per key token it can see. The sink column, "
+                "apart on the left, holds each row's sink share s; the grid to its right holds "
+                "the content subcomposition c / (1 - s) of each row, which is what the dropped "
+                "convention compares. Hover a cell for its tokens and weights. A sink-heavy head "
+                "can have sharp or diffuse content attention; its sink share alone does not "
+                "tell. The same view of any head: ds.coda.view(layer=, head=, sample=).",
             ],
             figures=figs,
         )
@@ -895,6 +1124,8 @@ th { background: #f0f0f0; } td.text { text-align: left; }
 details { margin: 0.6em 0; } summary { cursor: pointer; color: #345; }
 .meta td { text-align: left; } .files li { font-family: monospace; font-size: 0.85em; }
 .muted { color: #777; font-size: 0.85em; }
+figure.view .scroll { overflow: auto; max-width: 100%; border: 1px solid #eee; }
+ul.plain li { margin: 0.3em 0; } dl.terms dt { font-weight: 600; } dl.terms dd { margin: 0 0 0.4em 1.2em; }
 """
 
 
@@ -936,16 +1167,31 @@ def _table_html(path: Path, ref: TableRef) -> str:
     )
 
 
+def _inline_svg(path: Path) -> str:
+    """An SVG file of the folder as an element of the page (HTML gives it its namespace)."""
+    text = path.read_text(encoding="utf-8").strip()
+    return text.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+
+
 def _figure_html(folder: Path, ref: FigureRef) -> str:
     png = folder / f"{ref.stem}.png"
-    if not png.is_file():
-        return f'<p class="muted">figure {_esc(ref.stem)} is missing</p>'
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    view = folder / ref.view if ref.view else None
     links = " ".join(
         f'<a href="{_esc(ref.stem)}.{ext}">{ext.upper()}</a>'
         for ext in ("png", "svg")
         if (folder / f"{ref.stem}.{ext}").is_file()
     )
+    if view is not None and view.is_file():
+        if links:
+            links = "static: " + links
+        return (
+            f'<figure id="fig-{_esc(ref.stem)}" class="view"><div class="scroll">'
+            f"{_inline_svg(view)}</div><figcaption>{_esc(ref.caption)}; hover for values"
+            f"{f' ({links})' if links else ''}</figcaption></figure>"
+        )
+    if not png.is_file():
+        return f'<p class="muted">figure {_esc(ref.stem)} is missing</p>'
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
     return (
         f'<figure id="fig-{_esc(ref.stem)}"><img class="figure" alt="{_esc(ref.caption)}" '
         f'src="data:image/png;base64,{data}"><figcaption>{_esc(ref.caption)} ({links})'
@@ -953,11 +1199,77 @@ def _figure_html(folder: Path, ref: FigureRef) -> str:
     )
 
 
+_TERMS = (
+    (
+        "sink share s",
+        "the attention a row puts on its sink, the first visible token; the rest, 1 - s, is "
+        "the content, spread over the other tokens",
+    ),
+    ("kept", "compare rows with the sink in them, as they come out of the model"),
+    ("dropped", "remove the sink and renormalise the rest to sum to 1: compare content only"),
+    ("split", "report the two channels side by side: the sink share and the content"),
+)
+
+
+def _plain_words(analysis: Analysis) -> str:
+    """What the analysis found, as sentences built from its key numbers, and the terms."""
+    num = analysis.numbers
+
+    def has(*keys: str) -> bool:
+        return all(isinstance(num.get(k), (int, float)) for k in keys)
+
+    said = []
+    if has("heavy_heads", "n_layers", "n_heads", "sink_rate"):
+        total = int(num["n_layers"]) * int(num["n_heads"])
+        said.append(
+            f"{num['heavy_heads']} of the {total} heads ({_pct(num['sink_rate'])}) put more than "
+            f"{num.get('sink_rate_threshold', 0.3):g} of their attention on the sink on average; "
+            f"across all heads the mean sink share is {_pct(num.get('mean_sink_share', math.nan))}."
+        )
+    if num.get("sink_tokens"):
+        toks = ", ".join(json.dumps(t, ensure_ascii=False) for t in num["sink_tokens"][:6])
+        said.append(
+            f"The sink, the first visible token of each sample, is {toks}"
+            + (" (one of these per sample)." if len(num["sink_tokens"]) > 1 else ".")
+        )
+    if has("mean_entropy", "mean_sink_channel_entropy", "mean_content_channel_entropy"):
+        said.append(
+            f"A row's entropy averages {num['mean_entropy']:.2f} nats: "
+            f"{num['mean_sink_channel_entropy']:.2f} from how much goes to the sink and "
+            f"{num['mean_content_channel_entropy']:.2f} from how the rest is spread (exactly)."
+        )
+    if has("entropy_change_first_to_last", "entropy_change_sink_part"):
+        said.append(
+            f"From the first layer to the last, entropy changes by "
+            f"{num['entropy_change_first_to_last']:+.2f} nats, "
+            f"{num['entropy_change_sink_part']:+.2f} of it from the sink share alone."
+        )
+    if has("flip_rate_kept_dropped_js"):
+        said.append(
+            "Whether the sink is kept or dropped changes the answer to 'is head B closer to "
+            f"head A than head C?' in {_pct(num['flip_rate_kept_dropped_js'])} of comparisons "
+            "(Jensen-Shannon; other metrics below): kept and dropped measure different things."
+        )
+    if has("clustering_ari_k2", "mds1_sink_rho_kept", "mds1_sink_rho_dropped"):
+        said.append(
+            "Grouping heads by their rows gives other groups without the sink than with it: "
+            f"adjusted Rand index (ARI; 1 = the same groups, 0 = as alike as chance) "
+            f"{_fmt(num['clustering_ari_k2'], 2)}. With the sink kept, the main axis along "
+            "which heads differ follows the sink share: |Spearman rho| (rank correlation, 1 = "
+            f"the same order) {num['mds1_sink_rho_kept']:.2f} kept, "
+            f"{num['mds1_sink_rho_dropped']:.2f} dropped."
+        )
+    items = "".join(f"<li>{_esc(t)}</li>" for t in said)
+    terms = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in _TERMS)
+    return f'<ul class="plain">{items}</ul><dl class="terms">{terms}</dl>'
+
+
 def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
     """The report page of ``analysis`` as one HTML string (figures read from ``folder``).
 
-    The page loads nothing: figures are ``data:`` URIs, the stylesheet is inline, there is no
-    script, and a Content-Security-Policy meta tag forbids every other source.
+    The page loads nothing: figures are ``data:`` URIs or inline SVG (tooltips are SVG
+    ``<title>`` elements, no script), the stylesheet is inline, and a Content-Security-Policy
+    meta tag forbids every other source.
     """
     root = Path(folder)
     parts = [
@@ -970,8 +1282,10 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
         f"<h1>{_esc(analysis.title)}</h1>",
         '<p class="muted">Attention rows as compositional data: how much attention goes to the '
         "sink, and how the rest is spread over content, answered separately.</p>",
-        "<h2>Summary</h2>",
-        '<pre class="summary">' + _esc("\n".join(analysis.summary)) + "</pre>",
+        "<h2>In plain words</h2>",
+        _plain_words(analysis),
+        "<details><summary>the summary as the command printed it</summary>"
+        '<pre class="summary">' + _esc("\n".join(analysis.summary)) + "</pre></details>",
     ]
     toc = "".join(
         f'<li><a href="#sec-{i}">{_esc(s.heading)}</a></li>'

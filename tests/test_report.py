@@ -8,11 +8,13 @@ each image's natural size. It skips with a reason where chromium is absent
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
-from browser import load_in_browser, needs_chromium
+from browser import load_in_browser, needs_chromium, open_page
 
 import attncoda as ac
 from attncoda._report import (
@@ -21,6 +23,7 @@ from attncoda._report import (
     REPORT,
     Analysis,
     ReportError,
+    _model_name,
     analyze,
     load_analysis,
     render_html,
@@ -36,6 +39,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("analysis")
     ds = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=3, length=8)
     ds.attrs["model_id"] = "synthetic <model> & co"  # must be escaped in the page
+    words = [[f"{'<Em>' if p == 0 else ' w'}{s}{p}" for p in range(8)] for s in range(3)]
+    ds = ds.assign_coords(token=(("sample", "position"), np.array(words)))
     analyze(ds, out, n_boot=10, progress=False, meta={"command": "attncoda test"})
     write_report(out)
     return out
@@ -66,7 +71,10 @@ def test_page_is_self_contained(folder: Path) -> None:
     page = (folder / REPORT).read_text(encoding="utf-8")
     res = load_analysis(folder)
     n_figures = sum(len(s.figures) for s in res.sections)
-    assert page.count('src="data:image/png;base64,') == n_figures >= 6
+    n_views = sum(1 for s in res.sections for f in s.figures if f.view)
+    assert n_views >= 6  # sink grid, scatter, flips, dendrograms, two heads' rows
+    assert page.count('src="data:image/png;base64,') + page.count("<svg ") == n_figures >= 7
+    assert page.count("<title>") > 100  # hover tooltips
     assert CSP in page
     assert "<script" not in page.lower()
     # nothing is loaded from anywhere: every src/href is a data: URI, an anchor or a local file
@@ -75,6 +83,34 @@ def test_page_is_self_contained(folder: Path) -> None:
     assert "http://" not in page and "https://" not in page
     assert "synthetic &lt;model&gt; &amp; co" in page
     assert "<table>" in page and "<th>flip_rate</th>" in page
+
+
+def test_page_is_readable(folder: Path) -> None:
+    page = (folder / REPORT).read_text(encoding="utf-8")
+    res = load_analysis(folder)
+    # the passages and their sink tokens
+    assert "What the model read" in page
+    assert "&lt;Em&gt;00 w01 w02" in page and "sink: &quot;&lt;Em&gt;10&quot; at position 0" in page
+    assert res.numbers["sink_tokens"] == ["<Em>00", "<Em>10", "<Em>20"]
+    assert (folder / "passages.csv").read_text().count("\n") == 4
+    # plain words, the terms defined where they first appear
+    plain = page[page.index("In plain words") : page.index("the summary as the command printed")]
+    for term in ("adjusted Rand index (ARI;", "Spearman rho", "kept", "dropped", "split"):
+        assert term in plain, term
+    # hover texts: a head of the sink grid says its numbers, as the CSV does
+    table = {(r["layer"], r["head"]): r for r in csv.DictReader(open(folder / "head_profiles.csv"))}
+    share = float(table[("1", "2")]["sink_share"])
+    assert f"<title>layer 1, head 2\nmean sink share {share:.3f}" in page
+    # the head view of each drawn head, with token labels
+    views = [f.view for s in res.sections for f in s.figures if f.view.startswith("view_L")]
+    assert len(views) == 2
+    assert "&quot;&lt;Em&gt;" in page and "→ key" in page
+
+
+def test_model_name_not_local_path() -> None:
+    assert _model_name("/root/.cache/attncoda/models/smollm2-135m") == "smollm2-135m"
+    assert _model_name("~/models/gemma-3-270m/") == "gemma-3-270m"
+    assert _model_name("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
 
 
 def test_summaries_only_and_rows_only(tmp_path: Path) -> None:
@@ -116,7 +152,7 @@ def test_report_renders_offline_in_chromium(folder: Path, tmp_path: Path) -> Non
     external = [u for u in urls if not u.startswith("data:") and u != page.resolve().as_uri()]
     assert external == [], f"the report made network requests: {external}"
     res = load_analysis(folder)
-    assert len(images) == sum(len(s.figures) for s in res.sections)
+    assert len(images) == sum(1 for s in res.sections for f in s.figures if not f.view)
     for img in images:
         assert img["complete"] and img["width"] > 0 and img["height"] > 0, img
         assert img["scheme"] == "data"
@@ -131,3 +167,30 @@ def test_browser_check_sees_requests(tmp_path: Path) -> None:
     urls, images = load_in_browser(page, tmp_path / "profile")
     assert "http://127.0.0.1:9/x.png" in urls
     assert images and images[0]["width"] == 0
+
+
+@pytest.mark.real
+@needs_chromium
+def test_report_figures_answer_hover_in_chromium(folder: Path, tmp_path: Path) -> None:
+    """Hovering a head of the sink grid and a cell of a head view shows their values."""
+    table = {(r["layer"], r["head"]): r for r in csv.DictReader(open(folder / "head_profiles.csv"))}
+    find = (
+        "(() => {{ for (const r of document.querySelectorAll('{sel}')) {{"
+        " const t = r.querySelector('title').textContent;"
+        " if (t.startsWith({start!r})) {{ r.scrollIntoView({{block: 'center'}});"
+        " const b = r.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2];"
+        " }} }} return null; }})()"
+    )
+    hovered = (
+        "(() => { const h = Array.from(document.querySelectorAll(':hover')).pop();"
+        " return h.querySelector('title').textContent; })()"
+    )
+    with open_page(folder / REPORT, tmp_path / "profile") as tab:
+        tab.hover(*tab.evaluate(find.format(sel="rect.acf-c", start="layer 0, head 1\n")))
+        grid_tip = tab.evaluate(hovered)
+        tab.hover(*tab.evaluate(find.format(sel="rect.acv-c", start="query 5 ")))
+        view_tip = tab.evaluate(hovered)
+    share = float(table[("0", "1")]["sink_share"])
+    assert grid_tip.startswith(f"layer 0, head 1\nmean sink share {share:.3f}")
+    assert view_tip.startswith('query 5 " w')
+    assert "weight p = " in view_tip and "row sink share s = " in view_tip
