@@ -677,7 +677,7 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
         return
     n = int(ds.sizes["sample"])
     table = []
-    shown = []
+    shown: list[str] = []
     sinks: dict[str, int] = {}
     for i in range(n):
         labels = vw.token_labels(ds, i)

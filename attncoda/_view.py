@@ -460,3 +460,252 @@ def head_view(
         )
     out.append("</svg>")
     return HeadView("".join(out), heading, truncated)
+
+
+# --------------------------------------------------------------------------------------------
+# the report's figures as inline SVG with hover (no script): a grid, a scatter, dendrograms
+
+_FIG_STYLE = (
+    ".acf text{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;font-size:12px;"
+    "fill:#222}.acf .acf-h{font-size:13px;font-weight:600}.acf .acf-n{font-size:11px;fill:#555}"
+    ".acf .acf-v{font-size:11px;pointer-events:none}"
+    ".acf rect.acf-c:hover,.acf circle.acf-p:hover{stroke:#d62728;stroke-width:2.5}"
+    ".acf g.acf-l:hover text{fill:#d62728;font-weight:700}"
+)
+
+
+def _luminance(hex_colour: str) -> float:
+    r, g, b = (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def _svg_open(width: float, height: float, label: str) -> str:
+    return (
+        f'<svg class="acf" data-generator="attncoda" width="{int(width)}" height="{int(height)}" '
+        f'viewBox="0 0 {int(width)} {int(height)}" role="img" aria-label="{html.escape(label)}">'
+        f"<style>{_FIG_STYLE}</style>"
+    )
+
+
+def _legend(x: float, y: float, stops: Sequence[tuple[float, float, float]], text: str) -> str:
+    cells = "".join(
+        f'<rect x="{x + 14 * n:.1f}" y="{y}" width="14" height="10" '
+        f'fill="{_colour(stops, n / 10)}"/>'
+        for n in range(11)
+    )
+    return cells + f'<text class="acf-n" x="{x + 164:.1f}" y="{y + 9}">{html.escape(text)}</text>'
+
+
+def grid_svg(
+    values: np.ndarray,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    titles: Sequence[Sequence[str]],
+    *,
+    heading: str,
+    row_name: str,
+    col_name: str,
+    legend: str,
+    vmin: float = 0.0,
+    vmax: float = 1.0,
+    cell_text: Sequence[Sequence[str]] | None = None,
+    cell_w: int = 40,
+    cell_h: int = 20,
+    stops: Sequence[tuple[float, float, float]] = _VIRIDIS,
+) -> str:
+    """A heatmap as inline SVG: labelled rows and columns, a ``<title>`` tooltip per cell.
+
+    Examples
+    --------
+    >>> svg = grid_svg(np.eye(2), ["a", "b"], ["x", "y"], [["1", "2"], ["3", "4"]],
+    ...                heading="h", row_name="r", col_name="c", legend="v")
+    >>> svg.count('class="acf-c"')
+    4
+    """
+    values = np.asarray(values, np.float64)
+    n_r, n_c = values.shape
+    esc = html.escape
+    left = 16 + 7 * max([len(s) for s in row_labels] + [2]) + 18
+    top = 58
+    width = max(left + n_c * cell_w + 20, 420)
+    height = top + n_r * cell_h + 44
+    out = [
+        _svg_open(width, height, heading),
+        f'<text class="acf-h" x="8" y="18">{esc(heading)}</text>',
+        f'<text class="acf-n" x="{left}" y="{top - 24}">{esc(col_name)}</text>',
+        f'<text class="acf-n" x="8" y="{top - 6}">{esc(row_name)}</text>',
+    ]
+    for j, c in enumerate(col_labels):
+        out.append(
+            f'<text x="{left + j * cell_w + cell_w / 2:.1f}" y="{top - 6}" '
+            f'text-anchor="middle">{esc(c)}</text>'
+        )
+    span = (vmax - vmin) or 1.0
+    for i, r in enumerate(row_labels):
+        y = top + i * cell_h
+        out.append(
+            f'<text x="{left - 8}" y="{y + cell_h / 2 + 4:.1f}" text-anchor="end">{esc(r)}</text>'
+        )
+        for j in range(n_c):
+            v = values[i, j]
+            fill = "#eeeeee" if not np.isfinite(v) else _colour(stops, (v - vmin) / span)
+            x = left + j * cell_w
+            out.append(
+                f'<rect class="acf-c" x="{x}" y="{y}" width="{cell_w}" height="{cell_h}" '
+                f'fill="{fill}" stroke="#fff"><title>{esc(titles[i][j])}</title></rect>'
+            )
+            if cell_text is not None and cell_text[i][j]:
+                ink = "#000" if _luminance(fill) > 0.45 else "#fff"
+                out.append(
+                    f'<text class="acf-v" x="{x + cell_w / 2:.1f}" y="{y + cell_h / 2 + 4:.1f}" '
+                    f'text-anchor="middle" style="fill:{ink}">{esc(cell_text[i][j])}</text>'
+                )
+    out.append(_legend(8, top + n_r * cell_h + 16, stops, legend))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def scatter_svg(
+    x: np.ndarray,
+    y: np.ndarray,
+    colour: np.ndarray,
+    titles: Sequence[str],
+    *,
+    heading: str,
+    x_label: str,
+    y_label: str,
+    legend: str,
+    x_range: tuple[float, float] | None = None,
+) -> str:
+    """A scatter plot as inline SVG, a ``<title>`` tooltip per point (colour in [0, 1]).
+
+    Examples
+    --------
+    >>> svg = scatter_svg(np.r_[0.1, 0.9], np.r_[1.0, 2.0], np.r_[0.0, 1.0], ["a", "b"],
+    ...                   heading="h", x_label="x", y_label="y", legend="c")
+    >>> svg.count('class="acf-p"')
+    2
+    """
+    x, y, colour = (np.asarray(a, np.float64) for a in (x, y, colour))
+    ok = np.isfinite(x) & np.isfinite(y)
+    esc = html.escape
+    w, h, left, top = 600, 420, 64, 34
+    pw, ph = w - left - 24, h - top - 78
+    x0, x1 = x_range if x_range is not None else (float(x[ok].min()), float(x[ok].max()))
+    y0, y1 = (0.0, float(y[ok].max()) * 1.05) if ok.any() else (0.0, 1.0)
+    x1 = x1 if x1 > x0 else x0 + 1
+    y1 = y1 if y1 > y0 else y0 + 1
+
+    def px(v: float) -> float:
+        return left + (v - x0) / (x1 - x0) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (v - y0) / (y1 - y0) * ph
+
+    out = [
+        _svg_open(w, h, heading),
+        f'<text class="acf-h" x="8" y="18">{esc(heading)}</text>',
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>',
+    ]
+    for t in np.linspace(x0, x1, 6):
+        out.append(
+            f'<text class="acf-n" x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">'
+            f"{t:.2g}</text>"
+        )
+    for t in np.linspace(y0, y1, 5):
+        out.append(
+            f'<text class="acf-n" x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">'
+            f"{t:.2g}</text>"
+        )
+    out.append(
+        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">'
+        f"{esc(x_label)}</text>"
+        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{esc(y_label)}</text>'
+    )
+    for i in np.flatnonzero(ok):
+        out.append(
+            f'<circle class="acf-p" cx="{px(x[i]):.1f}" cy="{py(y[i]):.1f}" r="5" '
+            f'fill="{_colour(_VIRIDIS, float(colour[i]))}" stroke="#333" stroke-width="0.5">'
+            f"<title>{esc(titles[int(i)])}</title></circle>"
+        )
+    out.append(_legend(8, h - 20, _VIRIDIS, legend))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def dendrograms_svg(
+    linkages: Sequence[np.ndarray],
+    panel_titles: Sequence[str],
+    leaf_labels: Sequence[str],
+    leaf_titles: Sequence[str],
+    leaf_colour: np.ndarray,
+    *,
+    heading: str,
+    legend: str,
+    height_label: str = "merge height",
+) -> str:
+    """Dendrograms side by side as inline SVG: one leaf per row, horizontal labels, tooltips.
+
+    Examples
+    --------
+    >>> z = np.array([[0, 1, 0.1, 2], [2, 3, 0.3, 3]])
+    >>> svg = dendrograms_svg([z], ["p"], ["a", "b", "c"], ["A", "B", "C"], np.r_[0, 0.5, 1],
+    ...                       heading="h", legend="c")
+    >>> svg.count('class="acf-l"')
+    3
+    """
+    from scipy.cluster.hierarchy import dendrogram  # scipy: the analysis already needs it
+
+    esc = html.escape
+    n = len(leaf_labels)
+    row_h = 16
+    label_w = 14 + 7.2 * max(len(s) for s in leaf_labels)
+    tree_w = 220
+    panel_w = label_w + tree_w + 40
+    top = 52
+    width = max(panel_w * len(linkages) + 16, 420)
+    height = top + n * row_h + 60
+    out = [
+        _svg_open(width, height, heading),
+        f'<text class="acf-h" x="8" y="18">{esc(heading)}</text>',
+    ]
+    for p, (z, name) in enumerate(zip(linkages, panel_titles, strict=True)):
+        ox = 8 + p * panel_w
+        dn = dendrogram(np.asarray(z, np.float64), no_plot=True)
+        hmax = max(float(np.max(dn["dcoord"])), 1e-12)
+
+        def fx(hgt: float, ox: float = ox, hmax: float = hmax) -> float:
+            return ox + label_w + hgt / hmax * tree_w
+
+        def fy(ic: float) -> float:
+            return top + (ic - 5) / 10 * row_h + row_h / 2
+
+        out.append(f'<text class="acf-n" x="{ox}" y="{top - 12}">{esc(name)}</text>')
+        for ic, dc in zip(dn["icoord"], dn["dcoord"], strict=True):
+            pts = " ".join(f"{fx(d):.1f},{fy(i):.1f}" for i, d in zip(ic, dc, strict=True))
+            out.append(f'<polyline points="{pts}" fill="none" stroke="#555" stroke-width="1.2"/>')
+        for r, leaf in enumerate(dn["leaves"]):
+            y = top + r * row_h
+            out.append(
+                f'<g class="acf-l"><title>{esc(leaf_titles[leaf])}</title>'
+                f'<rect x="{ox}" y="{y}" width="{label_w + tree_w:.1f}" height="{row_h}" '
+                'fill="transparent"/>'
+                f'<circle cx="{ox + 6}" cy="{y + row_h / 2}" r="5" '
+                f'fill="{_colour(_VIRIDIS, float(leaf_colour[leaf]))}" stroke="#333" '
+                'stroke-width="0.5"/>'
+                f'<text x="{ox + 15}" y="{y + row_h / 2 + 4}">{esc(leaf_labels[leaf])}</text></g>'
+            )
+        axis_y = top + n * row_h + 14
+        for t in np.linspace(0, hmax, 3):
+            out.append(
+                f'<text class="acf-n" x="{fx(t):.1f}" y="{axis_y}" text-anchor="middle">'
+                f"{t:.2g}</text>"
+            )
+        out.append(
+            f'<text class="acf-n" x="{fx(hmax / 2):.1f}" y="{axis_y + 14}" '
+            f'text-anchor="middle">{esc(height_label)}</text>'
+        )
+    out.append(_legend(8, height - 16, _VIRIDIS, legend))
+    out.append("</svg>")
+    return "".join(out)
