@@ -9,8 +9,9 @@ for per-token coordinates. Variables:
     (sample, layer, head, query) summaries; NaN where undefined (a row with no content key).
 ``learned_sink_log_attn`` (sample, layer, head, query)
     log-mass of a learned (GPT-OSS style) sink, when captured with ``sink="learned"``.
-``token_id`` (sample, position), ``sink_index`` (sample)
-    coordinates.
+``token_id`` (sample, position), ``token`` (sample, position), ``sink_index`` (sample)
+    coordinates: ids, their text (``""`` at padding and at positions a sample lacks) and the
+    first valid key of each sample.
 
 Attributes are netCDF-safe: strings and numbers only (the capture spec is a JSON string,
 booleans are 0/1).
@@ -67,6 +68,7 @@ def make_dataset(
     query_positions: Sequence[int] | np.ndarray,
     n_keys: int | None = None,
     token_ids: np.ndarray | None = None,
+    tokens: np.ndarray | Sequence[Sequence[str]] | None = None,
     sink_index: Sequence[int] | np.ndarray | None = None,
     attrs: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
@@ -84,6 +86,9 @@ def make_dataset(
     n_keys : int, optional
         Number of key positions (defaults to ``log_attn.shape[-1]`` or ``max(query)+1``).
     token_ids : array (sample, position), optional
+    tokens : array of str (sample, position), optional
+        The text of each token (``""`` where there is none: padding, or a shorter sample),
+        stored as the ``token`` coordinate.
     sink_index : array (sample,), optional
         First valid key of each sample.
     attrs : mapping, optional
@@ -137,6 +142,8 @@ def make_dataset(
         coords["key"] = np.arange(log_attn.shape[-1])
     if token_ids is not None:
         coords["token_id"] = (("sample", "position"), np.asarray(token_ids, dtype=np.int64))
+    if tokens is not None:
+        coords["token"] = (("sample", "position"), _token_array(tokens))
     coords["sink_index"] = (
         ("sample",),
         np.zeros(n_samples, np.int64) if sink_index is None else np.asarray(sink_index, np.int64),
@@ -144,6 +151,19 @@ def make_dataset(
     ds = xr.Dataset(data_vars, coords=coords, attrs=_netcdf_attrs(attrs or {}))
     validate_dataset(ds)
     return ds
+
+
+def _token_array(tokens: Any) -> np.ndarray:
+    """Token strings as an object array of ``str``: variable-length in netCDF and zarr alike (a
+    fixed-width ``<U`` array would refuse or truncate longer tokens appended to a zarr store)."""
+    arr = np.asarray(tokens, dtype=object)
+    for value in arr.flat:
+        if not isinstance(value, str):
+            raise SchemaError(
+                f"tokens must be strings (use '' where there is no token), got {value!r} of "
+                f"type {type(value).__name__}"
+            )
+    return arr
 
 
 def _netcdf_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,6 +243,8 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             raise SchemaError(
                 f"coordinate {dim!r} repeats the value {dup!r}; labels must be unique"
             )
+    if "token" in ds.coords:
+        _check_tokens(ds)
     if "sink_index" in ds.coords:
         n_keys = ds.sizes.get("key", ds.sizes.get("position"))
         idx = np.asarray(ds["sink_index"].values)
@@ -233,6 +255,20 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             )
     if values:
         _check_values(ds)
+
+
+def _check_tokens(ds: xr.Dataset) -> None:
+    """``token`` is a (sample, position) coordinate of strings, beside ``token_id`` if present."""
+    token = ds["token"]
+    if token.dims != ("sample", "position"):
+        raise SchemaError(f"token must have dims ('sample', 'position'), has {token.dims}")
+    if token.dtype.kind not in ("U", "O", "T"):  # T: numpy's StringDType (zarr reads)
+        raise SchemaError(f"token must hold strings, holds {token.dtype}")
+    if "token_id" in ds.coords and ds["token_id"].dims != token.dims:
+        raise SchemaError(
+            f"token_id has dims {ds['token_id'].dims} but token has {token.dims}; both are "
+            "(sample, position)"
+        )
 
 
 #: float32 slack of the value checks (shares, entropies, row sums in log space).
@@ -332,12 +368,13 @@ def _open(path: Path, fmt: str) -> xr.Dataset:
         if fmt == "netcdf":
             if not path.is_file():
                 raise SchemaError(f"{str(path)!r} is not a netCDF file (it is a folder)")
-            with xr.open_dataset(path, engine="h5netcdf") as ds:
-                return ds.load()
-        if not path.is_dir():
-            raise SchemaError(f"{str(path)!r} is not a zarr store (a .zarr store is a folder)")
-        _check_zarr_complete(path)
-        ds = xr.open_zarr(path, consolidated=None)
+            with xr.open_dataset(path, engine="h5netcdf") as opened:
+                ds = opened.load()
+        else:
+            if not path.is_dir():
+                raise SchemaError(f"{str(path)!r} is not a zarr store (a .zarr store is a folder)")
+            _check_zarr_complete(path)
+            ds = xr.open_zarr(path, consolidated=None)
     except SchemaError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -346,6 +383,9 @@ def _open(path: Path, fmt: str) -> xr.Dataset:
             f"{' '.join(str(exc).split())[:200]}); is it complete and written by attncoda?"
         ) from exc
     ds.attrs.pop(_ALL_CHUNKS, None)
+    if "token" in ds.coords and ds["token"].dims == ("sample", "position"):
+        # netCDF reads fixed-width <U, zarr numpy's StringDType: one dtype, as make_dataset gives
+        ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     return ds
 
 

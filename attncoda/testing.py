@@ -45,7 +45,9 @@ def synthetic_rows(
     Head ``h`` of layer ``l`` gets a sink logit ``sink_logits[l, h]`` on key 0 (default: spread
     from -3 to 5 over the heads of each layer, so half the heads are sink-heavy), a head-specific
     preference for the previous token or for recent keys, and Gaussian noise. Rows are
-    log-softmaxes over the visible keys (causal by default), ``-inf`` elsewhere.
+    log-softmaxes over the visible keys (causal by default), ``-inf`` elsewhere. Tokens are
+    drawn from a small English vocabulary (``token_id`` and the ``token`` text), with ``<bos>``
+    at key 0.
 
     Parameters
     ----------
@@ -87,15 +89,31 @@ def synthetic_rows(
     z = z - (np.log(np.exp(z - m).sum(-1, keepdims=True)) + m)
     d = decompose(z, from_logits=True, degenerate="nan")
     summaries = {name: getattr(d, name) for name in SUMMARY_VARIABLES}
+    token_ids = rng.integers(4, 100, (n_samples, length))
+    token_ids[:, 0] = _BOS  # key 0, the sink, is a BOS as in models whose tokenizer adds one
     return make_dataset(
         summaries=summaries,
         log_attn=z.astype(dtype),
         layers=range(n_layers),
         heads=range(n_heads),
         query_positions=range(length),
-        token_ids=rng.integers(4, 100, (n_samples, length)),
+        token_ids=token_ids,
+        tokens=np.asarray(_VOCABULARY, dtype=object)[token_ids],
         attrs={"model_id": "synthetic", "family": "synthetic"},
     )
+
+
+# the synthetic vocabulary: ids 0-3 special (1 is the BOS), then words with their leading space
+_BOS = 1
+_WORDS = (
+    "the of and to a in that is was he for it with as his on be at by had not are but from or "
+    "have an they which one you were her all she there would their we him been has when who will "
+    "more no if out so said what up its about into than them can only other new some could time "
+    "these two may then do first any my now such like our over man me even most made after also "
+    "did many before must through back years where much your way well down should because each "
+    "just those people"
+).split()
+_VOCABULARY = ("<pad>", "<bos>", "<eos>", "<unk>", *(" " + w for w in _WORDS))[:100]
 
 
 class _Job(Protocol):

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,6 +67,7 @@ from ._session import (
 from ._spec import (
     CaptureError,
     CaptureSpec,
+    SinkTokenWarning,
     What,
     _fixed_sinks,
     _is_int,
@@ -76,6 +78,7 @@ from ._spec import (
     _show_sel,
     _sink_choice,
 )
+from ._tokens import special_token_ids, token_strings, warn_if_sink_not_special
 from .zoo import provenance_of
 
 __all__ = [
@@ -83,6 +86,7 @@ __all__ = [
     "Capture",
     "CaptureError",
     "CaptureSpec",
+    "SinkTokenWarning",
     "capture",
 ]
 
@@ -450,8 +454,9 @@ def _combine(parts: list[xr.Dataset]) -> xr.Dataset:
     """Independent forward passes become samples; differing lengths are padded (NaN / -inf)."""
     if len(parts) == 1:
         return parts[0]
-    if not all("token_id" in p.coords for p in parts):
-        parts = [p.drop_vars("token_id", errors="ignore") for p in parts]
+    for name in ("token_id", "token"):
+        if not all(name in p.coords for p in parts):
+            parts = [p.drop_vars(name, errors="ignore") for p in parts]
     out = xr.concat(
         parts,
         dim="sample",
@@ -462,10 +467,21 @@ def _combine(parts: list[xr.Dataset]) -> xr.Dataset:
         fill_value=_FILL,
     )
     out = out.assign_coords(sample=np.arange(out.sizes["sample"]))
+    if "token" in out.coords:  # concat fills with the object dtype's NaN despite _FILL
+        tokens = out["token"].values
+        missing = np.array([not isinstance(t, str) for t in tokens.flat], bool)
+        tokens[missing.reshape(tokens.shape)] = ""
+        out = out.assign_coords(token=(out["token"].dims, tokens))
     return out
 
 
-_FILL = {"log_attn": -np.inf, "learned_sink_log_attn": -np.inf, "token_id": -1, "sink_index": 0}
+_FILL = {
+    "log_attn": -np.inf,
+    "learned_sink_log_attn": -np.inf,
+    "token_id": -1,
+    "token": "",
+    "sink_index": 0,
+}
 
 
 def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: bool) -> xr.Dataset:
@@ -522,6 +538,12 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
         if seg.sink_index is not None
         else np.zeros(n_samples, np.int64)
     )
+    token_ids = _tokens(seg, kv_max)
+    tokens = (
+        token_strings(s.tokenizer, token_ids, _valid_positions(seg, token_ids.shape))
+        if token_ids is not None and s.tokenizer is not None
+        else None
+    )
     return make_dataset(
         summaries=summaries or None,
         log_attn=rows,
@@ -530,7 +552,8 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
         heads=s.heads,
         query_positions=query_pos,
         n_keys=kv_max,
-        token_ids=_tokens(seg, kv_max),
+        token_ids=token_ids,
+        tokens=tokens,
         sink_index=sink_index,
         attrs=attrs,
     )
@@ -548,6 +571,16 @@ def _tokens(seg: _Segment, kv_len: int) -> np.ndarray | None:
     if full.shape[1] != kv_len:
         return None
     return full
+
+
+def _valid_positions(seg: _Segment, shape: tuple[int, ...]) -> np.ndarray | None:
+    """False at padding: the last 2-D attention mask covering every position (generate() passes
+    the whole mask at each step), else None (no padding known)."""
+    for inp in reversed(seg.inputs):
+        mask = inp.get("attention_mask")
+        if mask is not None and mask.dim() == 2 and tuple(mask.shape) == tuple(shape):
+            return mask.detach().cpu().numpy().astype(bool)
+    return None
 
 
 def _model_info(model: Any) -> dict[str, Any]:
@@ -629,6 +662,7 @@ def capture(
     sink: Any = "first",
     chunk_size: int = 256,
     stream_to: str | os.PathLike[str] | None = None,
+    tokenizer: Any = None,
 ) -> Iterator[Capture]:
     """Capture attention of a HuggingFace model during the ``with`` block.
 
@@ -665,6 +699,16 @@ def capture(
         dropped from memory (for long runs over many batches; every batch must have the same
         length); the last pass is appended when the block ends. ``cap.dataset`` then opens the
         store lazily.
+    tokenizer : transformers tokenizer, optional
+        The model's tokenizer (anything with ``decode``). With it the dataset gets the
+        ``token`` coordinate ``(sample, position)``: each token's text as
+        ``tokenizer.decode([id])`` shows it (``" the"``; the tokenizer's own spelling, e.g.
+        ``"Ġâ"``, where one id alone is not valid text), ``""`` at padding. And when
+        ``sink="first"`` lands on a token that is neither BOS nor special (a tokenizer that
+        prepends no BOS, such as SmolLM2's, or a slice starting mid-word), a
+        :class:`SinkTokenWarning` says which token became the sink, once per capture. Without
+        it, ``token_id`` alone is stored and nothing is checked. Captured numbers are the same
+        either way.
 
     Yields
     ------
@@ -688,6 +732,14 @@ def capture(
     ...     _ = model(**batch)
     >>> sorted(cap.dataset.sizes.items())
     [('head', 4), ('layer', 1), ('position', 8), ('query', 8), ('sample', 2)]
+
+    With a tokenizer, tokens label the positions:
+
+    >>> tok = zoo.ByteTokenizer(model.config.vocab_size)
+    >>> with capture(model, layers=[0], tokenizer=tok, sink=0) as cap:
+    ...     _ = model(**tok("Hello", return_tensors="pt"))
+    >>> cap.dataset.token.values.tolist()
+    [['H', 'e', 'l', 'l', 'o']]
     """
     if not (isinstance(what, str) and what in ("summaries", "rows", "both")):
         raise CaptureError(
@@ -696,6 +748,11 @@ def capture(
     if not (_is_int(chunk_size) and chunk_size > 0):
         raise CaptureError(
             f"chunk_size={_show(chunk_size)} is not a positive int; pass an int >= 1 (e.g. 256)"
+        )
+    if tokenizer is not None and not callable(getattr(tokenizer, "decode", None)):
+        raise CaptureError(
+            f"tokenizer={_show(tokenizer)} has no decode(); pass the model's tokenizer "
+            "(e.g. from transformers.AutoTokenizer or attncoda.hooks.zoo.load) or None"
         )
     if id(model) in _CAPTURING:
         raise CaptureError("captures of one model cannot be nested; finish the outer capture first")
@@ -723,6 +780,9 @@ def capture(
     info["attention_implementation"] = str(model.config._attn_implementation)
     session = _Session(model, spec, layer_list, head_list, n_heads)
     session.store, session.info, session.fallback = store, info, not switch
+    if tokenizer is not None:
+        session.tokenizer = tokenizer
+        session.special_ids = special_token_ids(tokenizer, model)
 
     def observe(
         module: Any,
@@ -832,6 +892,7 @@ def _before_forward(session: _Session) -> Callable[..., None]:
             if key not in session.positions:
                 session.positions[key] = _check_call(session.spec, *key)
             _check_padding_sinks(session.spec, am, tokens)
+            _check_sink_token(session, ids, am)
         seg = session.current()
         session.pending = _Snapshot(
             seg, len(seg.records), len(seg.inputs), dict(seg.calls), set(seg.keys), seg.sink_index
@@ -852,6 +913,39 @@ def _after_forward(session: _Session) -> Callable[..., None]:
         session.forward = None
 
     return post_hook
+
+
+def _check_sink_token(session: _Session, ids: Any, mask: Any) -> None:
+    """Warn once per capture when sink='first' lands on an ordinary token (tokenizer given)."""
+    if (
+        session.tokenizer is None
+        or session.sink_warned
+        or session.spec.sink != "first"
+        or not torch.is_tensor(ids)
+        or ids.dim() != 2
+    ):
+        return
+    ids_np = ids.detach().cpu().numpy()
+    if torch.is_tensor(mask) and mask.dim() == 2 and tuple(mask.shape) == tuple(ids.shape):
+        first = mask.detach().cpu().to(torch.int8).argmax(-1).numpy()
+    else:
+        first = np.zeros(ids_np.shape[0], np.int64)
+    session.sink_warned = warn_if_sink_not_special(
+        session.tokenizer, session.special_ids, ids_np, first, stacklevel=_caller_level()
+    )
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside torch, transformers and attncoda.hooks (the
+    user's ``model(...)`` or ``generate(...)`` line), for warnings given inside a forward."""
+    files = (getattr(sys.modules.get(n), "__file__", None) for n in ("torch", "transformers"))
+    skip = tuple(str(Path(f).parent) for f in (*files, __file__) if f)
+    # frame 1 is the caller (_check_sink_token), stacklevel 2 of the warning function it calls
+    frame: Any = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_padding_sinks(spec: CaptureSpec, mask: Any, tokens: int) -> None:

@@ -143,6 +143,9 @@ class _Session:
     forward: _Forward | None = None  # the model's forward pass now running
     pending: _Snapshot | None = None  # set while a forward runs; cleared when it returns
     positions: dict[_CallKey, list[int]] = field(default_factory=dict)  # validated calls
+    tokenizer: Any = None  # decodes token ids into the ``token`` coordinate
+    special_ids: set[int] = field(default_factory=set)  # sinks that need no warning
+    sink_warned: bool = False  # SinkTokenWarning is given once per capture
 
     def current(self) -> _Segment:
         if not self.segments:

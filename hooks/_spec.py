@@ -31,6 +31,17 @@ class CaptureError(AttncodaError, RuntimeError):
     exit_code: ClassVar[int] = EXIT_USAGE
 
 
+class SinkTokenWarning(UserWarning):
+    """The sink of a capture is an ordinary token, not a BOS or special token.
+
+    Raised (once per capture) by :func:`~attncoda.hooks.capture` given ``tokenizer=`` when
+    ``sink="first"`` lands on an ordinary token: a model whose tokenizer prepends no BOS
+    (SmolLM2, Qwen2.5) or a text slice that starts mid-word. The sink is then whatever text
+    comes first. To silence it, prepend a BOS/special token, pass a fixed ``sink=`` position,
+    or filter it: ``warnings.simplefilter("ignore", SinkTokenWarning)``.
+    """
+
+
 def _is_int(value: Any) -> bool:
     """A Python or numpy integer; bools (``True`` is an int to Python) are not."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

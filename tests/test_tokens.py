@@ -1,0 +1,213 @@
+"""The ``token`` coordinate: decoded by capture, kept through save/load/append and selections,
+checked by the schema; and the warning when the sink is an ordinary token."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import attncoda as ac
+
+torch = pytest.importorskip("torch")
+zoo = pytest.importorskip("attncoda.hooks.zoo")
+from attncoda.hooks import capture  # noqa: E402
+from attncoda.hooks._spec import SinkTokenWarning  # noqa: E402  (exported by hooks: see report)
+from attncoda.hooks._tokens import token_strings  # noqa: E402
+
+ODD = ["é", "—", "🙂", "", " the", "\n", "<bos>", "ĠðŁ", 'a "quote"', "日本"]
+
+
+def summaries(n_samples, length):
+    return {k: np.zeros((n_samples, 1, 1, length), np.float32) for k in ac.SUMMARY_VARIABLES}
+
+
+def dataset(tokens):
+    tokens = np.asarray(tokens, dtype=object)
+    n, t = tokens.shape
+    return ac.make_dataset(
+        summaries=summaries(n, t),
+        layers=[0],
+        heads=[0],
+        query_positions=range(t),
+        token_ids=np.arange(n * t).reshape(n, t),
+        tokens=tokens,
+    )
+
+
+@pytest.mark.parametrize("name", ["cap.nc", "cap.zarr"])
+def test_non_ascii_and_empty_tokens_survive_save_and_load(tmp_path, name):
+    ds = dataset([ODD, list(reversed(ODD))])
+    back = ac.load(ac.save(ds, tmp_path / name))
+    assert back.identical(ds)
+    assert back.token.dtype == object  # one dtype whatever the format read
+    assert back.token.values.tolist() == [ODD, list(reversed(ODD))]
+
+
+def test_appending_longer_tokens_to_a_zarr_store_keeps_them_whole(tmp_path):
+    store = tmp_path / "cap.zarr"
+    ac.save(dataset([["a", "b", ""]]), store, append=True)
+    long = ["a much longer token than any before", "🙂🙂🙂", ""]
+    ac.save(dataset([long]), store, append=True)  # a fixed-width <U1 store would truncate
+    assert ac.load(store).token.values.tolist() == [["a", "b", ""], long]
+
+
+def test_a_zarr_v3_store_with_tokens_loads(tmp_path):
+    ds = dataset([ODD])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr may call its v3 string encoding unstable
+        ds.to_zarr(tmp_path / "v3.zarr", zarr_format=3, consolidated=True)
+    assert ac.load(tmp_path / "v3.zarr").token.values.tolist() == [ODD]
+
+
+def test_a_dataset_without_tokens_is_valid(tmp_path):
+    ds = ac.make_dataset(summaries=summaries(1, 3), layers=[0], heads=[0], query_positions=[0, 1, 2])
+    assert "token" not in ds.coords
+    assert "token" not in ac.load(ac.save(ds, tmp_path / "cap.nc")).coords
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda ds: ds.assign_coords(token=("sample", ["x"])), "token must have dims"),
+        (
+            lambda ds: ds.assign_coords(token=(("sample", "position"), np.zeros((1, 3)))),
+            "token must hold strings",
+        ),
+    ],
+)
+def test_the_schema_checks_the_token_coordinate(change, message):
+    ds = dataset([["a", "b", "c"]])
+    with pytest.raises(ac.SchemaError, match=message):
+        ac.validate_dataset(change(ds))
+
+
+def test_make_dataset_refuses_non_strings():
+    with pytest.raises(ac.SchemaError, match="tokens must be strings"):
+        dataset([["a", None, "c"]])
+
+
+def test_selections_and_analyses_keep_tokens():
+    ds = ac.testing.synthetic_rows(n_samples=2, length=5)
+    assert ds.token.shape == (2, 5)
+    one = ds.isel(sample=1, layer=0)
+    assert one.token.values.tolist() == ds.token.values[1].tolist()
+    # dataset operations keep the coordinate, and it labels queries and keys by position
+    assert ds.where(ds.sink_share > 0.5).token.identical(ds.token)
+    by_query = ds.token.sel(position=ds["query"])
+    assert by_query.dims == ("sample", "query")
+    assert by_query.values[0, 0] == "<bos>"
+    assert ds.isel(query=[2, 4]).token.sel(position=ds.isel(query=[2, 4])["query"]).values.tolist() == [
+        ds.token.values[0, [2, 4]].tolist(),
+        ds.token.values[1, [2, 4]].tolist(),
+    ]
+
+
+class SpellingTokenizer:
+    """decode() of single ids as a byte-level BPE tokenizer does: a piece of a character is
+    U+FFFD; convert_ids_to_tokens gives the tokenizer's own spelling."""
+
+    vocab = {5: " the", 6: "\ufffd", 7: "", 8: "Em"}
+
+    def decode(self, ids):
+        return "".join(self.vocab.get(i, "?") for i in ids)
+
+    def convert_ids_to_tokens(self, i):
+        return {5: "Ġthe", 6: "ĠðŁ", 7: "", 8: "Em"}[i]
+
+
+def test_token_text_is_readable_and_identifiable():
+    got = token_strings(SpellingTokenizer(), np.array([[5, 6, 7, 8, -1]]))
+    # readable where decode gives text, the tokenizer's spelling for a piece of a character,
+    # the id where neither names it, "" where there is no token
+    assert got.tolist() == [[" the", "ĠðŁ", "<7>", "Em", ""]]
+
+
+def test_capture_decodes_tokens_with_padding_and_keeps_the_numbers():
+    model = zoo.tiny_twin("gemma3_text")  # its batches start with <bos>: no sink warning
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    batch = zoo.tiny_batch(model, length=8, left_padding=True)
+    with torch.no_grad(), capture(model, what="both") as cap:
+        model(**batch)
+    plain = cap.dataset
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SinkTokenWarning)
+        with torch.no_grad(), capture(model, what="both", tokenizer=tok) as cap:
+            model(**batch)
+    ds = cap.dataset
+    # the coordinate is all that changed
+    assert ds.drop_vars("token").identical(plain)
+    mask = batch["attention_mask"].numpy().astype(bool)
+    ids = batch["input_ids"].numpy()
+    assert (ds.token.values[~mask] == "").all()  # padding
+    want = [tok.decode([i]) or f"<{i}>" for i in ids[mask]]
+    assert ds.token.values[mask].tolist() == want
+    assert set(ds.token.values[np.arange(len(ids)), ds.sink_index.values]) == {"<2>"}  # <bos>
+
+
+def test_generate_and_independent_passes_get_tokens():
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SinkTokenWarning)
+        with torch.no_grad(), capture(model, layers=[0], tokenizer=tok) as cap:
+            model.generate(**tok("Hi", return_tensors="pt"), max_new_tokens=3, do_sample=False)
+            model(**tok("Word", return_tensors="pt"))
+    ds = cap.dataset
+    ids = ds.token_id.values
+    assert ds.token.values[0, :2].tolist() == ["H", "i"]  # prompt, then generated tokens
+    assert ds.token.values[0].tolist() == [tok.decode([i]) or f"<{i}>" for i in ids[0]]
+    assert ds.token.values[1].tolist() == ["W", "o", "r", "d"]
+    assert ids.shape == ds.token.shape
+
+
+def test_streamed_captures_keep_tokens(tmp_path):
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    store = tmp_path / "run.zarr"
+    with torch.no_grad(), capture(model, layers=[0], tokenizer=tok, sink=0, stream_to=store) as cap:
+        for text in ("abcd", "wxyz", "éé"):
+            model(**tok(text, return_tensors="pt"))
+    tokens = cap.dataset.token.values.tolist()
+    assert tokens[:2] == [list("abcd"), list("wxyz")]
+    assert ac.load(store).token.values.tolist() == tokens
+
+
+def test_sink_warning_once_per_capture_names_the_token():
+    model = zoo.tiny_twin("llama")  # no BOS: the first ordinary token is the sink
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    with pytest.warns(SinkTokenWarning, match=r"'q' \(id \d+, position 0\)") as record:
+        with torch.no_grad(), capture(model, layers=[0], tokenizer=tok) as cap:
+            model(**tok("quick", return_tensors="pt"))
+            model(**tok("brown", return_tensors="pt"))
+    assert len([w for w in record if w.category is SinkTokenWarning]) == 1
+    assert record[0].filename == __file__  # points at the user's forward call
+    assert "sink=" in str(record[0].message) and "BOS" in str(record[0].message)
+    assert cap.dataset.sizes["sample"] == 2
+    assert issubclass(SinkTokenWarning, UserWarning)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"sink": 0}, {"tokenizer": "bos"}], ids=["no-tokenizer", "fixed-sink", "bos"]
+)
+def test_no_sink_warning_without_tokenizer_for_fixed_sinks_or_a_bos(kwargs):
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    ids = tok("quick", return_tensors="pt")["input_ids"]
+    if kwargs.get("tokenizer") == "bos":  # the config's bos_token_id prepended
+        kwargs = {"tokenizer": tok}
+        ids = torch.cat([torch.tensor([[model.config.bos_token_id]]), ids], dim=1)
+    elif "sink" in kwargs:
+        kwargs = {**kwargs, "tokenizer": tok}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SinkTokenWarning)
+        with torch.no_grad(), capture(model, layers=[0], **kwargs):
+            model(input_ids=ids)
+
+
+def test_a_tokenizer_without_decode_is_refused_before_any_work():
+    model = zoo.tiny_twin("llama")
+    with pytest.raises(ac.AttncodaError, match="tokenizer=.*has no decode"):
+        with capture(model, tokenizer="gpt2"):
+            pass
