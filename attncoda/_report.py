@@ -689,7 +689,7 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
         sinks[sink_tok] = sinks.get(sink_tok, 0) + 1
         text = "".join(labels[p] for p in pos) if has_text else " ".join(labels[p] for p in pos)
         table.append([i, len(pos), sink_pos, sink_tok, text])
-        if len(shown) < _SHOWN_SAMPLES:
+        if has_text and len(shown) < _SHOWN_SAMPLES:
             cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + " …"
             shown.append(
                 f"Sample {i} ({len(pos)} tokens; sink: {json.dumps(sink_tok, ensure_ascii=False)}"
@@ -716,8 +716,8 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
     ]
     if not has_text:
         intro.append(
-            "This capture holds token ids only (#id), not their text: capture with a "
-            "tokenizer to see the passages."
+            "This capture holds token ids only (#id), not their text, so the passages are "
+            "not shown: capture with a tokenizer to see them."
         )
     res.sections.append(
         Section(

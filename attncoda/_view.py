@@ -527,7 +527,7 @@ def grid_svg(
     esc = html.escape
     left = 16 + 7 * max([len(s) for s in row_labels] + [2]) + 18
     top = 58
-    width = max(left + n_c * cell_w + 20, 420)
+    width = max(left + n_c * cell_w + 20, 190 + 6.5 * len(legend))
     height = top + n_r * cell_h + 44
     out = [
         _svg_open(width, height, heading),
@@ -664,7 +664,7 @@ def dendrograms_svg(
     tree_w = 220
     panel_w = label_w + tree_w + 40
     top = 52
-    width = max(panel_w * len(linkages) + 16, 420)
+    width = max(panel_w * len(linkages) + 16, 190 + 6.5 * len(legend))
     height = top + n * row_h + 60
     out = [
         _svg_open(width, height, heading),
