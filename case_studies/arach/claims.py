@@ -342,9 +342,9 @@ def run_claims(
 ) -> dict[str, int]:
     """Run every missing cell of one model into ``root/MODEL/CONFIG/TASK.json``.
 
-    Cells run task-major in priority order: perplexity of every configuration (cheap), then the
-    cloze of every configuration, each in :func:`claim_configs` order (the issue's list first,
-    then the SmolLM2 sweep). A cell that is complete and made from the same tokens is skipped.
+    Cells run in priority order: both perplexity texts of every configuration (the cheaper
+    kind), then the three cloze sources of every configuration, configurations in
+    :func:`claim_configs` order (the issue's list first, then the SmolLM2 sweep). A cell that is complete and made from the same tokens is skipped.
 
     Parameters
     ----------
@@ -408,8 +408,9 @@ def run_claims(
             record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
             tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
         counts = {"done": 0, "skipped": 0, "left": 0}
-        order = [(t, c) for t in tasks if t.name.startswith("ppl") for c in configs]
-        order += [(t, c) for t in tasks if t.name.startswith("cloze") for c in configs]
+        # configuration-major within each kind, so the first configurations complete first
+        order = [(t, c) for c in configs for t in tasks if t.name.startswith("ppl")]
+        order += [(t, c) for c in configs for t in tasks if t.name.startswith("cloze")]
         for task, config in order:
             path = cell_path(root, model_name, config, task.name)
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
