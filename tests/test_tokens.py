@@ -62,7 +62,9 @@ def test_a_zarr_v3_store_with_tokens_loads(tmp_path):
 
 
 def test_a_dataset_without_tokens_is_valid(tmp_path):
-    ds = ac.make_dataset(summaries=summaries(1, 3), layers=[0], heads=[0], query_positions=[0, 1, 2])
+    ds = ac.make_dataset(
+        summaries=summaries(1, 3), layers=[0], heads=[0], query_positions=[0, 1, 2]
+    )
     assert "token" not in ds.coords
     assert "token" not in ac.load(ac.save(ds, tmp_path / "cap.nc")).coords
 
@@ -98,7 +100,9 @@ def test_selections_and_analyses_keep_tokens():
     by_query = ds.token.sel(position=ds["query"])
     assert by_query.dims == ("sample", "query")
     assert by_query.values[0, 0] == "<bos>"
-    assert ds.isel(query=[2, 4]).token.sel(position=ds.isel(query=[2, 4])["query"]).values.tolist() == [
+    assert ds.isel(query=[2, 4]).token.sel(
+        position=ds.isel(query=[2, 4])["query"]
+    ).values.tolist() == [
         ds.token.values[0, [2, 4]].tolist(),
         ds.token.values[1, [2, 4]].tolist(),
     ]
@@ -108,10 +112,9 @@ class SpellingTokenizer:
     """decode() of single ids as a byte-level BPE tokenizer does: a piece of a character is
     U+FFFD; convert_ids_to_tokens gives the tokenizer's own spelling."""
 
-    vocab = {5: " the", 6: "\ufffd", 7: "", 8: "Em"}
-
     def decode(self, ids):
-        return "".join(self.vocab.get(i, "?") for i in ids)
+        vocab = {5: " the", 6: "\ufffd", 7: "", 8: "Em"}
+        return "".join(vocab.get(i, "?") for i in ids)
 
     def convert_ids_to_tokens(self, i):
         return {5: "Ġthe", 6: "ĠðŁ", 7: "", 8: "Em"}[i]
@@ -208,6 +211,6 @@ def test_no_sink_warning_without_tokenizer_for_fixed_sinks_or_a_bos(kwargs):
 
 def test_a_tokenizer_without_decode_is_refused_before_any_work():
     model = zoo.tiny_twin("llama")
-    with pytest.raises(ac.AttncodaError, match="tokenizer=.*has no decode"):
+    with pytest.raises(ac.AttncodaError, match=r"tokenizer=.*has no decode"):
         with capture(model, tokenizer="gpt2"):
             pass

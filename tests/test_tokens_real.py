@@ -32,7 +32,7 @@ def run(name, text, **kwargs):
 
 
 def test_smollm2_tokens_read_as_text_and_its_first_word_is_flagged():
-    ds, tok, ids, sinks = run("smollm2-135m", TEXT)
+    ds, _, _, sinks = run("smollm2-135m", TEXT)
     tokens = ds.token.values[0].tolist()
     assert tokens[:4] == ["Em", "ma", " Wood", "house"]  # readable, not 'ĠWood'
     assert "".join(tokens) == TEXT  # every piece decodes, so the text is whole again
