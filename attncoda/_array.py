@@ -43,7 +43,7 @@ import functools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import array_api_compat
 import numpy as np
@@ -60,6 +60,9 @@ from ._errors import (
 )
 
 Array = Any  # a numpy.ndarray or a torch.Tensor; kept loose so both type-check
+
+#: What to do with rows that have too few visible parts (see :func:`check_degenerate`).
+Degenerate = Literal["raise", "nan"]
 
 __all__ = [
     "Array",
@@ -464,22 +467,68 @@ class LogComposition:
         if self.visible is None:
             if self.n_parts < minimum:
                 raise TooFewPartsError(
-                    f"rows have {self.n_parts} part(s); at least {minimum} are needed here"
+                    f"rows have {self.n_parts} part(s); at least {minimum} are needed here; "
+                    f"give more parts, {DEGENERATE_HINT}"
                 )
             return
         low = self.count() < minimum
         if bool(self.xp.any(low)):
-            n_low = int(self.xp.sum(self.xp.astype(low, self.xp.int64)))
-            if minimum <= 1:
-                raise TooFewPartsError(
-                    f"{n_low} row(s) have no visible part (mask= or -inf hides every part); "
-                    "drop those rows"
-                )
-            raise TooFewPartsError(
-                f"{n_low} row(s) have fewer than {minimum} visible parts (e.g. the first query of "
-                "a causal model sees only itself); drop those rows or select queries >= "
-                f"{minimum - 1}"
-            )
+            raise too_few_parts(int(self.xp.sum(self.xp.astype(low, self.xp.int64))), minimum)
+
+    def degenerate_rows(self, minimum: int, degenerate: str, validate: bool) -> Array | None:
+        """Apply the ``degenerate=`` policy to rows with fewer than ``minimum`` visible parts.
+
+        ``"raise"``: :meth:`require_parts` (with ``validate``) and ``None``. ``"nan"``: the
+        boolean rows (keepdims) that the caller fills with NaN, or ``None`` when there are none.
+        """
+        check_degenerate(degenerate)
+        if degenerate == "raise":
+            if validate:
+                self.require_parts(minimum)
+            return None
+        xp = self.xp
+        if self.visible is None:
+            if self.n_parts >= minimum:
+                return None
+            shape = (*self.log.shape[:-1], 1)
+            return xp.ones(shape, dtype=xp.bool, device=device_of(self.log))
+        low = self.count() < minimum
+        return low if bool(xp.any(low)) else None
+
+
+#: Values of every ``degenerate=`` argument: raise on rows with too few visible parts, or give
+#: NaN there.
+DEGENERATE = ("raise", "nan")
+
+#: The end of every refusal of rows with too few visible parts: the same advice everywhere.
+DEGENERATE_HINT = "or pass degenerate='nan' for NaN in those rows"
+
+
+def check_degenerate(degenerate: object) -> None:
+    """Refuse a ``degenerate=`` value other than ``"raise"`` or ``"nan"``."""
+    if degenerate not in DEGENERATE:
+        raise CompositionError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
+
+
+def too_few_parts(n_low: int, minimum: int) -> TooFewPartsError:
+    """The one refusal of ``n_low`` rows with fewer than ``minimum`` visible parts."""
+    if minimum <= 1:
+        return TooFewPartsError(
+            f"{n_low} row(s) have no visible part (mask= or -inf hides every part); drop those "
+            f"rows, {DEGENERATE_HINT}"
+        )
+    return TooFewPartsError(
+        f"{n_low} row(s) have fewer than {minimum} visible parts (e.g. the first query of a "
+        f"causal model sees only itself); drop those rows (select queries >= {minimum - 1}), "
+        f"{DEGENERATE_HINT}"
+    )
+
+
+def nan_rows(xp: Any, values: Array, low: Array | None) -> Array:
+    """``values`` with NaN in the rows ``low`` marks (``low`` broadcasts against ``values``)."""
+    if low is None:
+        return values
+    return xp.where(low, xp.full_like(values, math.nan), values)
 
 
 def device_of(x: Array) -> Any:

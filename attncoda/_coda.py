@@ -47,6 +47,7 @@ import numpy as np
 from . import _array
 from ._array import (
     Array,
+    Degenerate,
     LogComposition,
     all_finite,
     as_float,
@@ -54,6 +55,7 @@ from ._array import (
     by_row_blocks,
     can_overwrite,
     check_count,
+    check_degenerate,
     check_index,
     device_of,
     first_tensor,
@@ -62,6 +64,7 @@ from ._array import (
     log_composition,
     logsumexp,
     namespace,
+    nan_rows,
     normalize_axis,
     pair_shape,
     parts_last,
@@ -295,6 +298,7 @@ def clr(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     r"""Centred log-ratio transform, :math:`\mathrm{clr}(x)_i = \log x_i - \overline{\log x}`.
 
@@ -309,6 +313,10 @@ def clr(
         Visible parts; invisible parts get coordinate 0 and are left out of the mean.
     from_logits : bool, default False
         ``x`` holds logits or log-probabilities; the result is the centred logits.
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows with fewer than two visible parts (the first query of a causal model): raise
+        :class:`TooFewPartsError`, or return NaN in those rows. The same policy, default and
+        wording as every function here that can meet such a row (:func:`decompose` included).
 
     Returns
     -------
@@ -320,9 +328,10 @@ def clr(
         With ``validate``: a visible part is zero, negative, NaN or infinite (with
         ``from_logits``: NaN or ``+inf``).
     TooFewPartsError
-        With ``validate``: a row has fewer than two visible parts.
+        With ``validate`` and ``degenerate="raise"``: a row has fewer than two visible parts.
     CompositionError, ShapeMismatchError
-        Bad dtypes, ``axis`` or ``mask`` (see :func:`closure`).
+        Bad dtypes, ``axis`` or ``mask`` (see :func:`closure`), or a ``degenerate`` other than
+        ``"raise"`` or ``"nan"``.
 
     Examples
     --------
@@ -333,16 +342,21 @@ def clr(
     >>> np.allclose(ac.clr(z, from_logits=True), z - z.mean())
     True
     """
+    check_degenerate(degenerate)
     if mask is None:
         blocks = _clr_dense_blocks(x, axis, validate, from_logits)
         if blocks is None:  # e.g. -inf logits (masked keys): blocks of the general path
-            blocks = by_row_blocks(clr, x, axis, validate=validate, from_logits=from_logits)
+            blocks = by_row_blocks(
+                clr, x, axis, validate=validate, from_logits=from_logits, degenerate=degenerate
+            )
         if blocks is not None:
             return blocks
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
-    if validate:
-        lc.require_parts(2)
-    return lc.restore(lc.clr(consume=True))
+    low = lc.degenerate_rows(2, degenerate, validate)
+    if low is None:
+        return lc.restore(lc.clr(consume=True))
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows without any part: 0/0, NaN
+        return lc.restore(nan_rows(lc.xp, lc.clr(consume=True), low))
 
 
 def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) -> Array | None:
@@ -387,18 +401,26 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
 
 
 @labelled(Spec(parts=("z", "mask")))
-def clr_inv(z: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
+def clr_inv(
+    z: Array,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    degenerate: Degenerate = "raise",
+) -> Array:
     """Inverse of :func:`clr`: the closed composition ``softmax(z)`` over visible parts.
 
     ``-inf`` marks an invisible part (as with ``from_logits``); a row with one visible part is
-    the one-part composition ``[1]``.
+    the one-part composition ``[1]``. ``degenerate="nan"`` gives NaN for rows without any
+    visible part instead of raising (see :func:`clr`).
 
     Raises
     ------
     NonFiniteError
         With ``validate``: ``z`` holds NaN or ``+inf``.
     TooFewPartsError
-        With ``validate``: a row has no visible part at all.
+        With ``validate`` and ``degenerate="raise"``: a row has no visible part at all.
 
     Examples
     --------
@@ -408,9 +430,9 @@ def clr_inv(z: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
     True
     """
     lc = log_composition(z, axis, mask=mask, from_logits=True, validate=validate, what="z")
-    if validate:
-        lc.require_parts(1)
-    return lc.restore(lc.xp.exp(lc.log_closed()))
+    low = lc.degenerate_rows(1, degenerate, validate)
+    with np.errstate(invalid="ignore"):  # rows without any part: NaN, as asked
+        return lc.restore(nan_rows(lc.xp, lc.xp.exp(lc.log_closed()), low))
 
 
 def _sink_index(lc: LogComposition) -> Array:
@@ -431,6 +453,7 @@ def alr(
     from_logits: bool = False,
     ref_idx: int | None = None,
     denominator_idx: int | None = None,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     r"""Additive log-ratio transform against a reference part, :math:`\log(x_j / x_{ref})`.
 
@@ -458,6 +481,8 @@ def alr(
     ref_idx, denominator_idx : int, optional
         Aliases of ``ref``: scikit-bio's name (since 0.7) and composition-stats' (and older
         scikit-bio's). Give the reference under one name only.
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows with fewer than two visible parts: raise, or NaN in those rows (see :func:`clr`).
 
     Returns
     -------
@@ -501,8 +526,7 @@ def alr(
     """
     ref, ref_name = _reference(ref, ref_idx, denominator_idx)
     lc = log_composition(x, axis, mask=mask, from_logits=from_logits, validate=validate)
-    if validate:
-        lc.require_parts(2)
+    low = lc.degenerate_rows(2, degenerate, validate)
     xp = lc.xp
     n = lc.n_parts
     if ref is not None:
@@ -514,10 +538,11 @@ def alr(
         r = 0 if ref is None else ref
         out = lc.log - lc.log[..., r : r + 1]
         keep = [j for j in range(n) if j != r]
-        return lc.restore(out[..., keep])
+        return lc.restore(nan_rows(xp, out[..., keep], low))
     if ref is None:
         ref_log = xp.take_along_axis(lc.log, _sink_index(lc), axis=-1)
-    return lc.restore(lc.zero_invisible(lc.log - ref_log))
+    with np.errstate(invalid="ignore"):  # rows without any part: -inf - -inf, NaN as asked
+        return lc.restore(nan_rows(xp, lc.zero_invisible(lc.log - ref_log), low))
 
 
 @labelled(Spec(parts=("y", "mask"), resized="inverse", default_dim=("key_alr", "key")))
@@ -861,6 +886,7 @@ def ilr(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     r"""Isometric log-ratio transform, ``clr(x) @ basis.T``.
 
@@ -884,6 +910,8 @@ def ilr(
         coordinates (in the order of the visible parts) and holds 0 in the rest, so norms and
         inner products stay those of the visible sub-composition.
     from_logits : bool, default False
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows with fewer than two visible parts: raise, or NaN in those rows (see :func:`clr`).
 
     Returns
     -------
@@ -933,8 +961,7 @@ def ilr(
     lc = log_composition(
         x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(basis,)
     )
-    if validate:
-        lc.require_parts(2)
+    low = lc.degenerate_rows(2, degenerate, validate)
     xp = lc.xp
     if basis is not None:
         b = _basis_like(basis, xp, lc.log, lc.n_parts, validate)
@@ -943,12 +970,13 @@ def ilr(
                 "an explicit ilr basis needs every part visible; rows with hidden parts use the "
                 "default pivot basis (basis=None)"
             )
-        return lc.restore(lc.clr(consume=True) @ b.T)
+        return lc.restore(nan_rows(xp, lc.clr(consume=True) @ b.T, low))
     if lc.visible is None and lc.n_parts >= 2:
         # every part visible: the pivot coordinates are one matmul of the centred logs
         return lc.restore(lc.clr(consume=True) @ _pivot_basis_t(lc))
     log, _, counts = _compact(lc)
-    return lc.restore(_pivot_coordinates(log, counts, xp))
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows without any part: NaN, as asked
+        return lc.restore(nan_rows(xp, _pivot_coordinates(log, counts, xp), low))
 
 
 @functools.lru_cache(maxsize=32)
@@ -1222,11 +1250,19 @@ def perturb_inv(
 
 @labelled(Spec(rows=("a",)))
 def power(
-    x: Array, a: Array | float, axis: int = -1, validate: bool = True, *, mask: Array | None = None
+    x: Array,
+    a: Array | float,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """Powering ``C(x ** a)``, the compositional scalar multiplication.
 
     ``a`` may be an array broadcastable to ``x`` without its parts axis (one power per row).
+    ``degenerate="nan"`` gives NaN for rows without any visible part instead of raising (see
+    :func:`clr`).
 
     Raises
     ------
@@ -1247,8 +1283,7 @@ def power(
     array([0.66666667, 0.16666667, 0.16666667])
     """
     lc = log_composition(x, axis, mask=mask, validate=validate, others=(a,))
-    if validate:
-        lc.require_parts(1)
+    degenerate_rows = lc.degenerate_rows(1, degenerate, validate)
     xp = lc.xp
     a_arr = as_float(a, xp, first_tensor(lc.log, a), what="the exponent a")
     if not bool(xp.all(xp.isfinite(a_arr))):  # one value per row at most: cheap
@@ -1277,7 +1312,8 @@ def power(
         scaled = (log - ref) * a_arr
         if lc.visible is not None:
             scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
-        return lc.restore(xp.exp(scaled - logsumexp(xp, scaled, keepdims=True)))
+        powered = xp.exp(scaled - logsumexp(xp, scaled, keepdims=True))
+    return lc.restore(nan_rows(xp, powered, degenerate_rows))
 
 
 @labelled(Spec(parts=("x", "y", "mask"), pairwise=True))
@@ -1289,6 +1325,7 @@ def inner(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     r"""Aitchison inner products of every row of ``x`` with every row of ``y`` (the Gram matrix).
 
@@ -1312,6 +1349,9 @@ def inner(
         compared over the same parts.
     from_logits : bool, default False
         ``x`` and ``y`` hold logits or log-probabilities.
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows with fewer than two visible parts: raise, or NaN in their products (see
+        :func:`clr`).
 
     Returns
     -------
@@ -1369,8 +1409,12 @@ def inner(
     if mask is not None:
         for arr in (x, y):
             _check_shared_mask(mask, arr, axis)
-    cx = xp.moveaxis(clr(x, axis, validate, mask=mask, from_logits=from_logits), ax_x, -1)
-    cy = xp.moveaxis(clr(y, axis, validate, mask=mask, from_logits=from_logits), ax_y, -1)
+    cx = xp.moveaxis(
+        clr(x, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate), ax_x, -1
+    )
+    cy = xp.moveaxis(
+        clr(y, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate), ax_y, -1
+    )
     a, b = (cx[None] if x_1d else cx), (cy[None] if y_1d else cy)
     try:
         np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
@@ -1399,8 +1443,12 @@ def paired_inner(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """Aitchison inner product ``<clr(x), clr(y)>`` of matching rows (any leading shape).
+
+    ``degenerate="nan"`` gives NaN for rows with fewer than two visible parts instead of
+    raising (see :func:`clr`).
 
     ``x`` and ``y`` broadcast against each other (e.g. one reference row for every row of
     ``x``); rows are compared over the same parts. The name follows scikit-learn's
@@ -1428,8 +1476,8 @@ def paired_inner(
     0.320302
     """
     xp, x, y = _pair(x, y, mask, axis)
-    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
-    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
+    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
     return xp.sum(cx * cy, axis=normalize_axis(axis, cx.ndim))
 
 
@@ -1441,8 +1489,12 @@ def aitchison_norm(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """Aitchison norm ``||clr(x)||``: the distance of each row from the uniform composition.
+
+    ``degenerate="nan"`` gives NaN for rows with fewer than two visible parts instead of
+    raising (see :func:`clr`).
 
     Raises
     ------
@@ -1455,7 +1507,7 @@ def aitchison_norm(
     >>> float(ac.aitchison_norm([1/3, 1/3, 1/3]))
     0.0
     """
-    c = clr(x, axis, validate, mask=mask, from_logits=from_logits)
+    c = clr(x, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
     xp = namespace(c)
     return xp.sqrt(xp.sum(c * c, axis=normalize_axis(axis, c.ndim)))
 
@@ -1469,8 +1521,12 @@ def aitchison_distance(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """Aitchison distance ``||clr(x) - clr(y)||`` between matching rows.
+
+    ``degenerate="nan"`` gives NaN for rows with fewer than two visible parts instead of
+    raising (see :func:`clr`).
 
     Rows are compared over the same visible parts (one ``mask`` for both); ``x`` and ``y``
     broadcast against each other.
@@ -1489,8 +1545,8 @@ def aitchison_distance(
     0.980258
     """
     xp, x, y = _pair(x, y, mask, axis)
-    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
-    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
+    cy = clr(y, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
     d = cx - cy
     return xp.sqrt(xp.sum(d * d, axis=normalize_axis(axis, d.ndim)))
 
@@ -1641,6 +1697,7 @@ def pairwise_aitchison(
     from_logits: bool = False,
     squared: bool = False,
     sum_over: int | tuple[int, ...] | None = None,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """All-pairs Aitchison distances between the rows of ``x`` (and ``y``), via Gram matrices.
 
@@ -1660,6 +1717,9 @@ def pairwise_aitchison(
         before the root, e.g. the query axis for head-vs-head distances over a whole sequence:
         ``sqrt(sum_q d(x[q, i], x[q, j])**2)``. The per-query matrices are never built: the clr
         rows of every summed index are laid end to end and go through one Gram matrix.
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows with fewer than two visible parts: raise, or NaN in every distance to them (with
+        ``sum_over``: to an item with such a row at any summed index); see :func:`clr`.
 
     Returns
     -------
@@ -1690,6 +1750,7 @@ def pairwise_aitchison(
     >>> bool(np.allclose(H, np.sqrt(ac.pairwise_aitchison(att, squared=True).sum(0))))
     True
     """
+    check_degenerate(degenerate)
     xp = namespace(x, y, mask)
     like = first_tensor(x, y, mask)
     x = to_kind(x, xp, like, "x")
@@ -1699,21 +1760,43 @@ def pairwise_aitchison(
     if mask is not None:
         _check_shared_mask(mask, x, axis)
     if sum_over is not None:
-        return _pairwise_summed(x, y, axis, validate, mask, from_logits, squared, sum_over)
-    if y is None and mask is None and isinstance(x, np.ndarray):
+        return _pairwise_summed(
+            x, y, axis, validate, mask, from_logits, squared, sum_over, degenerate
+        )
+    if y is None and mask is None and isinstance(x, np.ndarray) and degenerate == "raise":
         blocks = _pairwise_blocks(x, axis, validate, from_logits, squared)
         if blocks is not None:
             return blocks
-    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
-    cy = cx if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    kw: dict[str, Any] = {"mask": mask, "from_logits": from_logits, "degenerate": degenerate}
+    cx = clr(x, axis, validate, **kw)
+    cy = cx if y is None else clr(y, axis, validate, **kw)
     xp = namespace(cx, cy)
     ax = normalize_axis(axis, cx.ndim)
     a = xp.moveaxis(cx, ax, -1)
     b = None if y is None else xp.moveaxis(cy, ax, -1)
     if a.ndim < 2:
         raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
+    if degenerate == "nan":
+        return gram_distances_nan(a, b, xp, squared)
     # ``cx`` is our own clr result, so the centring inside may reuse its memory
     return gram_distances(a, b, xp, squared=squared, overwrite=True)
+
+
+def gram_distances_nan(a: Array, b: Array | None, xp: Any, squared: bool) -> Array:
+    """:func:`gram_distances` of clr rows where NaN rows (``degenerate="nan"``) give NaN pairs.
+
+    Such rows are compared as zeros (one NaN would reach every pair through the centring and
+    the norms), then every pair that involves one is set to NaN.
+    """
+    bad_a = xp.any(xp.isnan(a), axis=-1)
+    a = xp.where(xp.isnan(a), xp.zeros_like(a), a)
+    bad_b = bad_a
+    if b is not None:
+        bad_b = xp.any(xp.isnan(b), axis=-1)
+        b = xp.where(xp.isnan(b), xp.zeros_like(b), b)
+    d = gram_distances(a, b, xp, squared=squared, overwrite=True)
+    bad = bad_a[..., :, None] | bad_b[..., None, :]
+    return xp.where(bad, xp.full_like(d, math.nan), d)
 
 
 def _check_pair_shapes(xs: tuple[int, ...], ys: tuple[int, ...], axis: int, exact: bool) -> None:
@@ -1748,6 +1831,7 @@ def _pairwise_summed(
     from_logits: bool,
     squared: bool,
     sum_over: int | tuple[int, ...],
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """:func:`pairwise_aitchison` with squared distances summed over the ``sum_over`` axes.
 
@@ -1778,12 +1862,14 @@ def _pairwise_summed(
     if (
         mask is None
         and ndim == 3
+        and degenerate == "raise"
         and isinstance(x, np.ndarray)
         and (y is None or isinstance(y, np.ndarray))
     ):
         return _pairwise_summed_blocks(x, y, item, summed[0], ax, validate, from_logits, squared)
-    cx = clr(x, axis, validate, mask=mask, from_logits=from_logits)
-    cy = None if y is None else clr(y, axis, validate, mask=mask, from_logits=from_logits)
+    kw: dict[str, Any] = {"mask": mask, "from_logits": from_logits, "degenerate": degenerate}
+    cx = clr(x, axis, validate, **kw)
+    cy = None if y is None else clr(y, axis, validate, **kw)
     xp = namespace(cx) if cy is None else namespace(cx, cy)
 
     def long_rows(c: Array) -> Array:
@@ -1794,6 +1880,8 @@ def _pairwise_summed(
 
     a = long_rows(cx)
     b = None if cy is None else long_rows(cy)
+    if degenerate == "nan":
+        return gram_distances_nan(a, b, xp, squared)
     return gram_distances(a, b, xp, squared=squared, overwrite=True)
 
 

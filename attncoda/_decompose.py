@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ._array import (
+    DEGENERATE_HINT,
     Array,
+    Degenerate,
     LogComposition,
     _as_numpy,
     all_finite,
@@ -35,6 +37,7 @@ from ._array import (
     broadcast_pair,
     by_row_blocks,
     can_overwrite,
+    check_degenerate,
     check_finite_values,
     device_of,
     first_tensor,
@@ -42,12 +45,14 @@ from ._array import (
     log_composition,
     logsumexp,
     namespace,
+    nan_rows,
     parts_last,
     sum_where,
     to_kind,
     tolerance,
+    too_few_parts,
 )
-from ._coda import _index_groups, gram_distances
+from ._coda import _index_groups, gram_distances, gram_distances_nan
 from ._errors import (
     CompositionError,
     NegativePartError,
@@ -76,7 +81,6 @@ __all__ = [
 ]
 
 SinkSpec = int | Sequence[int] | Array | None
-Degenerate = Literal["raise", "nan"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,6 +102,7 @@ def entropy(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> Array:
     """Shannon entropy (nats) of each row over its visible parts.
 
@@ -111,6 +116,9 @@ def entropy(
         Check non-negativity, finiteness and closure (:class:`NotClosedError`).
     mask : array_like of bool, optional
     from_logits : bool, default False
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows without any visible part: raise, or NaN there (a one-part row has entropy 0); the
+        policy of :func:`attncoda.clr`.
 
     Returns
     -------
@@ -143,9 +151,10 @@ def entropy(
         allow_zeros=True,
         require_closed=not from_logits,
     )
-    if validate:
-        lc.require_parts(1)
-    return lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
+    low = lc.degenerate_rows(1, degenerate, validate)
+    with np.errstate(invalid="ignore"):  # rows without any part: NaN, as asked
+        h = lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
+    return h if low is None else nan_rows(lc.xp, h, low[..., 0])
 
 
 @labelled(Spec(parts=(), rows=("s",)))
@@ -300,8 +309,8 @@ def _sink_mask(
     s = s & vis
     if not allow_missing and bool(xp.any(~xp.any(s, axis=-1))):
         raise TooFewPartsError(
-            "some rows have no visible sink key (e.g. a sliding window moved past it); pass "
-            "degenerate='nan' to treat them as rows without sink mass"
+            "some rows have no visible sink key (e.g. a sliding window moved past it); drop "
+            f"those rows, {DEGENERATE_HINT} (their sink share is then 0)"
         )
     return s
 
@@ -385,7 +394,7 @@ def decompose(
     >>> bool(np.isclose(h, d.entropy))
     True
     """
-    _check_degenerate(degenerate)
+    check_degenerate(degenerate)
     if mask is None and (sink is None or isinstance(sink, (int, np.integer, list, tuple))):
         blocks = by_row_blocks(
             _decompose,
@@ -443,14 +452,11 @@ def _decompose(
     no_key = empty & no_sink
     if bool(xp.any(empty)) and degenerate == "raise":
         if bool(xp.any(no_key)):
-            raise TooFewPartsError(
-                f"{int(xp.sum(xp.astype(no_key, xp.int64)))} row(s) have no visible key at all "
-                "(mask= or -inf hides every part); drop those rows or pass degenerate='nan'"
-            )
+            raise too_few_parts(int(xp.sum(xp.astype(no_key, xp.int64))), 1)
         raise TooFewPartsError(
             f"{int(xp.sum(xp.astype(empty, xp.int64)))} row(s) have no visible content key (only "
-            "the sink is visible, as for the first query of a causal model); drop those queries or "
-            "pass degenerate='nan'"
+            "the sink is visible, as for the first query of a causal model); drop those rows "
+            f"(select queries >= 1), {DEGENERATE_HINT}"
         )
 
     with np.errstate(invalid="ignore"):  # rows without any visible key: NaN, set below
@@ -486,11 +492,6 @@ def _decompose(
             binary_entropy=defined(_binary_from_logs(xp, log_s, log_1ms)),
             n_content=n_c,
         )
-
-
-def _check_degenerate(degenerate: object) -> None:
-    if degenerate not in ("raise", "nan"):
-        raise CompositionError(f"degenerate must be 'raise' or 'nan', got {degenerate!r}")
 
 
 def _is_first_part(sink: SinkSpec) -> bool:
@@ -584,7 +585,7 @@ def _decompose_first_sink(
             log_sc = xp.log(s_c)
         tiny = float(np.finfo(np.float32 if "float32" in str(s_c.dtype) else np.float64).tiny)
         direct = all_finite(xp, log_sc) and bool(xp.all(s_c >= tiny))
-    _check_degenerate(degenerate)
+    check_degenerate(degenerate)
 
     # from here on, temporaries are updated in place (no fallback past this point)
     if direct:
@@ -761,6 +762,7 @@ def group_decompose(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> GroupDecomposition:
     """Decompose rows over ordered groups, e.g. sink / hub / content for ARACH rows.
 
@@ -774,6 +776,9 @@ def group_decompose(
     axis, validate, mask, from_logits
         As in :func:`decompose`. Probability rows may have any scale (each row is closed over
         its grouped visible parts, as in :func:`decompose`); zeros are allowed.
+    degenerate : {"raise", "nan"}, default "raise"
+        Rows without any visible grouped part: raise, or NaN there (the policy of
+        :func:`attncoda.clr`; a one-part row is fine: one group holds everything).
 
     Returns
     -------
@@ -787,7 +792,8 @@ def group_decompose(
         hide it with ``mask=``, or pass integer labels with -1 for parts to leave out). With labels: a non-integer
         dtype, a label below -1, or labels that do not broadcast to ``x``.
     TooFewPartsError
-        ``groups`` defines no group, or (with ``validate``) a row has no visible grouped part.
+        ``groups`` defines no group, or (with ``validate`` and ``degenerate="raise"``) a row has
+        no visible grouped part.
     ZeroPartError, NegativePartError, NonFiniteError
         With ``validate``: as in :func:`decompose` (zeros are allowed).
 
@@ -822,11 +828,13 @@ def group_decompose(
                 "group, hide them with mask=, or pass an integer label per part with -1 for "
                 "parts to leave out"
             )
+    check_degenerate(degenerate)
     vis = lc.visible_full() & (labels >= 0)
-    if validate and not bool(xp.all(xp.any(vis, axis=-1))):
+    if validate and degenerate == "raise" and not bool(xp.all(xp.any(vis, axis=-1))):
+        n_low = int(xp.sum(xp.astype(~xp.any(vis, axis=-1), xp.int64)))
         raise TooFewPartsError(
-            "some rows have no visible part in any group (mask=, -inf or -1 labels hide them "
-            "all); drop those rows"
+            f"{n_low} row(s) have no visible part in any group (mask=, -inf or -1 labels hide "
+            f"them all); drop those rows, {DEGENERATE_HINT}"
         )
     log = _masked(xp, lc.log, vis)
     with np.errstate(invalid="ignore"):  # rows without a grouped part (validate=False): NaN
@@ -838,12 +846,21 @@ def group_decompose(
             shares_log.append(lse_g)
             within.append(h_g)
         log_shares = xp.stack(shares_log, axis=-1)
-        return GroupDecomposition(
+        out = GroupDecomposition(
             shares=xp.exp(log_shares),
             within_entropy=xp.stack(within, axis=-1),
             between_entropy=xp.sum(_neg_plogp(xp, log_shares), axis=-1),
             entropy=xp.sum(_neg_plogp(xp, logp), axis=-1),
         )
+    if degenerate == "raise":
+        return out
+    low = ~xp.any(vis, axis=-1)
+    return GroupDecomposition(
+        shares=nan_rows(xp, out.shares, low[..., None]),
+        within_entropy=nan_rows(xp, out.within_entropy, low[..., None]),
+        between_entropy=nan_rows(xp, out.between_entropy, low),
+        entropy=nan_rows(xp, out.entropy, low),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -875,28 +892,47 @@ class AitchisonSplit:
 
 
 def _channels(
-    x: Array, sink: SinkSpec, axis: int, validate: bool, mask: Array | None, from_logits: bool
+    x: Array,
+    sink: SinkSpec,
+    axis: int,
+    validate: bool,
+    mask: Array | None,
+    from_logits: bool,
+    degenerate: Degenerate = "raise",
 ) -> tuple[Any, Array, Array, Array, Array]:
-    """(xp, balance, clr within sinks, clr within content, visible) with parts last."""
+    """(xp, balance, clr within sinks, clr within content, visible) with parts last.
+
+    With ``degenerate="nan"``, rows without a visible sink or content key are NaN in all three.
+    """
+    check_degenerate(degenerate)
+    nan = degenerate == "nan"
     lc = log_composition(
         x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(sink,)
     )
     xp = lc.xp
     vis = lc.visible_full()
-    s_mask = _sink_mask(lc, sink, validate)
+    s_mask = _sink_mask(lc, sink, validate, allow_missing=nan)
     c_mask = vis & ~s_mask
     dtype = lc.log.dtype
     n_s = xp.sum(xp.astype(s_mask, dtype), axis=-1, keepdims=True)
     n_c = xp.sum(xp.astype(c_mask, dtype), axis=-1, keepdims=True)
-    if validate and bool(xp.any(n_c == 0)):
-        raise TooFewPartsError("some rows have no visible content key; drop those queries")
+    if validate and not nan and bool(xp.any(n_c == 0)):
+        raise TooFewPartsError(
+            f"{int(xp.sum(xp.astype(n_c == 0, xp.int64)))} row(s) have no visible content key "
+            "(only the sink is visible, as for the first query of a causal model); drop those "
+            f"rows (select queries >= 1), {DEGENERATE_HINT}"
+        )
     zero = xp.zeros_like(lc.log)
     with np.errstate(invalid="ignore", divide="ignore"):  # no content (validate=False): NaN
         mean_s = xp.sum(xp.where(s_mask, lc.log, zero), axis=-1, keepdims=True) / n_s
         mean_c = xp.sum(xp.where(c_mask, lc.log, zero), axis=-1, keepdims=True) / n_c
         balance = (xp.sqrt(n_s * n_c / (n_s + n_c)) * (mean_s - mean_c))[..., 0]
-    clr_s = xp.where(s_mask, lc.log - mean_s, zero)
-    clr_c = xp.where(c_mask, lc.log - mean_c, zero)
+        clr_s = xp.where(s_mask, lc.log - mean_s, zero)
+        clr_c = xp.where(c_mask, lc.log - mean_c, zero)
+    if nan:
+        low = (n_s == 0) | (n_c == 0)
+        balance = nan_rows(xp, balance, low[..., 0])
+        clr_s, clr_c = nan_rows(xp, clr_s, low), nan_rows(xp, clr_c, low)
     return xp, balance, clr_s, clr_c, vis
 
 
@@ -910,11 +946,14 @@ def aitchison_split(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> AitchisonSplit:
     """Split ``d_A^2(x, y)`` exactly into a sink term and a content term.
 
     Rows must be over the same visible keys (one ``mask``, or matching ``-inf`` logits);
-    ``x`` and ``y`` broadcast against each other.
+    ``x`` and ``y`` broadcast against each other. ``degenerate="nan"`` gives NaN for rows
+    without a visible sink or content key instead of raising (the policy of
+    :func:`attncoda.clr`).
 
     Raises
     ------
@@ -922,7 +961,8 @@ def aitchison_split(
         ``x`` and ``y`` do not broadcast, or differ in visibility; a bad ``sink`` (as in
         :func:`decompose`).
     TooFewPartsError
-        A row has no visible sink key, or (with ``validate``) no visible content key.
+        With ``degenerate="raise"``: a row has no visible sink key, or (with ``validate``) no
+        visible content key.
     ZeroPartError, NegativePartError, NonFiniteError
         With ``validate``: as in :func:`attncoda.clr`.
 
@@ -935,8 +975,8 @@ def aitchison_split(
     True
     """
     x, y = _pair(x, y, mask, sink, axis)
-    xp, bx, sx, cx, vx = _channels(x, sink, axis, validate, mask, from_logits)
-    _, by, sy, cy, vy = _channels(y, sink, axis, validate, mask, from_logits)
+    xp, bx, sx, cx, vx = _channels(x, sink, axis, validate, mask, from_logits, degenerate)
+    _, by, sy, cy, vy = _channels(y, sink, axis, validate, mask, from_logits, degenerate)
     if not bool(xp.all(vx == vy)):
         raise ShapeMismatchError(
             "rows are only compared over the same visible keys; x and y differ in visibility "
@@ -959,10 +999,13 @@ def pairwise_aitchison_split(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> AitchisonSplit:
     """All-pairs :func:`aitchison_split` between items of ``x (..., N, D)``, via Gram matrices.
 
     Items (for example the heads at one query) share the same visible keys.
+    ``degenerate="nan"`` gives NaN for every pair with an item without a visible sink or
+    content key instead of raising (the policy of :func:`attncoda.clr`).
 
     Returns
     -------
@@ -983,7 +1026,7 @@ def pairwise_aitchison_split(
     >>> bool(np.allclose(sp.total, ac.pairwise_aitchison(x, squared=True)))
     True
     """
-    xp, b, cs, cc, vis = _channels(x, sink, axis, validate, mask, from_logits)
+    xp, b, cs, cc, vis = _channels(x, sink, axis, validate, mask, from_logits, degenerate)
     if vis.ndim < 2:
         raise ShapeMismatchError("pairwise distances need items on an axis before the parts axis")
     if not bool(xp.all(vis == vis[..., :1, :])):
@@ -992,6 +1035,11 @@ def pairwise_aitchison_split(
             "for every item (e.g. heads at one query)"
         )
     db = b[..., :, None] - b[..., None, :]
+    if degenerate == "nan":
+        return AitchisonSplit(
+            sink=db * db + gram_distances_nan(cs, None, xp, True),
+            content=gram_distances_nan(cc, None, xp, True),
+        )
     return AitchisonSplit(
         sink=db * db + gram_distances(cs, None, xp, squared=True, overwrite=True),
         content=gram_distances(cc, None, xp, squared=True, overwrite=True),
@@ -1108,11 +1156,13 @@ def entropy_change(
     *,
     mask: Array | None = None,
     from_logits: bool = False,
+    degenerate: Degenerate = "raise",
 ) -> EntropyChange:
     """Split the entropy change from rows ``x_a`` to rows ``x_b`` into sink and content parts.
 
     The two states need not have the same keys (entropies compare across key sets); their
-    rows' leading shapes must broadcast.
+    rows' leading shapes must broadcast. ``degenerate="nan"`` gives NaN for rows that
+    :func:`decompose` cannot split in either state, instead of raising.
 
     Raises
     ------
@@ -1132,10 +1182,23 @@ def entropy_change(
     xp = namespace(x_a, x_b, mask, sink)
     like = first_tensor(x_a, x_b, mask, sink)
     x_a, x_b = to_kind(x_a, xp, like, "x_a"), to_kind(x_b, xp, like, "x_b")
-    da = decompose(x_a, sink, axis, validate, mask=mask, from_logits=from_logits)
-    db = decompose(x_b, sink, axis, validate, mask=mask, from_logits=from_logits)
-    return attribute_entropy_change(
-        da.sink_share, da.content_entropy, db.sink_share, db.content_entropy
+    kw: dict[str, Any] = {"mask": mask, "from_logits": from_logits, "degenerate": degenerate}
+    da = decompose(x_a, sink, axis, validate, **kw)
+    db = decompose(x_b, sink, axis, validate, **kw)
+    summaries = [da.sink_share, da.content_entropy, db.sink_share, db.content_entropy]
+    if degenerate == "raise":
+        return attribute_entropy_change(*summaries)
+    low = xp.zeros_like(summaries[0], dtype=xp.bool)
+    for v in summaries:
+        low = low | xp.isnan(v)
+    # rows that cannot be split are attributed as a harmless row, then set to NaN
+    fill = (0.5, 0.0, 0.5, 0.0)
+    safe = [xp.where(low, xp.full_like(v, f), v) for v, f in zip(summaries, fill, strict=True)]
+    ch = attribute_entropy_change(*safe)
+    return EntropyChange(
+        sink=nan_rows(xp, ch.sink, low),
+        content=nan_rows(xp, ch.content, low),
+        total=nan_rows(xp, ch.total, low),
     )
 
 

@@ -332,7 +332,7 @@ REFUSALS = [
     (
         "decompose-mask-hides-all",
         TF,
-        "no visible key at all",
+        "no visible part",
         lambda: ac.decompose(X, mask=ALL_HIDDEN),
     ),
     ("decompose-one-part", TF, "no visible content", lambda: ac.decompose([1.0])),
