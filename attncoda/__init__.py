@@ -24,6 +24,7 @@ from ._analysis import (
     head_comparisons,
     head_distances,
     head_profiles,
+    index_units,
     sink_rate,
     verdict_flips,
 )
@@ -184,6 +185,7 @@ __all__ = [
     "head_view",
     "ilr",
     "ilr_inv",
+    "index_units",
     "inner",
     "load",
     "load_analysis",
