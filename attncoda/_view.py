@@ -133,8 +133,10 @@ def token_labels(
             if "sample" in da.dims:
                 da = da.isel(sample=sample)
             if da.dims == ("position",) and da.sizes["position"] == len(positions):
+                # padding that a concatenation left without text reads as an empty token
                 return {
-                    p: fmt.format(v) for p, v in zip(positions, da.values.tolist(), strict=True)
+                    p: fmt.format(v) if isinstance(v, (str, int)) else ""
+                    for p, v in zip(positions, da.values.tolist(), strict=True)
                 }
     return {p: f"@{p}" for p in positions}
 

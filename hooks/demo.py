@@ -180,10 +180,14 @@ def capture_passages(
     heads: Any = None,
     queries: Any = None,
     sink: Any = "first",
+    tokenizer: Any = None,
     progress: bool = True,
     desc: str = "capture",
 ) -> xr.Dataset:
     """Capture each passage as one forward pass (one sample); a progress bar on stderr.
+
+    With ``tokenizer`` the dataset carries each token's text (the ``token`` coordinate), which
+    the report shows as the passages and their sink tokens.
 
     Causal LMs compute logits of the last position only (``logits_to_keep=1``): attention is all
     that is needed, and SmolLM2's 49k-way output layer would otherwise cost as much as the rest.
@@ -193,7 +197,15 @@ def capture_passages(
         kwargs["logits_to_keep"] = 1
     with (
         torch.inference_mode(),
-        capture(model, layers=layers, heads=heads, queries=queries, what=what, sink=sink) as cap,
+        capture(
+            model,
+            layers=layers,
+            heads=heads,
+            queries=queries,
+            what=what,
+            sink=sink,
+            tokenizer=tokenizer,
+        ) as cap,
     ):
         for ids in tqdm(encoded, desc=desc, unit="passage", disable=not progress):
             model(input_ids=ids.to(model.device), **kwargs)
@@ -323,7 +335,12 @@ def _run_demo_into(
 
     # 3. captures -------------------------------------------------------------------------------
     summaries = capture_passages(
-        model, encoded, what="summaries", progress=progress, desc="capture summaries"
+        model,
+        encoded,
+        what="summaries",
+        tokenizer=tokenizer,
+        progress=progress,
+        desc="capture summaries",
     )
     t = lap("capture_summaries", t)
     layers = cfg.row_layers if cfg.row_layers is not None else row_layers(_n_layers(model))
@@ -332,6 +349,7 @@ def _run_demo_into(
         encoded[: cfg.row_passages],
         what="rows",
         layers=list(layers),
+        tokenizer=tokenizer,
         progress=progress,
         desc=f"capture rows (layers {', '.join(map(str, layers))})",
     )

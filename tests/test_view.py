@@ -56,8 +56,11 @@ def test_one_cell_per_visible_key_with_its_weights() -> None:
 
 def test_tokens_come_from_the_dataset() -> None:
     ds = _rows(6)
+    assert token_labels(ds, 0) == dict(enumerate(ds["token"].isel(sample=0).values.tolist()))
+    ds = ds.drop_vars("token")
     ids = ds["token_id"].isel(sample=0).values
     assert token_labels(ds, 0) == {p: f"#{i}" for p, i in enumerate(ids)}  # ids, no strings
+    assert token_labels(ds.drop_vars("token_id"), 0)[2] == "@2"
     words = np.array([[f"a{i}" for i in range(6)], [f"b{i}" for i in range(6)]])
     ds = ds.assign_coords(token=(("sample", "position"), words))
     assert token_labels(ds, 1)[3] == "b3"
