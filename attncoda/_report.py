@@ -667,6 +667,11 @@ def _valid_positions(ds: xr.Dataset, sample: int) -> list[int]:
     return keep
 
 
+def _quoted(token: str) -> str:
+    """A token in curly quotes, whitespace made visible (a quote mark stays readable)."""
+    return f"“{vw._show(token, 40)}”"
+
+
 def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: Path) -> None:
     """The text the model read and the token each sample's sink is (from the ``token``
     coordinate of the capture; only the ids where a capture has no token strings)."""
@@ -692,7 +697,7 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
         if has_text and len(shown) < _SHOWN_SAMPLES:
             cut = text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + " …"
             shown.append(
-                f"Sample {i} ({len(pos)} tokens; sink: {json.dumps(sink_tok, ensure_ascii=False)}"
+                f"Sample {i} ({len(pos)} tokens; sink: {_quoted(sink_tok)}"
                 f" at position {sink_pos}): {cut}"
             )
     if not table:
@@ -701,7 +706,7 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
         folder / "passages.csv", ["sample", "tokens", "sink_position", "sink_token", "text"], table
     )
     named = ", ".join(
-        f"{json.dumps(t, ensure_ascii=False)} ({c} sample{'s' if c > 1 else ''})"
+        f"{_quoted(t)} ({c} sample{'s' if c > 1 else ''})"
         for t, c in sorted(sinks.items(), key=lambda kv: -kv[1])[:6]
     )
     res.numbers["sink_tokens"] = sorted(sinks)
@@ -1227,7 +1232,7 @@ def _plain_words(analysis: Analysis) -> str:
             f"across all heads the mean sink share is {_pct(num.get('mean_sink_share', math.nan))}."
         )
     if num.get("sink_tokens"):
-        toks = ", ".join(json.dumps(t, ensure_ascii=False) for t in num["sink_tokens"][:6])
+        toks = ", ".join(_quoted(t) for t in num["sink_tokens"][:6])
         said.append(
             f"The sink, the first visible token of each sample, is {toks}"
             + (" (one of these per sample)." if len(num["sink_tokens"]) > 1 else ".")

@@ -90,7 +90,7 @@ def test_page_is_readable(folder: Path) -> None:
     res = load_analysis(folder)
     # the passages and their sink tokens
     assert "What the model read" in page
-    assert "&lt;Em&gt;00 w01 w02" in page and "sink: &quot;&lt;Em&gt;10&quot; at position 0" in page
+    assert "&lt;Em&gt;00 w01 w02" in page and "sink: “&lt;Em&gt;10” at position 0" in page
     assert res.numbers["sink_tokens"] == ["<Em>00", "<Em>10", "<Em>20"]
     assert (folder / "passages.csv").read_text().count("\n") == 4
     # plain words, the terms defined where they first appear
