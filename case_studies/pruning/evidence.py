@@ -173,15 +173,18 @@ def plan_cells(protocol: Evidence, ks: Sequence[int]) -> list[Cell]:
     """Every cell of a protocol, in the order a run computes them (the answers first).
 
     The unpruned model; then, k by k from the second k (20% of the heads: where the full-row
-    scores first pass 100x on SmolLM2) to the first, the third and the rest: the main scores
-    under every control; then the random orders, mean ablation, and the other scores. A run
-    cut short has the main comparison at the middle ks first.
+    scores first pass 100x on SmolLM2) to the first, the third and the rest: each main score
+    under every control (sink share and full-row entropy first: the channel-vs-layer
+    comparison); then the random orders, mean ablation, and the other scores. A run cut short
+    has the main comparison at the middle ks first.
     """
     pruned = [k for k in ks if k > 0]
     by_priority = pruned[1:2] + pruned[:1] + pruned[2:]
+    first = [s for s in ("sink_share", "entropy") if s in protocol.main_scores]
+    main = [*first, *(s for s in protocol.main_scores if s not in first)]
     cells = [BASE]
     for k in by_priority:
-        cells += [Cell(c, "zero", s, 0, k) for c in protocol.controls for s in protocol.main_scores]
+        cells += [Cell(c, "zero", s, 0, k) for s in main for c in protocol.controls]
     half = (protocol.random_seeds + 1) // 2
     cells += [Cell("global", "zero", "random", s, k) for s in range(half) for k in by_priority]
     cells += [Cell("global", "mean", s, 0, k) for k in by_priority for s in protocol.mean_scores]
@@ -361,7 +364,7 @@ def run_cells(
         "calibration_tokens_sha256": calib_sha,
         "evaluation_tokens_sha256": tokens,
         "text_tokens_sha256": {t: tokens_sha256(evaluation[t]) for t in texts},
-        "cells": [c.label for c in plan_cells(protocol, ks)],
+        "cells": sorted(c.label for c in plan_cells(protocol, ks)),
     }
     _write_json(folder / "meta.json", meta)
     done: list[Cell] = []
@@ -542,3 +545,97 @@ def random_band(
         return (math.nan, math.nan, math.nan, 0)
     p5, med, p95 = np.quantile(ratios, [0.05, 0.5, 0.95])
     return (float(med), float(p5), float(p95), len(ratios))
+
+
+def score_ratios(
+    cells: Mapping[Cell, Mapping[str, Any]],
+    k: int,
+    scores: Sequence[str],
+    *,
+    control: str = "global",
+) -> dict[str, float]:
+    """Point ratios (pruned over unpruned perplexity) of the done cells ``(control, zero, score,
+    k)`` by score."""
+    out = {}
+    for s in scores:
+        cell = Cell(control, "zero", s, 0, k)
+        if cell in cells and BASE in cells:
+            out[s] = math.exp(
+                float(np.mean(_losses(cells[cell]))) - float(np.mean(_losses(cells[BASE])))
+            )
+    return out
+
+
+def plot_evidence(
+    cells: Mapping[Cell, Mapping[str, Any]],
+    ks: Sequence[int],
+    n_units: int,
+    scores: Sequence[str],
+    title: str,
+    path: str | Path | None = None,
+) -> Any:
+    """Perplexity ratio (log scale, 95% CI bars) against heads pruned: one panel per control,
+    one line per score, the random orders' 5-95% band and median in the ``global`` panel.
+
+    Built on :class:`matplotlib.figure.Figure` directly (no pyplot, no backend switched).
+    """
+    from matplotlib.figure import Figure  # optional dependency (attncoda[analysis])
+
+    colours = {
+        "sink_share": "#b2182b",
+        "content_entropy": "#2166ac",
+        "entropy": "#7f7f7f",
+        "max_attention": "#bf9b30",
+        "gradient": "#1b7837",
+    }
+    fig = Figure(figsize=(13.5, 4.2))
+    axes = fig.subplots(1, len(CONTROLS), sharey=True)
+    pruned = [k for k in ks if k > 0]
+    for ax, control in zip(axes, CONTROLS, strict=True):
+        if control == "global":
+            band = [random_band(cells, k) for k in pruned]
+            got = [(k, b) for k, b in zip(pruned, band, strict=True) if b[3] > 0]
+            if got:
+                xs = [k for k, _ in got]
+                ax.fill_between(
+                    xs,
+                    [b[1] for _, b in got],
+                    [b[2] for _, b in got],
+                    color="#000000",
+                    alpha=0.12,
+                    label="random 5-95%",
+                )
+                ax.plot(xs, [b[0] for _, b in got], color="#000000", lw=1, label="random median")
+        for i, s in enumerate(scores):
+            pts = []
+            for k in pruned:
+                cell = Cell(control, "zero", s, 0, k)
+                if cell in cells and BASE in cells:
+                    r = ratio_interval(cells, cell, n_boot=500)
+                    pts.append((k, r.ratio, r.low, r.high))
+            if not pts:
+                continue
+            xs = np.array([p[0] for p in pts], dtype=float) + (i - len(scores) / 2) * 0.15
+            ys = np.array([p[1] for p in pts])
+            err = np.array([[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]])
+            ax.errorbar(
+                xs, ys, yerr=err, marker="o", ms=3, capsize=2, color=colours.get(s), label=s
+            )
+        ax.axhline(100, color="#444444", lw=0.6, ls=":")
+        ax.set_yscale("log")
+        ax.set_title(
+            {
+                "global": "score's own order",
+                "within_layer": "same number per layer",
+                "skip_0_2": "layers 0-2 kept",
+            }[control]
+        )
+        ax.set_xlabel(f"heads pruned (of {n_units}; zero ablation)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("perplexity / unpruned (95% CI)")
+    axes[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

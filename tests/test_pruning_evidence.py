@@ -1,0 +1,229 @@
+"""The pruning study's evidence protocol on tiny twins: layer-control plans, resumable cells,
+block-bootstrap intervals, random-order bands and the claim tables built on them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+from attncoda.hooks import zoo  # noqa: E402
+from attncoda.hooks.evaluate import paired_bootstrap, perplexity  # noqa: E402
+from attncoda.hooks.gates import gates  # noqa: E402
+from attncoda.hooks.scores import (  # noqa: E402
+    order_within_layers,
+    order_without_layers,
+    prune_plan,
+)
+
+from case_studies.pruning import evidence as E  # noqa: E402
+from case_studies.pruning import study  # noqa: E402
+
+# ------------------------------------------------------------------------------- layer controls
+
+
+@st.composite
+def orders(draw):
+    n_layers = draw(st.integers(1, 6))
+    n_units = draw(st.integers(2, 6))
+    units = [(layer, u) for layer in range(n_layers) for u in range(n_units)]
+    perm = draw(st.permutations(units))
+    return list(perm), n_layers, n_units
+
+
+@settings(max_examples=60, deadline=None)
+@given(orders(), st.data())
+def test_within_layer_plans_take_the_same_number_from_every_layer(case, data):
+    order, n_layers, n_units = case
+    ranked = order_within_layers(order)
+    assert sorted(ranked) == sorted(order)
+    k = data.draw(st.integers(0, n_layers * (n_units - 1)))
+    plan = prune_plan(ranked, k, n_units)
+    counts = [len(plan.get(layer, ())) for layer in range(n_layers)]
+    assert sum(counts) == k
+    assert max(counts) - min(counts) <= 1  # the same number per layer, up to the remainder
+    assert max(counts) <= n_units - 1  # no layer loses all its heads
+    # within a layer the order's least important heads go first
+    for layer, heads in plan.items():
+        own = [u for lay, u in order if lay == layer]
+        assert set(heads) == set(own[: len(heads)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(orders(), st.data())
+def test_skipped_layers_are_never_pruned_and_every_layer_keeps_a_head(case, data):
+    order, n_layers, n_units = case
+    skip = data.draw(st.sets(st.integers(0, n_layers - 1), max_size=n_layers - 1))
+    kept = order_without_layers(order, sorted(skip))
+    assert kept == [u for u in order if u[0] not in skip]
+    k = data.draw(st.integers(0, (n_layers - len(skip)) * (n_units - 1)))
+    plan = prune_plan(kept, k, n_units)
+    assert not set(plan) & skip
+    assert sum(len(h) for h in plan.values()) == k
+    assert all(len(h) <= n_units - 1 for h in plan.values())
+
+
+def test_a_control_plan_beyond_what_the_layers_can_give_is_refused():
+    order = order_without_layers([(0, 0), (0, 1), (1, 0), (1, 1)], [0])
+    with pytest.raises(ValueError, match="at most 1"):
+        prune_plan(order, 2, n_units=2)
+
+
+# ----------------------------------------------------------------------------- resumable cells
+
+PROTOCOL = E.Evidence(
+    fractions=(0.125, 0.25),
+    main_scores=("sink_share", "entropy", "gradient"),
+    other_scores=("content_entropy",),
+    mean_scores=("sink_share",),
+    random_seeds=3,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = zoo.tiny_twin("llama", num_hidden_layers=6)  # layers 3-5 left by skip_0_2
+    ids = zoo.tiny_batch(model, batch=5, length=12)["input_ids"]
+    return model, ids[:1], {"a": ids[1:3], "b": ids[3:]}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny, tmp_path_factory):
+    model, calibration, evaluation = tiny
+    folder = tmp_path_factory.mktemp("evidence") / "tiny"
+    done = E.run_cells(model, calibration, evaluation, folder, PROTOCOL)
+    return folder, done
+
+
+def test_every_planned_cell_is_done_and_matches_gates_directly(tiny, tiny_run):
+    model, _, evaluation = tiny
+    folder, done = tiny_run
+    meta = json.loads((folder / "meta.json").read_text())
+    assert sorted(c.label for c in done) == sorted(meta["cells"])
+    # base + 2 ks x (3 controls x 3 main + 3 random + 1 mean + 1 other)
+    assert len(done) == 1 + 2 * (9 + 3 + 1 + 1)
+    cells = E.load_cells(folder)
+    cell = E.Cell("within_layer", "zero", "entropy", 0, 6)
+    plan = {
+        int(part[1:].split(":")[0]): [int(h) for h in part.split(":")[1].split(",")]
+        for part in cells[cell]["pruned"].split(";")
+    }
+    assert [len(h) for h in plan.values()] == [1] * 6  # within layer: one head in each layer
+    ids = torch.cat(list(evaluation.values()))
+    with gates(model, plan):
+        want = perplexity(model, ids)
+    assert np.allclose(cells[cell]["nll"], want.nll.numpy(), rtol=1e-6)
+    skip = cells[E.Cell("skip_0_2", "zero", "entropy", 0, 6)]["pruned"]
+    assert {int(part[1:].split(":")[0]) for part in skip.split(";")} <= {3, 4, 5}
+    rows = E.window_table(cells)
+    assert len(rows) == len(cells) * 4 and {r["text"] for r in rows} == {"a", "b"}
+
+
+def test_a_rerun_skips_done_cells_and_redoes_damaged_ones(tiny, tiny_run, tmp_path):
+    import shutil
+
+    model, calibration, evaluation = tiny
+    src, _ = tiny_run
+    folder = tmp_path / "copy"
+    shutil.copytree(src, folder)
+    before = E.load_cells(folder)
+    damaged = E.Cell("global", "zero", "sink_share", 0, 3)
+    missing = E.Cell("global", "zero", "random", 1, 6)
+    other_tokens = E.Cell("global", "mean", "sink_share", 0, 3)
+    text = damaged.path(folder).read_text()
+    damaged.path(folder).write_text(text[: len(text) // 2])  # a write cut short
+    missing.path(folder).unlink()
+    rec = json.loads(other_tokens.path(folder).read_text())
+    rec["tokens_sha256"] = "0" * 64  # made on other tokens
+    other_tokens.path(folder).write_text(json.dumps(rec))
+    lines: list[str] = []
+    E.run_cells(model, calibration, evaluation, folder, PROTOCOL, progress=lines.append)
+    assert sorted(line.split(":")[0] for line in lines) == sorted(
+        [damaged.label, missing.label, other_tokens.label]
+    )
+    after = E.load_cells(folder)
+    assert set(after) == set(before)
+    for cell in (damaged, missing, other_tokens):
+        assert np.allclose(after[cell]["nll"], before[cell]["nll"], rtol=1e-6)
+    lines.clear()
+    E.run_cells(model, calibration, evaluation, folder, PROTOCOL, progress=lines.append)
+    assert lines == []  # nothing left to do
+
+
+def test_a_time_limit_stops_between_cells_and_the_next_call_continues(tiny, tmp_path):
+    model, calibration, evaluation = tiny
+    folder = tmp_path / "split"
+    assert E.run_cells(model, calibration, evaluation, folder, PROTOCOL, time_limit_s=0) == []
+    assert E.load_cells(folder) == {}
+    done = E.run_cells(model, calibration, evaluation, folder, PROTOCOL)
+    assert len(done) == len(json.loads((folder / "meta.json").read_text())["cells"])
+
+
+# ------------------------------------------------------------------------------- statistics
+
+
+def test_the_ratio_interval_is_the_paired_block_bootstrap_over_windows(tiny_run):
+    folder, _ = tiny_run
+    cells = E.load_cells(folder)
+    on = E.Cell("global", "zero", "entropy", 0, 6)
+    r = E.ratio_interval(cells, on)
+    base, pruned = cells[E.BASE], cells[on]
+    # the point ratio is the perplexity ratio of the summed NLLs
+    want = math.exp((sum(pruned["nll"]) - sum(base["nll"])) / sum(base["n_tokens"]))
+    assert math.isclose(r.ratio, want, rel_tol=1e-9)
+    assert r.low <= r.ratio <= r.high and r.n_windows == 4
+    # windows as blocks of tokens: the same interval as the bootstrap over per-window losses
+    n = np.asarray(base["n_tokens"], float)
+    b = paired_bootstrap(np.asarray(base["nll"]) / n, np.asarray(pruned["nll"]) / n, seed=0)
+    assert math.isclose(r.low, math.exp(b.low)) and math.isclose(r.high, math.exp(b.high))
+    same = E.ratio_interval(cells, on, on)
+    assert same.ratio == same.low == same.high == 1.0
+    by_text = E.ratio_interval(cells, on, text="a")
+    assert by_text.n_windows == 2
+
+
+def _fake(nll: list[float]) -> dict:
+    return {"nll": nll, "n_tokens": [10] * len(nll), "texts": ["t"] * len(nll), "pruned": ""}
+
+
+def test_the_random_band_is_the_median_and_5_95_quantiles_of_the_orders():
+    cells = {E.BASE: _fake([20.0, 20.0])}
+    logs = np.log([1.5, 2.0, 3.0, 8.0, 1.1])
+    for seed, lr in enumerate(logs):
+        cells[E.Cell("global", "zero", "random", seed, 3)] = _fake([20 + 10 * lr] * 2)
+    med, p5, p95, n = E.random_band(cells, 3)
+    assert n == 5
+    assert math.isclose(med, 2.0)
+    assert math.isclose(p5, float(np.quantile([1.5, 2.0, 3.0, 8.0, 1.1], 0.05)))
+    assert math.isclose(p95, float(np.quantile([1.5, 2.0, 3.0, 8.0, 1.1], 0.95)))
+    assert E.random_band(cells, 7)[3] == 0
+
+
+def test_the_100x_verdict_follows_the_interval():
+    assert study._verdict_100x(E.RatioInterval(300, 150, 600, 24, 1)).startswith("reproduced")
+    assert study._verdict_100x(E.RatioInterval(30, 15, 60, 24, 1)).startswith("not reproduced")
+    assert study._verdict_100x(E.RatioInterval(120, 60, 200, 24, 1)).startswith("inconclusive")
+
+
+def test_tables_render_from_a_run_folder_and_show_partial_runs_as_partial(tiny, tmp_path):
+    model, calibration, evaluation = tiny
+    results = tmp_path / "results"
+    folder = results / study.EVIDENCE_DIR / "smollm2-135m"
+    cells = E.plan_cells(PROTOCOL, [0, 3, 6])
+    E.run_cells(model, calibration, evaluation, folder, PROTOCOL, only=cells[:8])
+    models = study.read_evidence(results)
+    assert list(models) == ["smollm2-135m"]
+    coverage = study.coverage_table(models, results)
+    assert "8 of 29 (**partial**)" in coverage and "not run" in coverage
+    table = study.evidence_table(models["smollm2-135m"])
+    assert "—" in table and "x [" in table  # done cells with CIs, missing ones as dashes
+    claims = study.claims_table(models)
+    assert "Pruning by the wrong" in claims
+    assert "channel" in study.channel_layer_answer(models) or "layer" in study.channel_layer_answer(
+        models
+    )
