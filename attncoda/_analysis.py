@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from ._coda import row_gram
@@ -84,6 +85,7 @@ __all__ = [
     "head_comparisons",
     "head_distances",
     "head_profiles",
+    "index_units",
     "sink_rate",
     "verdict_flips",
 ]
@@ -779,13 +781,70 @@ def _comparisons(data: xr.Dataset, metrics: Sequence[str], per_sample: bool, **k
     return head_comparisons(data, metrics, per_sample=per_sample, **kw)
 
 
+def index_units(data: xr.Dataset | xr.DataArray) -> Any:
+    """Index the units of a pairwise result by ``(layer, head)`` on both sides.
+
+    :func:`head_comparisons` labels its unit dims ``unit_a`` / ``unit_b`` with strings such as
+    ``"L3.H5"`` (with ``layer_a``, ``head_a``, ... beside them), a layout that files such as
+    netCDF can hold. This turns each unit dim into a :class:`pandas.MultiIndex` of
+    ``(layer_<side>, head_<side>)``, so that ``.sel(layer_a=3, head_a=5)`` (or a whole layer,
+    ``.sel(layer_a=3)``) works; the strings stay as ``label_a`` / ``label_b`` coordinates. Undo
+    it with ``.reset_index(["unit_a", "unit_b"])`` before writing to netCDF.
+    :func:`head_distances` returns its result indexed so.
+
+    Parameters
+    ----------
+    data : xarray.Dataset or xarray.DataArray
+        With ``unit_a`` (and/or ``unit_b``) dims and their ``layer_*`` / ``head_*`` coordinates.
+
+    Returns
+    -------
+    The same kind of object, its unit dims indexed by ``(layer, head)``; already indexed dims
+    are left as they are.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ds = ac.testing.synthetic_rows(n_samples=1, n_layers=2, n_heads=3, length=6)
+    >>> cmp = ac.index_units(ac.head_comparisons(ds, "js"))
+    >>> cmp.js.sel(view="kept", layer_a=1, head_a=2, layer_b=0, head_b=0).shape
+    ()
+    >>> cmp.js.sel(view="kept", layer_a=1).dims
+    ('head_a', 'unit_b')
+    >>> str(cmp.label_a.values[4])
+    'L1.H1'
+    """
+    out = data
+    for side in ("a", "b"):
+        dim = f"unit_{side}"
+        if dim not in out.dims or isinstance(out.indexes.get(dim), pd.MultiIndex):
+            continue
+        layer, head = f"layer_{side}", f"head_{side}"
+        if layer not in out.coords or head not in out.coords:
+            raise ShapeMismatchError(
+                f"{dim} has no {layer} / {head} coordinates to index by; pass a result of "
+                "head_comparisons or head_distances"
+            )
+        index = pd.MultiIndex.from_arrays(
+            [np.asarray(out[layer].values, np.int64), np.asarray(out[head].values, np.int64)],
+            names=[layer, head],
+        )
+        labels = np.asarray(out[dim].values)
+        out = out.drop_vars([dim, layer, head])
+        out = out.assign_coords(xr.Coordinates.from_pandas_multiindex(index, dim))
+        out = out.assign_coords({f"label_{side}": (dim, labels)})
+    return out
+
+
 def head_distances(
     data: xr.Dataset,
     metric: str = "aitchison",
     convention: str = "kept",
+    *,
+    squared: bool | None = None,
     **kwargs: Any,
 ) -> xr.DataArray:
-    """Head-vs-head dissimilarities for one metric under one convention.
+    r"""Head-vs-head dissimilarities for one metric under one convention.
 
     Parameters
     ----------
@@ -795,6 +854,14 @@ def head_distances(
         One of :data:`METRICS`.
     convention : {"kept", "dropped", "split"} or "sink" / "content", default "kept"
         ``split`` returns both terms along a ``term`` dim (``sink``, ``content``).
+    squared : bool, optional
+        Aitchison only. ``False`` (the default for ``kept``, ``dropped``, ``sink`` and
+        ``content``): the root mean squared Aitchison distance :math:`\sqrt{\overline{d_A^2}}`,
+        a distance between heads (their stacked clr rows, over ``sqrt(n_rows)``), as
+        :func:`cluster_heads` uses it; the result is named ``"aitchison"``. ``True`` (the
+        default, and the only choice, for ``split``, whose terms add up only as squares): the
+        mean squared Aitchison distance :math:`\overline{d_A^2}`, named ``"aitchison_sq"``.
+        The other metrics are means of their per-row values and have no squared form.
     **kwargs
         Passed to :func:`head_comparisons` when ``data`` holds rows.
 
@@ -802,15 +869,36 @@ def head_distances(
     -------
     xarray.DataArray
         ``(unit_a, unit_b)``, or ``(term, unit_a, unit_b)`` for ``split``; row-weighted means
-        over samples.
+        over samples. Both unit dims are indexed by ``(layer, head)`` (see :func:`index_units`):
+        ``d.sel(layer_a=3, head_a=4)`` is head 4 of layer 3 against every head; the ``"L3.H4"``
+        strings are the ``label_a`` / ``label_b`` coordinates. The name says what the values are
+        (``"aitchison"`` or ``"aitchison_sq"``, else the metric), and so does ``long_name``.
+
+    Raises
+    ------
+    AnalysisError
+        ``squared=True`` for a metric other than ``aitchison``, or ``squared=False`` with
+        ``split`` (its terms do not add up as roots).
+
+    See Also
+    --------
+    head_comparisons : Every metric and view at once, in a file-friendly layout (the values
+        are the per-row means: squared for ``aitchison``).
+    index_units : Index the result of :func:`head_comparisons` by ``(layer, head)`` too.
+    attncoda.pairwise_aitchison : Distances between rows; ``squared=`` there as here.
 
     Examples
     --------
     >>> import attncoda as ac
     >>> ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=3, length=6)
     >>> d = ac.head_distances(ds, "aitchison", "split")
-    >>> d.term.values.tolist(), d.shape
-    (['sink', 'content'], (2, 3, 3))
+    >>> d.name, d.term.values.tolist(), d.shape
+    ('aitchison_sq', ['sink', 'content'], (2, 3, 3))
+    >>> kept = ac.head_distances(ds, "aitchison", squared=True)
+    >>> bool(abs(d.sum("term") - kept).max() < 1e-9)
+    True
+    >>> float(ac.head_distances(ds).sel(layer_a=0, head_a=1, layer_b=0, head_b=1))
+    0.0
     """
     m = _metric(metric)
     conv = str(convention).lower()
@@ -819,6 +907,19 @@ def head_distances(
             f"unknown convention {convention!r}; choose one of {CONVENTIONS} (or a split term "
             "'sink' / 'content')"
         )
+    if squared is not None and not isinstance(squared, (bool, np.bool_)):
+        raise AnalysisError(f"squared must be True, False or None, got {squared!r}")
+    if m != "aitchison" and squared:
+        raise AnalysisError(
+            f"squared=True is for the Aitchison distance; {m} values are means of the per-row "
+            f"{m} (leave squared unset)"
+        )
+    if m == "aitchison" and conv == "split" and squared is False:
+        raise AnalysisError(
+            "the split terms add up to the kept distance only as squared Aitchison distances; "
+            "leave squared unset (or True) for split, or take 'sink' / 'content' one at a time"
+        )
+    root = m == "aitchison" and not squared and conv != "split"
     cmp = _pooled(_comparisons(data, [m], False, **kwargs))
     da = cmp[m]
     if conv == "split":
@@ -828,8 +929,13 @@ def head_distances(
         )
     else:
         out = da.sel(view=_view(conv), drop=True)
-    out.name = m
-    out.attrs = {**da.attrs, "convention": conv}
+    attrs = {**da.attrs, "convention": conv}
+    if root:
+        out = np.sqrt(out)
+        attrs["long_name"] = "root mean squared Aitchison distance over compared rows"
+    out = index_units(out)
+    out.name = "aitchison_sq" if m == "aitchison" and not root else m
+    out.attrs = attrs
     return out
 
 
@@ -1268,7 +1374,7 @@ def cluster_heads(
             ]
         ).reshape(len(pairs), len(ks))
 
-    unit = cmp["unit_a"].values
+    unit = cmp["label_a"].values if "label_a" in cmp.coords else cmp["unit_a"].values
     ds = xr.Dataset(
         {
             "labels": (("convention", "k", "unit"), np.stack([labels[v] for v in views])),

@@ -228,7 +228,14 @@ def test_aitchison_split_is_exact_and_equals_the_core(causal):
     np.testing.assert_allclose(a.sel(view="dropped"), sums[1] / n, rtol=1e-9, atol=1e-10)
     d = ac.head_distances(cmp, "aitchison", "split")
     assert d.term.values.tolist() == ["sink", "content"]
-    np.testing.assert_allclose(d.sum("term"), ac.head_distances(cmp, "aitchison", "kept"))
+    assert d.name == "aitchison_sq"  # the split terms add up only as squares
+    kept_sq = ac.head_distances(cmp, "aitchison", "kept", squared=True)
+    assert kept_sq.name == "aitchison_sq"
+    np.testing.assert_allclose(d.sum("term"), kept_sq)
+    # by default a distance: the root of the mean squared distance, as cluster_heads uses it
+    kept = ac.head_distances(cmp, "aitchison", "kept")
+    assert kept.name == "aitchison" and "root mean squared" in kept.attrs["long_name"]
+    np.testing.assert_allclose(kept, np.sqrt(kept_sq))
 
 
 def test_blocks_and_per_sample_means_pool_to_the_same_values(causal):
@@ -251,6 +258,37 @@ def test_units_are_layer_head_pairs(causal):
         d = cmp[metric].values
         np.testing.assert_allclose(d, np.swapaxes(d, -1, -2))
         assert (np.diagonal(d, axis1=-2, axis2=-1) == 0).all()
+
+
+def test_pairwise_results_select_units_by_layer_and_head(causal):
+    cmp = ac.head_comparisons(causal, ["tv", "aitchison"])
+    d = ac.head_distances(cmp, "tv", "dropped")
+    assert d.dims == ("unit_a", "unit_b")
+    one = d.sel(layer_a=1, head_a=2, layer_b=0, head_b=1)
+    assert float(one) == float(cmp.tv.sel(view="dropped", unit_a="L1.H2", unit_b="L0.H1"))
+    row = d.sel(layer_a=1, head_a=2)
+    assert row.dims == ("unit_b",) and row.label_b.values.tolist()[:2] == ["L0.H0", "L0.H1"]
+    assert d.sel(layer_b=1).dims == ("unit_a", "head_b")  # a whole layer
+    assert d.label_a.values.tolist() == cmp.unit_a.values.tolist()
+    split = ac.head_distances(cmp, "aitchison", "split")
+    assert float(split.sel(term="sink", layer_a=0, head_a=0, layer_b=0, head_b=0)) == 0.0
+    # the comparisons dataset keeps its file-friendly labels; index_units indexes it too
+    indexed = ac.index_units(cmp)
+    assert indexed.tv.sel(view="kept", layer_a=1, head_a=0).dims == ("unit_b",)
+    assert ac.index_units(indexed) is indexed or ac.index_units(indexed).equals(indexed)
+    back = indexed.reset_index(["unit_a", "unit_b"])
+    assert back.layer_a.values.tolist() == cmp.layer_a.values.tolist()
+
+
+def test_squared_is_only_for_the_aitchison_distance(causal):
+    cmp = ac.head_comparisons(causal, ["tv", "aitchison"])
+    with pytest.raises(ac.AnalysisError, match="squared=True is for the Aitchison"):
+        ac.head_distances(cmp, "tv", squared=True)
+    with pytest.raises(ac.AnalysisError, match="only as squared"):
+        ac.head_distances(cmp, "aitchison", "split", squared=False)
+    with pytest.raises(ac.AnalysisError, match="squared must be"):
+        ac.head_distances(cmp, "aitchison", squared="yes")
+    assert ac.head_distances(cmp, "tv", squared=False).name == "tv"
 
 
 def test_units_seeing_different_keys_raise_or_are_dropped(causal):
@@ -550,8 +588,12 @@ def _accessor_methods(cls):
     return sorted(name for name in vars(cls) if not name.startswith("_") and name != "plot")
 
 
+# methods of ds.coda that are not a function of the same name (tests/test_accessor.py has them)
+ACCESSOR_OWN = {"decompose", "view"}
+
+
 def test_the_accessor_covers_exactly_the_listed_methods():
-    assert _accessor_methods(ac.CodaAccessor) == sorted(ACCESSOR_CALLS)
+    assert _accessor_methods(ac.CodaAccessor) == sorted({*ACCESSOR_CALLS, *ACCESSOR_OWN})
 
 
 @pytest.mark.parametrize("name", sorted(ACCESSOR_CALLS))
