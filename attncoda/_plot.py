@@ -1,8 +1,24 @@
 """Figures of attention analyses (matplotlib, headless).
 
-Every function returns a :class:`matplotlib.figure.Figure` built without :mod:`matplotlib.pyplot`
-(so no GUI backend is ever selected and nothing is shown); :func:`save_figure` writes it as PNG
-and SVG through the Agg/SVG canvases. matplotlib is imported only when a figure is drawn.
+Every function draws into ``ax=`` when given (a matplotlib Axes of your figure, e.g. from
+``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure` built without
+:mod:`matplotlib.pyplot` (so no GUI backend is ever selected and nothing is shown). What they
+return, as pandas and seaborn do:
+
+- single-panel figures (:func:`plot_sink_grid`, :func:`plot_sink_vs_content`,
+  :func:`plot_flip_table`, :func:`plot_entropy_attribution`) return the **Axes** drawn on (its
+  figure is ``ax.figure``);
+- multi-panel figures (:func:`plot_rows`, :func:`plot_dendrograms`) return the **Figure**; their
+  ``ax=`` takes one Axes per panel.
+
+Heatmaps take ``norm=``: ``"linear"`` (default), ``"log"`` (attention weights and shares span
+orders of magnitude) or any :class:`matplotlib.colors.Normalize`. Token axes are labelled with
+the dataset's ``token`` coordinate when it has one (``tokens=`` overrides it).
+:func:`save_figure` writes a Figure or an Axes' figure as PNG and SVG through the Agg/SVG
+canvases. matplotlib is imported only when a figure is drawn.
+
+In a notebook, pass axes of a pyplot figure (``fig, ax = plt.subplots()``), or show a returned
+Axes' figure with ``ax.figure``.
 """
 
 from __future__ import annotations
@@ -16,6 +32,7 @@ import numpy as np
 import xarray as xr
 
 from . import _analysis as an
+from ._errors import InputError
 
 __all__ = [
     "plot_dendrograms",
@@ -34,6 +51,113 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _check_axes(ax: Any, n: int, name: str) -> list[Any]:
+    """``ax=`` as a list of ``n`` Axes of one figure (one Axes is a list of one)."""
+    from matplotlib.axes import Axes
+
+    axes = list(ax) if _is_sequence(ax) else [ax]
+    if len(axes) != n or not all(isinstance(a, Axes) for a in axes):
+        want = "a matplotlib Axes" if n == 1 else f"a sequence of {n} matplotlib Axes"
+        raise InputError(f"{name}: ax= must be {want}, got {_describe(ax)}")
+    if len({id(a.figure) for a in axes}) != 1:
+        raise InputError(f"{name}: the {n} Axes of ax= must belong to one figure")
+    return axes
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def _describe(value: Any) -> str:
+    if _is_sequence(value):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"a sequence of {len(value)} ({', '.join(kinds) or 'empty'})"
+    return f"{type(value).__name__}"
+
+
+def _axes(ax: Any, width: float, height: float, name: str) -> Any:
+    """The Axes to draw on: ``ax`` (checked), or the one Axes of a new figure."""
+    if ax is not None:
+        return _check_axes(ax, 1, name)[0]
+    return _figure(width, height).add_subplot()
+
+
+def _norm(norm: Any, values: np.ndarray, vmin: float | None, vmax: float | None) -> Any:
+    """A matplotlib Normalize from ``norm=`` ("linear", "log" or a Normalize instance)."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    if isinstance(norm, Normalize):
+        return norm
+    if norm is None or norm == "linear":
+        return Normalize(vmin=vmin, vmax=vmax)
+    if norm == "log":
+        data = np.asarray(values, np.float64)
+        positive = data[np.isfinite(data) & (data > 0)]
+        if positive.size == 0:
+            raise InputError("norm='log' needs positive values, and this figure has none")
+        low = float(positive.min()) if vmin is None or vmin <= 0 else vmin
+        high = float(positive.max()) if vmax is None else vmax
+        return LogNorm(vmin=low, vmax=max(high, low))
+    raise InputError(
+        f"norm={norm!r} is not a colour scale; pass 'linear', 'log' or a "
+        "matplotlib.colors.Normalize"
+    )
+
+
+def _label(token: str) -> str:
+    """A token as an axis label: line breaks and tabs visible, control characters escaped and
+    ``$`` escaped (matplotlib would read ``$...$`` as mathtext)."""
+    out = token.replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "\\r")
+    out = "".join(c if c.isprintable() or c == " " else f"\\x{ord(c):02x}" for c in out)
+    return out.replace("$", r"\$")
+
+
+def _token_labels(
+    ds: xr.Dataset, tokens: Any, sample: int, positions: np.ndarray
+) -> list[str] | None:
+    """Labels of ``positions`` of one sample: ``tokens=`` (None: the dataset's ``token``
+    coordinate if any; False: none; else one string per position of the sample)."""
+    if tokens is False:
+        return None
+    n_pos = ds.sizes.get("position", int(positions.max()) + 1 if positions.size else 0)
+    if tokens is None:
+        if "token" not in ds.coords:
+            return None
+        row = np.asarray(ds["token"].isel(sample=sample).values)
+    else:
+        row = np.asarray(getattr(tokens, "values", tokens), dtype=object)
+        if (
+            isinstance(tokens, str)
+            or row.ndim != 1
+            or len(row) != n_pos
+            or not all(isinstance(t, str) for t in row)
+        ):
+            raise InputError(
+                f"tokens= needs one string per position ({n_pos} strings), False or None; got "
+                f"{_describe(tokens) if _is_sequence(tokens) else type(tokens).__name__}"
+            )
+    index = (
+        np.asarray(ds.indexes["position"].get_indexer(positions))
+        if "position" in ds.indexes
+        else positions
+    )
+    if (index < 0).any():
+        return None
+    return [_label(str(row[i])) for i in index]
+
+
+def _set_ticks(ax: Any, axis: str, labels: list[str], *, rotate: bool = False) -> None:
+    """Ticks at every position (at most about 64 labels; thinned evenly beyond)."""
+    step = max(1, -(-len(labels) // 64))
+    ticks = list(range(0, len(labels), step))
+    text = [labels[i] for i in ticks]
+    size = 7 if len(ticks) <= 24 else 5
+    if axis == "x":
+        ax.set_xticks(ticks, text, rotation=90 if rotate else 0, fontsize=size)
+    else:
+        ax.set_yticks(ticks, text, fontsize=size)
+
+
 def _profiles(data: xr.Dataset) -> xr.Dataset:
     if "n_rows" in data.data_vars and "sample" not in data.dims and "sink_share" in data:
         return data
@@ -43,15 +167,25 @@ def _profiles(data: xr.Dataset) -> xr.Dataset:
 def save_figure(
     fig: Any, path: str | os.PathLike[str], formats: Sequence[str] = ("png", "svg"), dpi: int = 150
 ) -> list[Path]:
-    """Write ``fig`` once per format, as ``path`` with each suffix; return the paths.
+    """Write ``fig`` (a Figure, or an Axes: its figure) once per format, as ``path`` with each
+    suffix; return the paths.
 
     Examples
     --------
     >>> import tempfile, pathlib, attncoda as ac
-    >>> fig = ac.plot_sink_grid(ac.testing.synthetic_rows())
-    >>> [p.suffix for p in ac.save_figure(fig, pathlib.Path(tempfile.mkdtemp()) / "grid")]
+    >>> ax = ac.plot_sink_grid(ac.testing.synthetic_rows())
+    >>> [p.suffix for p in ac.save_figure(ax, pathlib.Path(tempfile.mkdtemp()) / "grid")]
     ['.png', '.svg']
     """
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure
+
+    if isinstance(fig, (Axes, SubFigure)):
+        fig = fig.figure
+        while isinstance(fig, SubFigure):
+            fig = fig.figure
+    if not isinstance(fig, Figure):
+        raise InputError(f"save_figure takes a matplotlib Figure or Axes, got {_describe(fig)}")
     stem = Path(path)
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
@@ -63,7 +197,13 @@ def save_figure(
 
 
 def plot_sink_grid(
-    data: xr.Dataset, *, title: str | None = None, vmax: float = 1.0, annotate: bool | None = None
+    data: xr.Dataset,
+    *,
+    title: str | None = None,
+    vmax: float = 1.0,
+    annotate: bool | None = None,
+    norm: Any = None,
+    ax: Any = None,
 ) -> Any:
     """Layer x head grid of each head's mean sink share.
 
@@ -73,21 +213,32 @@ def plot_sink_grid(
         A capture (summaries or rows) or :func:`attncoda.head_profiles` output.
     title : str, optional
     vmax : float, default 1
+        Top of the colour scale.
     annotate : bool, optional
         Write the values in the cells (default: when there are at most 150 heads).
+    norm : {"linear", "log"} or matplotlib.colors.Normalize, optional
+        Colour scale; ``"log"`` separates heads with shares of 0.001 and 0.01.
+    ax : matplotlib.axes.Axes, optional
+        Draw here (a colour bar is added beside it); default a new figure.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_sink_grid(ac.testing.synthetic_rows(n_layers=2, n_heads=3))
-    >>> len(fig.axes)
-    2
+    >>> ax = ac.plot_sink_grid(ac.testing.synthetic_rows(n_layers=2, n_heads=3), norm="log")
+    >>> ax.get_xlabel(), len(ax.figure.axes)  # the grid and its colour bar
+    ('head', 2)
     """
     prof = _profiles(data)
     share = prof["sink_share"].transpose("layer", "head")
-    fig = _figure(1.2 + 0.45 * share.sizes["head"], 1.0 + 0.28 * share.sizes["layer"])
-    ax = fig.add_subplot()
-    im = ax.imshow(share.values, vmin=0, vmax=vmax, cmap="viridis", aspect="auto", origin="lower")
+    ax = _axes(
+        ax, 1.2 + 0.45 * share.sizes["head"], 1.0 + 0.28 * share.sizes["layer"], "plot_sink_grid"
+    )
+    scale = _norm(norm, share.values, 0.0, vmax)
+    im = ax.imshow(share.values, norm=scale, cmap="viridis", aspect="auto", origin="lower")
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(share.sizes["head"]), [str(h) for h in share["head"].values])
@@ -96,6 +247,7 @@ def plot_sink_grid(
     ax.set_yticks(ticks, [str(share["layer"].values[i]) for i in ticks])
     if annotate if annotate is not None else share.size <= 150:
         for (i, j), v in np.ndenumerate(share.values):
+            bright = np.isfinite(v) and scale(v) > 0.6
             ax.text(
                 j,
                 i,
@@ -103,43 +255,77 @@ def plot_sink_grid(
                 ha="center",
                 va="center",
                 fontsize=6,
-                color="black" if v > 0.6 * vmax else "white",
+                color="black" if bright else "white",
             )
-    fig.colorbar(im, ax=ax, label="mean sink share")
-    ax.set_title(title or f"sink share {prof.attrs.get('model_id', '')}".strip(), fontsize=9)
-    return fig
+    ax.figure.colorbar(im, ax=ax, label="mean sink share")
+    model = str(prof.attrs.get("model_id", ""))
+    model = Path(model).name if Path(model).is_absolute() else model  # a local checkpoint
+    ax.set_title(title or f"sink share {model}".strip(), fontsize=9)
+    return ax
 
 
-def plot_sink_vs_content(data: xr.Dataset, *, title: str | None = None) -> Any:
+def plot_sink_vs_content(data: xr.Dataset, *, title: str | None = None, ax: Any = None) -> Any:
     """Scatter of each head's mean sink share against its mean content entropy, by layer.
+
+    Parameters
+    ----------
+    data : xarray.Dataset
+        A capture or :func:`attncoda.head_profiles` output.
+    title : str, optional
+    ax : matplotlib.axes.Axes, optional
+        Draw here (a colour bar is added beside it); default a new figure.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_sink_vs_content(ac.testing.synthetic_rows())
+    >>> ax = ac.plot_sink_vs_content(ac.testing.synthetic_rows())
+    >>> ax.get_xlabel()
+    'mean sink share'
     """
     prof = _profiles(data)
     s = prof["sink_share"].transpose("layer", "head")
     h = prof["content_entropy"].transpose("layer", "head")
     layer = np.broadcast_to(np.asarray(s["layer"].values)[:, None], s.shape)
-    fig = _figure(4.8, 3.6)
-    ax = fig.add_subplot()
+    ax = _axes(ax, 4.8, 3.6, "plot_sink_vs_content")
     sc = ax.scatter(s.values.ravel(), h.values.ravel(), c=layer.ravel(), cmap="viridis", s=14)
-    fig.colorbar(sc, ax=ax, label="layer")
+    ax.figure.colorbar(sc, ax=ax, label="layer")
     ax.set_xlabel("mean sink share")
     ax.set_ylabel("mean content entropy (nats)")
     ax.set_xlim(-0.02, 1.02)
     ax.set_title(title or "sink channel vs content channel, per head", fontsize=9)
-    return fig
+    return ax
 
 
 def plot_dendrograms(
-    clustering: xr.Dataset, conventions: Sequence[str] | None = None, *, title: str | None = None
+    clustering: xr.Dataset,
+    conventions: Sequence[str] | None = None,
+    *,
+    title: str | None = None,
+    ax: Any = None,
 ) -> Any:
     """Dendrograms of :func:`attncoda.cluster_heads` side by side, one per convention.
 
     Leaves are coloured by the head's mean sink share (yellow = sink-heavy), so a top split
     that separates sink-heavy from sink-light heads is visible at a glance.
+
+    Parameters
+    ----------
+    clustering : xarray.Dataset
+        :func:`attncoda.cluster_heads` output.
+    conventions : sequence of str, optional
+        Which conventions, in order (default all).
+    title : str, optional
+        The figure's title (default the metric); with ``ax=`` only an explicit title is set.
+    ax : matplotlib Axes or sequence of them, optional
+        One Axes per convention (all of one figure); default a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
 
     Examples
     --------
@@ -155,21 +341,28 @@ def plot_dendrograms(
     n = len(convs)
     units = clustering["unit"].values
     share = clustering["sink_share"].values
-    fig = _figure(3.2 * n, 3.6)
+    if ax is None:
+        fig = _figure(3.2 * n, 3.6)
+        axes = [fig.add_subplot(1, n, i + 1) for i in range(n)]
+    else:
+        axes = _check_axes(ax, n, "plot_dendrograms")
+        fig = axes[0].figure
     cmap = colormaps["viridis"]
-    for i, conv in enumerate(convs):
-        ax = fig.add_subplot(1, n, i + 1)
+    for i, (conv, panel) in enumerate(zip(convs, axes, strict=True)):
         z = clustering["linkage"].sel(convention=conv).values
-        dn = dendrogram(z, ax=ax, no_labels=True, color_threshold=0, above_threshold_color="0.3")
+        dn = dendrogram(z, ax=panel, no_labels=True, color_threshold=0, above_threshold_color="0.3")
         leaves = dn["leaves"]
         xs = 5 + 10 * np.arange(len(leaves))
-        ax.scatter(xs, np.zeros(len(leaves)), c=cmap(share[leaves]), s=10, zorder=3, clip_on=False)
+        panel.scatter(
+            xs, np.zeros(len(leaves)), c=cmap(share[leaves]), s=10, zorder=3, clip_on=False
+        )
         rho = clustering["axis_sink_rho"].sel(convention=conv).values[0]
-        ax.set_title(f"{conv}  (MDS-1 vs sink share: rho={rho:.2f})", fontsize=8)
-        ax.set_ylabel("merge height" if i == 0 else "")
+        panel.set_title(f"{conv}  (MDS-1 vs sink share: rho={rho:.2f})", fontsize=8)
+        panel.set_ylabel("merge height" if i == 0 else "")
         if len(units) <= 40:
-            ax.set_xticks(xs, [str(units[j]) for j in leaves], rotation=90, fontsize=5)
-    fig.suptitle(title or f"{clustering.attrs.get('metric', '')} head clustering", fontsize=9)
+            panel.set_xticks(xs, [str(units[j]) for j in leaves], rotation=90, fontsize=5)
+    if ax is None or title is not None:
+        fig.suptitle(title or f"{clustering.attrs.get('metric', '')} head clustering", fontsize=9)
     return fig
 
 
@@ -179,6 +372,8 @@ def plot_flip_table(
     pair: str | None = None,
     scope: str = "all",
     title: str | None = None,
+    norm: Any = None,
+    ax: Any = None,
 ) -> Any:
     """Flip rates as an annotated table (metric x model, or metric x scope for one model).
 
@@ -190,12 +385,21 @@ def plot_flip_table(
         The convention pair (default the first).
     scope : str, default "all"
         Used for a mapping of models; with one dataset every scope is a column.
+    title : str, optional
+    norm : {"linear", "log"} or matplotlib.colors.Normalize, optional
+        Colour scale of the rates in percent (default linear, 0 to 50%).
+    ax : matplotlib.axes.Axes, optional
+        Draw here (a colour bar is added beside it); default a new figure.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
     >>> import attncoda as ac
     >>> fr = ac.flip_rates(ac.testing.synthetic_rows(n_samples=3), n_boot=0)
-    >>> fig = ac.plot_flip_table(fr)
+    >>> ax = ac.plot_flip_table(fr)
     """
     if isinstance(flips, xr.Dataset):
         p = pair or str(flips.pair.values[0])
@@ -210,34 +414,27 @@ def plot_flip_table(
         first = flips[names[0]]
         p = pair or str(first.pair.values[0])
         rows = [str(m) for m in first.metric.values]
-        values = np.array(
-            [
-                [float(flips[n]["flip_rate"].sel(pair=p, scope=scope, metric=m)) for n in names]
-                for m in rows
-            ]
-        )
-        low = np.array(
-            [
-                [float(flips[n]["ci_low"].sel(pair=p, scope=scope, metric=m)) for n in names]
-                for m in rows
-            ]
-        )
-        high = np.array(
-            [
-                [float(flips[n]["ci_high"].sel(pair=p, scope=scope, metric=m)) for n in names]
-                for m in rows
-            ]
-        )
+
+        def cell(name: str, var: str, metric: str) -> float:
+            return float(flips[name][var].sel(pair=p, scope=scope, metric=metric))
+
+        values = np.array([[cell(n, "flip_rate", m) for n in names] for m in rows])
+        low = np.array([[cell(n, "ci_low", m) for n in names] for m in rows])
+        high = np.array([[cell(n, "ci_high", m) for n in names] for m in rows])
         cols = names
-    fig = _figure(
-        1.6 + 1.1 * len(cols) if len(cols) < 12 else 1.6 + 0.5 * len(cols), 1.0 + 0.42 * len(rows)
+    ax = _axes(
+        ax,
+        1.6 + 1.1 * len(cols) if len(cols) < 12 else 1.6 + 0.5 * len(cols),
+        1.0 + 0.42 * len(rows),
+        "plot_flip_table",
     )
-    ax = fig.add_subplot()
-    im = ax.imshow(values * 100, cmap="magma_r", vmin=0, vmax=50, aspect="auto")
+    scale = _norm(norm, values * 100, 0.0, 50.0)
+    im = ax.imshow(values * 100, cmap="magma_r", norm=scale, aspect="auto")
     for (i, j), v in np.ndenumerate(values):
         text = f"{100 * v:.0f}%"
         if len(cols) < 12 and np.isfinite(low[i, j]):
             text += f"\n[{100 * low[i, j]:.0f}, {100 * high[i, j]:.0f}]"
+        dark = np.isfinite(v) and v > 0 and scale(100 * v) > 0.6
         ax.text(
             j,
             i,
@@ -245,17 +442,17 @@ def plot_flip_table(
             ha="center",
             va="center",
             fontsize=6 if len(cols) < 12 else 4,
-            color="white" if v > 0.3 else "black",
+            color="white" if dark else "black",
         )
     ax.set_xticks(range(len(cols)), cols, rotation=0 if len(cols) < 12 else 90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
-    fig.colorbar(im, ax=ax, label="verdicts flipped (%)")
+    ax.figure.colorbar(im, ax=ax, label="verdicts flipped (%)")
     ax.set_title(title or f"verdict flips {p}", fontsize=9)
-    return fig
+    return ax
 
 
 def plot_entropy_attribution(
-    attribution: xr.Dataset, *, dim: str | None = None, title: str | None = None
+    attribution: xr.Dataset, *, dim: str | None = None, title: str | None = None, ax: Any = None
 ) -> Any:
     """Bars of the sink part and the content part of an entropy change (total as a marker).
 
@@ -266,12 +463,19 @@ def plot_entropy_attribution(
     dim : str, optional
         The dim along the x axis (default ``transition`` if present, else ``layer``, else
         ``head``); every other dim is averaged (weighted by rows).
+    title : str, optional
+    ax : matplotlib.axes.Axes, optional
+        Draw here; default a new figure.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
 
     Examples
     --------
     >>> import attncoda as ac
     >>> att = ac.attribute_entropy(ac.testing.synthetic_rows(n_layers=3), along="layer")
-    >>> fig = ac.plot_entropy_attribution(att)
+    >>> ax = ac.plot_entropy_attribution(att)
     """
     if dim is None:
         dim = next((d for d in ("transition", "layer", "head") if d in attribution.dims), None)
@@ -285,8 +489,7 @@ def plot_entropy_attribution(
     sink, content, total = mean("sink"), mean("content"), mean("total")
     labels = [str(v) for v in attribution[dim].values] if dim is not None else ["all"]
     x = np.arange(len(labels))
-    fig = _figure(max(4.0, 0.35 * len(labels) + 1.5), 3.4)
-    ax = fig.add_subplot()
+    ax = _axes(ax, max(4.0, 0.35 * len(labels) + 1.5), 3.4, "plot_entropy_attribution")
     ax.bar(x, sink, color="tab:orange", label="sink part")
     base = np.where(np.sign(content) == np.sign(sink), sink, 0.0)
     ax.bar(x, content, bottom=base, color="tab:blue", label="content part")
@@ -297,7 +500,7 @@ def plot_entropy_attribution(
     frac = attribution.attrs.get("sink_fraction", np.nan)
     ax.set_title(title or f"entropy attribution (sink share of change: {frac:.0%})", fontsize=9)
     ax.legend(fontsize=7)
-    return fig
+    return ax
 
 
 def plot_rows(
@@ -308,22 +511,56 @@ def plot_rows(
     head: int | None = None,
     sink: Any = None,
     title: str | None = None,
+    tokens: Any = None,
+    norm: Any = None,
+    ax: Any = None,
 ) -> Any:
     """Two panels for the rows of one head: the sink share of each query (bars) and the
     renormalised content ``c / (1 - s)`` of each row (heatmap, query x key).
 
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A capture with rows (``log_attn``).
+    sample : int, default 0
+        Index along ``sample``.
+    layer, head : int, optional
+        Coordinate values (default the last layer and the first head).
+    sink : int or array of int, optional
+        The sink key of each sample (default the ``sink_index`` coordinate).
+    title : str, optional
+        The figure's title; with ``ax=`` only an explicit title is set.
+    tokens : sequence of str or False, optional
+        Labels of the positions of ``sample`` (one string per position). Default: the
+        dataset's ``token`` coordinate, when it has one; False or none: positions as numbers.
+        The sink's label is marked ``[sink]``.
+    norm : {"linear", "log"} or matplotlib.colors.Normalize, optional
+        Colour scale of the heatmap; ``"log"`` shows content shares spanning orders of
+        magnitude.
+    ax : pair of matplotlib Axes, optional
+        ``(bars, heatmap)`` of one figure (a colour bar is added beside the heatmap); default a
+        new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
     Examples
     --------
     >>> import attncoda as ac
-    >>> fig = ac.plot_rows(ac.testing.synthetic_rows(), layer=1, head=2)
-    >>> len(fig.axes)
+    >>> fig = ac.plot_rows(ac.testing.synthetic_rows(), layer=1, head=2, norm="log")
+    >>> len(fig.axes)  # bars, heatmap, colour bar
     3
+    >>> fig.axes[1].get_xticklabels()[0].get_text()  # the dataset's tokens label the keys
+    '<bos> [sink]'
     """
     from ._analysis import _require_rows, _sink_positions
 
     la = _require_rows(ds)
     layer = int(ds["layer"].values[-1]) if layer is None else layer
     head = int(ds["head"].values[0]) if head is None else head
+    if ax is not None:
+        bars_ax, heat_ax = _check_axes(ax, 2, "plot_rows")
     z = la.sel(layer=layer, head=head).isel(sample=sample).values.astype(np.float64)  # (Q, K)
     s_idx = int(_sink_positions(ds, sink)[sample])
     vis = np.isfinite(z)
@@ -339,21 +576,43 @@ def plot_rows(
     content = np.divide(content, csum, out=np.full_like(content, np.nan), where=csum > 0)
     content[~vis] = np.nan
     content[:, s_idx] = np.nan
-    queries = la["query"].values
-    fig = _figure(7.0, 3.8)
-    grid = fig.add_gridspec(1, 2, width_ratios=[1, 4])
-    ax0 = fig.add_subplot(grid[0])
-    ax0.barh(np.arange(len(queries)), share, color="tab:orange")
-    ax0.set_ylim(len(queries) - 0.5, -0.5)
-    ax0.set_xlim(0, 1)
-    ax0.set_xlabel("sink share")
-    ax0.set_ylabel("query")
-    step = max(1, len(queries) // 12)
-    ax0.set_yticks(range(0, len(queries), step), [str(q) for q in queries[::step]])
-    ax1 = fig.add_subplot(grid[1], sharey=ax0)
-    im = ax1.imshow(content, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax1.set_xlabel("key (sink column blank)")
-    ax1.tick_params(labelleft=False)
-    fig.colorbar(im, ax=ax1, label="content share c / (1 - s)")
-    fig.suptitle(title or f"layer {layer}, head {head}, sample {sample}", fontsize=9)
+    queries = np.asarray(la["query"].values)
+    keys = np.asarray(la["key"].values) if "key" in la.coords else np.arange(la.sizes["key"])
+    query_labels = _token_labels(ds, tokens, sample, queries)
+    key_labels = _token_labels(ds, tokens, sample, keys)
+    if ax is None:
+        fig = _figure(7.0, 3.8 if query_labels is None else 4.6)
+        grid = fig.add_gridspec(1, 2, width_ratios=[1, 4])
+        bars_ax = fig.add_subplot(grid[0])
+        heat_ax = fig.add_subplot(grid[1], sharey=bars_ax)
+    else:
+        fig = bars_ax.figure
+    bars_ax.barh(np.arange(len(queries)), share, color="tab:orange")
+    bars_ax.set_ylim(len(queries) - 0.5, -0.5)
+    bars_ax.set_xlim(0, 1)
+    bars_ax.set_xlabel("sink share")
+    bars_ax.set_ylabel("query")
+    if query_labels is None:
+        step = max(1, len(queries) // 12)
+        bars_ax.set_yticks(range(0, len(queries), step), [str(q) for q in queries[::step]])
+    else:
+        _set_ticks(bars_ax, "y", query_labels)
+    im = heat_ax.imshow(
+        content,
+        aspect="auto",
+        cmap="viridis",
+        interpolation="nearest",
+        norm=_norm(norm, content, None, None),
+    )
+    heat_ax.set_ylim(len(queries) - 0.5, -0.5)
+    if key_labels is None:
+        heat_ax.set_xlabel("key (sink column blank)")
+    else:
+        key_labels[s_idx] = f"{key_labels[s_idx]} [sink]"
+        _set_ticks(heat_ax, "x", key_labels, rotate=True)
+        heat_ax.set_xlabel("key (sink column blank)")
+    heat_ax.tick_params(labelleft=False)
+    fig.colorbar(im, ax=heat_ax, label="content share c / (1 - s)")
+    if ax is None or title is not None:
+        fig.suptitle(title or f"layer {layer}, head {head}, sample {sample}", fontsize=9)
     return fig

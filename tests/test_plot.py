@@ -28,10 +28,10 @@ def check_saved(fig, tmp_path, name):
 
 
 def test_sink_grid_and_scatter(ds, tmp_path):
-    fig = ac.plot_sink_grid(ds, title="grid")
-    assert fig.axes[0].get_title() == "grid"
-    assert fig.axes[0].images[0].get_array().shape == (3, 3)
-    check_saved(fig, tmp_path, "grid")
+    ax = ac.plot_sink_grid(ds, title="grid")
+    assert ax.get_title() == "grid"
+    assert ax.images[0].get_array().shape == (3, 3)
+    check_saved(ax, tmp_path, "grid")  # an Axes saves as its figure
     check_saved(ac.plot_sink_vs_content(ds.coda.head_profiles()), tmp_path, "scatter")
 
 
@@ -46,17 +46,16 @@ def test_dendrograms_side_by_side(ds, tmp_path):
 def test_flip_table_for_one_model_and_several(ds, tmp_path):
     fr = ac.flip_rates(ds, ["cosine", "js"], n_boot=20)
     check_saved(ac.plot_flip_table(fr), tmp_path, "flips_one")
-    fig = ac.plot_flip_table({"model a": fr, "model b": fr})
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["model a", "model b"]
-    check_saved(fig, tmp_path, "flips_many")
+    ax = ac.plot_flip_table({"model a": fr, "model b": fr})
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["model a", "model b"]
+    check_saved(ax, tmp_path, "flips_many")
 
 
 def test_entropy_attribution_bars(ds, tmp_path):
     att = ac.attribute_entropy(ds, along="layer")
-    fig = ac.plot_entropy_attribution(att)
-    ax = fig.axes[0]
+    ax = ac.plot_entropy_attribution(att)
     assert len(ax.patches) == 4  # sink and content bar per transition
-    check_saved(fig, tmp_path, "attribution")
+    check_saved(ax, tmp_path, "attribution")
 
 
 def test_two_panel_rows(ds, tmp_path):
@@ -70,7 +69,7 @@ def test_two_panel_rows(ds, tmp_path):
 def _pixels(fig):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    canvas = FigureCanvasAgg(fig)
+    canvas = FigureCanvasAgg(getattr(fig, "figure", fig))  # an Axes: its figure
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())
 
@@ -112,3 +111,147 @@ def test_figures_never_load_pyplot():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------------------------
+# ax=, tokens=, norm= and what each function returns
+
+
+def _figure_of(width=6, height=4, n=1):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    return fig, [fig.add_subplot(1, n, i + 1) for i in range(n)]
+
+
+# name -> (the data it takes, panels it draws, what it returns)
+RETURNS = {
+    "sink_grid": (lambda ds: ds, 1, "axes"),
+    "sink_vs_content": (lambda ds: ac.head_profiles(ds), 1, "axes"),
+    "flip_table": (lambda ds: ac.flip_rates(ds, ["cosine"], n_boot=5), 1, "axes"),
+    "entropy_attribution": (lambda ds: ac.attribute_entropy(ds, along="layer"), 1, "axes"),
+    "rows": (lambda ds: ds, 2, "figure"),
+    "dendrograms": (
+        lambda ds: ac.cluster_heads(ds, "js", ["kept", "dropped"], ks=(2,)),
+        2,
+        "figure",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RETURNS))
+def test_every_figure_draws_into_given_axes_and_returns_what_matplotlib_users_expect(ds, name):
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    data_of, panels, kind = RETURNS[name]
+    fn = getattr(ac, f"plot_{name}")
+    data = data_of(ds)
+    fig, axes = _figure_of(n=panels)
+    out = fn(data, ax=axes[0] if panels == 1 else axes)
+    if kind == "axes":
+        assert out is axes[0]
+    else:
+        assert out is fig
+    assert all(a.has_data() for a in axes)  # drawn into the user's axes, no other figure
+    # without ax=, a new figure of the same kind
+    fresh = fn(data)
+    assert isinstance(fresh, Axes if kind == "axes" else Figure)
+    assert (fresh.figure if kind == "axes" else fresh) is not fig
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "message"),
+    [
+        ("sink_grid", "not axes", "ax= must be a matplotlib Axes"),
+        ("rows", None, "a sequence of 2 matplotlib Axes"),  # one Axes for two panels
+        ("dendrograms", None, "a sequence of 2 matplotlib Axes"),
+    ],
+)
+def test_wrong_axes_are_refused(ds, name, bad, message):
+    data_of, _, _ = RETURNS[name]
+    if bad is None:
+        bad = _figure_of()[1][0]
+    with pytest.raises(ac.InputError, match=message):
+        getattr(ac, f"plot_{name}")(data_of(ds), ax=bad)
+
+
+def test_axes_of_two_figures_are_refused(ds):
+    with pytest.raises(ac.InputError, match="one figure"):
+        ac.plot_rows(ds, ax=[_figure_of()[1][0], _figure_of()[1][0]])
+
+
+def test_rows_are_labelled_with_the_dataset_tokens(ds):
+    fig = ac.plot_rows(ds, sample=1, layer=0, head=1)
+    bars, heat = fig.axes[:2]
+    want = [str(t) for t in ds.token.values[1]]
+    assert [t.get_text() for t in bars.get_yticklabels()] == want
+    keys = [t.get_text() for t in heat.get_xticklabels()]
+    assert keys[0] == "<bos> [sink]" and keys[1:] == want[1:]
+
+
+def test_tokens_argument_overrides_and_false_gives_positions(ds):
+    mine = [f"w{i}\n$x$" for i in range(ds.sizes["position"])]
+    fig = ac.plot_rows(ds, layer=0, head=0, tokens=mine)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    # line breaks shown as a symbol, $ escaped so matplotlib does not read mathtext
+    assert labels[2] == "w2\u21b5\\$x\\$"
+    fig = ac.plot_rows(ds, layer=0, head=0, tokens=False)
+    assert fig.axes[0].get_yticklabels()[0].get_text() == "0"
+    plain = ds.drop_vars("token")
+    fig = ac.plot_rows(plain, layer=0, head=0)  # no token coordinate: positions
+    assert fig.axes[0].get_yticklabels()[0].get_text() == "0"
+    for bad in (["too", "few"], "a string", [1] * ds.sizes["position"]):
+        with pytest.raises(ac.InputError, match="one string per position"):
+            ac.plot_rows(ds, layer=0, head=0, tokens=bad)
+
+
+def test_long_sequences_get_thinned_token_labels():
+    long = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=1, length=150)
+    fig = ac.plot_rows(long, layer=0, head=0)
+    labels = fig.axes[0].get_yticklabels()
+    assert 30 <= len(labels) <= 64
+    assert labels[1].get_text() == str(long.token.values[0, 3])  # every third token
+
+
+def test_a_key_subset_keeps_its_token_labels(ds):
+    head = ds.isel(query=slice(0, 5), key=slice(0, 5))
+    fig = ac.plot_rows(head, layer=0, head=0)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
+        str(t) for t in ds.token.values[0, :5]
+    ]
+
+
+@pytest.mark.parametrize("name", ["sink_grid", "flip_table", "rows"])
+def test_heatmaps_take_a_log_colour_norm(ds, name):
+    from matplotlib.colors import LogNorm, PowerNorm
+
+    data_of, _, kind = RETURNS[name]
+    fn = getattr(ac, f"plot_{name}")
+    data = data_of(ds)
+
+    def image(out):
+        return (out if kind == "axes" else out.axes[1]).images[0]
+
+    if name != "flip_table":  # synthetic flip rates can all be 0: nothing to put on a log scale
+        log = image(fn(data, norm="log")).norm
+        assert isinstance(log, LogNorm) and 0 < log.vmin < log.vmax
+    custom = PowerNorm(0.5, vmin=0, vmax=1)
+    assert image(fn(data, norm=custom)).norm is custom
+    with pytest.raises(ac.InputError, match="not a colour scale"):
+        fn(data, norm="sqrt")
+
+
+def test_a_log_norm_without_positive_values_is_refused():
+    from attncoda._plot import _norm
+
+    with pytest.raises(ac.InputError, match="positive values"):
+        _norm("log", np.zeros(3), None, None)
+
+
+def test_accessor_forwards_ax_tokens_and_norm(ds):
+    fig, (bars, heat) = _figure_of(n=2)
+    out = ds.coda.plot.rows(layer=0, head=0, ax=(bars, heat), tokens=False, norm="log")
+    assert out is fig and heat.images
+    _, (ax,) = _figure_of()
+    assert ds.coda.plot.sink_grid(ax=ax, norm="log") is ax
