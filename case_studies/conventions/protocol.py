@@ -16,7 +16,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,7 @@ def read_cell(path: Path) -> xr.Dataset:
         return ds.load()
 
 
-def _attribution(ds: xr.Dataset, sink: Any) -> xr.Dataset:
+def window_attribution(ds: xr.Dataset, sink: Any) -> xr.Dataset:
     """Per-window entropy attribution across depth: consecutive layers and first -> last."""
     cons = ac.attribute_entropy(ds, along="layer", dims=("query",), sink=sink)
     ends = ac.attribute_entropy(ds.isel(layer=[0, -1]), along="layer", dims=("query",), sink=sink)
@@ -210,10 +210,12 @@ def measure_texts(
     cells: Path,
     *,
     stop_after: int | None = None,
+    corpus: Callable[[str], str] | None = None,
 ) -> int:
     """Compute every missing single-segment cell of ``model``; return how many were written.
 
-    ``stop_after`` stops after that many new cells (to split a long run, and to test resuming).
+    ``stop_after`` stops after that many new cells (to split a long run, and to test resuming);
+    ``corpus`` maps a text name to its text (default: the registered corpus asset).
     """
     import torch
     from attncoda.hooks import capture, zoo
@@ -228,12 +230,13 @@ def measure_texts(
     if not todo:
         log(f"{model}: all {len(texts)} texts done")
         return 0
+    read = corpus or corpus_text
     model_obj, tokenizer = zoo.load(model)
     written = 0
     ids_by_text: dict[str, Any] = {}
     for text, _b, _ in todo:
         if text not in ids_by_text:
-            ids_by_text[text] = windows(tokenizer, corpus_text(text), size.windows, size.length)
+            ids_by_text[text] = windows(tokenizer, read(text), size.windows, size.length)
     for text, b in dict.fromkeys((t, b) for t, b, _ in todo):
         lo, hi = b * size.block, min(size.windows, (b + 1) * size.block)
         ids = ids_by_text[text][lo:hi]
@@ -249,7 +252,7 @@ def measure_texts(
             t0 = time.perf_counter()
             pos = None if sink == "first" else size.length - 1
             cmp = ac.head_comparisons(rows, ac.METRICS, per_sample=True, sink=pos)
-            cell = xr.merge([cmp.astype(np.float32), _attribution(rows, pos)])
+            cell = xr.merge([cmp.astype(np.float32), window_attribution(rows, pos)])
             cell = _relabel(cell, text, lo)
             cell.attrs = _cell_attrs(
                 attncoda_kind=cmp.attrs["attncoda_kind"],

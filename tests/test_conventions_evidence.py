@@ -1,0 +1,201 @@
+"""The conventions study's new pieces on generated data and tiny twins: sink choices on a
+two-segment input, per-row sinks through the core, pooled vs first-to-last entropy attribution,
+stratified bootstraps, the artifact verdict, and resuming an interrupted run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import attncoda as ac
+
+pytest.importorskip("sklearn")
+
+from case_studies.conventions import evidence as ev
+from case_studies.conventions import protocol, sinks
+
+
+def _pair_ids() -> tuple[np.ndarray, np.ndarray]:
+    # [CLS] a a [SEP] b b b [SEP]
+    ids = np.array([[101, 5, 6, 102, 7, 8, 9, 102], [101, 5, 102, 6, 7, 8, 9, 102]])
+    types = np.array([[0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]])
+    return ids, types
+
+
+def test_own_segment_sep_is_the_sep_closing_each_querys_segment():
+    ids, types = _pair_ids()
+    got = sinks.segment_sep_sinks(types, ids, 102)
+    assert got.tolist() == [[3, 3, 3, 3, 7, 7, 7, 7], [2, 2, 2, 7, 7, 7, 7, 7]]
+    # every query's sink is a [SEP] of its own segment, never the other segment's
+    assert (ids[np.arange(2)[:, None], got] == 102).all()
+    assert (types[np.arange(2)[:, None], got] == types).all()
+
+
+def test_a_segment_without_sep_is_an_input_error():
+    ids, types = _pair_ids()
+    ids = ids.copy()
+    ids[0, 7] = 9
+    with pytest.raises(ac.InputError, match="segment 1 has no"):
+        sinks.segment_sep_sinks(types, ids, 102)
+
+
+def _bidirectional(n_samples: int = 2, length: int = 8, seed: int = 0) -> xr.Dataset:
+    return ac.testing.synthetic_rows(
+        n_samples=n_samples, n_layers=2, n_heads=3, length=length, causal=False, seed=seed
+    )
+
+
+def test_per_row_sinks_match_the_core_on_each_group_of_rows():
+    ds = _bidirectional()
+    ids, types = _pair_ids()
+    row_sink = sinks.segment_sep_sinks(types, ids, 102)
+    got = sinks.comparisons_by_row_sink(ds, row_sink, ["js", "aitchison"])
+    for s in range(2):
+        parts = []
+        for k in np.unique(row_sink[s]):
+            q = np.flatnonzero(row_sink[s] == k)
+            parts.append(
+                ac.head_comparisons(
+                    ds.isel(sample=[s], query=q), ["js", "aitchison"], per_sample=True, sink=int(k)
+                )
+            )
+        n = np.array([float(p.n_rows.values[0]) for p in parts])
+        for m in ("js", "aitchison"):
+            want = sum(p[m].isel(sample=0).values * w for p, w in zip(parts, n, strict=True))
+            np.testing.assert_allclose(got[m].isel(sample=s).values, want / n.sum(), atol=1e-9)
+        assert int(got.n_rows.values[s]) == int(n.sum())
+
+
+def test_one_sink_for_every_row_is_the_core_itself():
+    ds = _bidirectional()
+    got = sinks.comparisons_by_row_sink(ds, np.full((2, 8), 3), ["cosine"])
+    core = ac.head_comparisons(ds, ["cosine"], per_sample=True, sink=3)
+    np.testing.assert_allclose(got.cosine.values, core.cosine.values, atol=1e-12)
+    np.testing.assert_allclose(got.sink_share.values, core.sink_share.values, atol=1e-12)
+
+
+def test_row_argmax_picks_the_key_most_attended_on_average():
+    ds = _bidirectional(length=6)
+    best = sinks.row_argmax_sinks(ds)
+    p = np.exp(ds.log_attn.transpose("sample", "layer", "head", "query", "key").values)
+    mean = p.mean(axis=(1, 2))
+    assert best.shape == (2, 6)
+    np.testing.assert_array_equal(mean.max(-1), mean[np.arange(2)[:, None], np.arange(6), best])
+
+
+def test_head_argmax_share_is_the_cores_sink_share_on_that_key():
+    ds = _bidirectional(length=6)
+    share = sinks.head_argmax_share(ds)
+    p = np.exp(ds.log_attn.isel(sample=0, layer=1, head=2).values).mean(0)
+    key = int(p.argmax())
+    prof = ac.head_profiles(ds.isel(sample=[0]), sink=key, max_offset=None)
+    want = float(prof.sink_share.sel(layer=1, head=2))
+    assert share.sel(sample=0, unit_a="L1.H2").item() == pytest.approx(want, abs=1e-6)
+    # no key of that head gets more
+    assert share.sel(sample=0, unit_a="L1.H2").item() == pytest.approx(p.max(), abs=1e-6)
+
+
+def _cells(n_texts: int = 2, per_text: int = 3, n_layers: int = 4) -> xr.Dataset:
+    parts = []
+    for t in range(n_texts):
+        ds = ac.testing.synthetic_rows(
+            n_samples=per_text, n_layers=n_layers, n_heads=3, length=10, seed=t
+        )
+        cell = protocol.window_attribution(ds, None)
+        labels = [f"t{t}/{i}" for i in range(per_text)]
+        parts.append(cell.assign_coords(sample=labels, text=("sample", [f"t{t}"] * per_text)))
+    return xr.concat(parts, dim="sample")
+
+
+def test_first_to_last_and_pooled_consecutive_fractions_are_the_cores():
+    cells = _cells()
+    frac, _, _ = ev.entropy(cells, n_boot=10, key={"model": "m", "sink_key": "first"})
+    rows = []
+    for t in range(2):
+        rows.append(
+            ac.testing.synthetic_rows(n_samples=3, n_layers=4, n_heads=3, length=10, seed=t)
+        )
+    ds = xr.concat(rows, dim="sample").assign_coords(sample=np.arange(6))
+    ends = ac.attribute_entropy(ds.isel(layer=[0, -1]), along="layer").attrs["sink_fraction"]
+    pooled = ac.attribute_entropy(ds, along="layer").attrs["sink_fraction"]
+    a = frac[frac.text == "all"].set_index("scope")
+    assert a.loc["first->last", "sink_fraction"] == pytest.approx(ends, rel=1e-9)
+    assert a.loc["consecutive, pooled", "sink_fraction"] == pytest.approx(pooled, rel=1e-9)
+    # the totals telescope (same mean change), the Shapley split is path dependent
+    assert a.loc["first->last", "mean_total_change"] == pytest.approx(
+        a.loc["consecutive, pooled", "mean_total_change"], rel=1e-9
+    )
+    assert ends != pytest.approx(pooled, rel=1e-6)
+    for scope in a.index:
+        assert a.loc[scope, "ci_low"] <= a.loc[scope, "sink_fraction"] <= a.loc[scope, "ci_high"]
+
+
+def test_stratified_draws_resample_within_each_text():
+    texts = np.array(["a"] * 3 + ["b"] * 5 + ["c"] * 2)
+    d = ev.stratified_draws(texts, 50, seed=0)
+    assert d.shape == (50, 10)
+    assert (texts[d] == texts[None, :]).all()
+    assert len(np.unique(d[:, :3])) > 1  # it does resample
+
+
+def _artifact(rho: tuple[float, float], ari: tuple[float, float] | None) -> pd.DataFrame:
+    rows = [{"stat": "rho_kept", "value": sum(rho) / 2, "ci_low": rho[0], "ci_high": rho[1]}]
+    if ari is not None:
+        rows.append({"stat": "ari_k2", "value": sum(ari) / 2, "ci_low": ari[0], "ci_high": ari[1]})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    ("rho", "ari", "verdict"),
+    [
+        ((0.8, 0.9), (-0.1, 0.1), "appears"),
+        ((0.1, 0.3), (-0.1, 0.1), "does not appear"),
+        ((0.8, 0.9), (0.7, 1.0), "does not appear"),
+        ((0.4, 0.9), (-0.1, 0.1), "unclear"),
+        ((0.8, 0.9), None, "MDS-1 follows the sink share"),
+    ],
+)
+def test_artifact_verdict(rho, ari, verdict):
+    assert ev.artifact_verdict(_artifact(rho, ari))[0] == verdict
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
+    pytest.importorskip("torch")
+    size = protocol.Size(
+        windows=3,
+        length=12,
+        block=1,
+        pairs=2,
+        pair_length=12,
+        pair_block=1,
+        n_boot=5,
+        n_boot_cluster=2,
+    )
+    text = " ".join(f"word{i} and more text." for i in range(200))
+
+    def corpus(name: str) -> str:
+        return text
+
+    cells = tmp_path / "cells"
+    args = ("twin:llama", ["one"], size, cells)
+    assert protocol.measure_texts(*args, stop_after=1, corpus=corpus) == 1
+    first = sorted(cells.rglob("*.nc"))
+    assert len(first) == 1
+    stamp = first[0].stat().st_mtime_ns
+    assert protocol.measure_texts(*args, corpus=corpus) == 2  # only the missing cells
+    assert first[0].stat().st_mtime_ns == stamp  # the finished cell was not redone
+    assert protocol.measure_texts(*args, corpus=corpus) == 0
+    assert not [p for p in cells.rglob("*") if p.is_file() and p.suffix != ".nc"]
+    resumed, meta = protocol.load_cells(cells, "twin:llama", "first", ["one"], 12, 3)
+    assert resumed is not None and resumed.sizes["sample"] == 3 and len(meta) == 3
+    fresh = tmp_path / "fresh"
+    assert protocol.measure_texts("twin:llama", ["one"], size, fresh, corpus=corpus) == 3
+    again, _ = protocol.load_cells(fresh, "twin:llama", "first", ["one"], 12, 3)
+    assert again is not None
+    np.testing.assert_allclose(again.js.values, resumed.js.values, atol=1e-6)
+    np.testing.assert_allclose(again.att_sink.values, resumed.att_sink.values, atol=1e-9)
+    # an incomplete set of cells is not analysed
+    (cells / "twin:llama" / first[0].name).unlink()
+    assert protocol.load_cells(cells, "twin:llama", "first", ["one"], 12, 3)[0] is None
