@@ -24,7 +24,6 @@ from ._analysis import (
     head_comparisons,
     head_distances,
     head_profiles,
-    index_units,
     sink_rate,
     verdict_flips,
 )
@@ -185,7 +184,6 @@ __all__ = [
     "head_view",
     "ilr",
     "ilr_inv",
-    "index_units",
     "inner",
     "load",
     "load_analysis",

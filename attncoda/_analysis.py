@@ -85,7 +85,6 @@ __all__ = [
     "head_comparisons",
     "head_distances",
     "head_profiles",
-    "index_units",
     "sink_rate",
     "verdict_flips",
 ]
@@ -630,6 +629,7 @@ def head_comparisons(
     per_sample: bool = False,
     sink: Any = None,
     mismatched: Literal["raise", "drop"] = "raise",
+    units: Literal["label", "layer_head"] = "label",
     block_elements: int = 1 << 22,
     backend: str = "auto",
     device: Any = None,
@@ -651,6 +651,13 @@ def head_comparisons(
     mismatched : {"raise", "drop"}, default "raise"
         Rows where units see different keys (sliding-window layers next to global ones) cannot
         be compared: raise :class:`attncoda.ShapeMismatchError`, or leave them out.
+    units : {"label", "layer_head"}, default "label"
+        How the unit dims are indexed. ``"label"``: by strings such as ``"L3.H5"``, with
+        ``layer_a``, ``head_a`` (and ``_b``) coordinates beside them, a layout that netCDF
+        files hold (studies store comparisons so). ``"layer_head"``: by ``(layer, head)`` on
+        both sides, so ``.sel(layer_a=3, head_a=5)`` works (the strings become ``label_a`` /
+        ``label_b``), as :func:`head_distances` returns them; before writing such a dataset to
+        netCDF, ``.reset_index(["unit_a", "unit_b"])``.
     block_elements : int, default 2**22
         Upper bound on ``units x rows x keys`` held per block (memory is a small multiple).
     backend : {"auto", "torch", "numpy"}, default "auto"
@@ -681,7 +688,12 @@ def head_comparisons(
     >>> a = cmp.aitchison
     >>> bool(abs(a.sel(view="kept") - a.sel(view="sink") - a.sel(view="dropped")).max() < 1e-4)
     True
+    >>> by_head = ac.head_comparisons(ds, "js", units="layer_head")
+    >>> by_head.js.sel(view="kept", layer_a=0, head_a=2).dims
+    ('unit_b',)
     """
+    if units not in ("label", "layer_head"):
+        raise AnalysisError(f"units must be 'label' or 'layer_head', got {units!r}")
     mets = _metrics(metrics)
     bk = _Backend.resolve(backend, device)
     layers, heads = _grid(ds)
@@ -749,7 +761,8 @@ def head_comparisons(
     for key in ("model_id", "family"):
         if key in ds.attrs:
             attrs[key] = ds.attrs[key]
-    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+    out = xr.Dataset(data_vars, coords=coords, attrs=attrs)
+    return _index_units(out) if units == "layer_head" else out
 
 
 def _is_comparisons(data: Any) -> bool:
@@ -781,38 +794,12 @@ def _comparisons(data: xr.Dataset, metrics: Sequence[str], per_sample: bool, **k
     return head_comparisons(data, metrics, per_sample=per_sample, **kw)
 
 
-def index_units(data: xr.Dataset | xr.DataArray) -> Any:
-    """Index the units of a pairwise result by ``(layer, head)`` on both sides.
+def _index_units(data: Any) -> Any:
+    """``data`` with its ``unit_a`` / ``unit_b`` dims indexed by ``(layer, head)``.
 
-    :func:`head_comparisons` labels its unit dims ``unit_a`` / ``unit_b`` with strings such as
-    ``"L3.H5"`` (with ``layer_a``, ``head_a``, ... beside them), a layout that files such as
-    netCDF can hold. This turns each unit dim into a :class:`pandas.MultiIndex` of
-    ``(layer_<side>, head_<side>)``, so that ``.sel(layer_a=3, head_a=5)`` (or a whole layer,
-    ``.sel(layer_a=3)``) works; the strings stay as ``label_a`` / ``label_b`` coordinates. Undo
-    it with ``.reset_index(["unit_a", "unit_b"])`` before writing to netCDF.
-    :func:`head_distances` returns its result indexed so.
-
-    Parameters
-    ----------
-    data : xarray.Dataset or xarray.DataArray
-        With ``unit_a`` (and/or ``unit_b``) dims and their ``layer_*`` / ``head_*`` coordinates.
-
-    Returns
-    -------
-    The same kind of object, its unit dims indexed by ``(layer, head)``; already indexed dims
-    are left as they are.
-
-    Examples
-    --------
-    >>> import attncoda as ac
-    >>> ds = ac.testing.synthetic_rows(n_samples=1, n_layers=2, n_heads=3, length=6)
-    >>> cmp = ac.index_units(ac.head_comparisons(ds, "js"))
-    >>> cmp.js.sel(view="kept", layer_a=1, head_a=2, layer_b=0, head_b=0).shape
-    ()
-    >>> cmp.js.sel(view="kept", layer_a=1).dims
-    ('head_a', 'unit_b')
-    >>> str(cmp.label_a.values[4])
-    'L1.H1'
+    Each unit dim becomes a :class:`pandas.MultiIndex` of ``(layer_<side>, head_<side>)``, so
+    ``.sel(layer_a=3, head_a=5)`` (or a whole layer, ``.sel(layer_a=3)``) works; the ``"L3.H5"``
+    strings stay as ``label_a`` / ``label_b`` coordinates. Dims already indexed so are left.
     """
     out = data
     for side in ("a", "b"):
@@ -869,7 +856,7 @@ def head_distances(
     -------
     xarray.DataArray
         ``(unit_a, unit_b)``, or ``(term, unit_a, unit_b)`` for ``split``; row-weighted means
-        over samples. Both unit dims are indexed by ``(layer, head)`` (see :func:`index_units`):
+        over samples. Both unit dims are indexed by ``(layer, head)``:
         ``d.sel(layer_a=3, head_a=4)`` is head 4 of layer 3 against every head; the ``"L3.H4"``
         strings are the ``label_a`` / ``label_b`` coordinates. The name says what the values are
         (``"aitchison"`` or ``"aitchison_sq"``, else the metric), and so does ``long_name``.
@@ -882,9 +869,8 @@ def head_distances(
 
     See Also
     --------
-    head_comparisons : Every metric and view at once, in a file-friendly layout (the values
-        are the per-row means: squared for ``aitchison``).
-    index_units : Index the result of :func:`head_comparisons` by ``(layer, head)`` too.
+    head_comparisons : Every metric and view at once (the values are the per-row means:
+        squared for ``aitchison``); ``units="layer_head"`` indexes it as here.
     attncoda.pairwise_aitchison : Distances between rows; ``squared=`` there as here.
 
     Examples
@@ -933,7 +919,7 @@ def head_distances(
     if root:
         out = np.sqrt(out)
         attrs["long_name"] = "root mean squared Aitchison distance over compared rows"
-    out = index_units(out)
+    out = _index_units(out)
     out.name = "aitchison_sq" if m == "aitchison" and not root else m
     out.attrs = attrs
     return out

@@ -272,12 +272,20 @@ def test_pairwise_results_select_units_by_layer_and_head(causal):
     assert d.label_a.values.tolist() == cmp.unit_a.values.tolist()
     split = ac.head_distances(cmp, "aitchison", "split")
     assert float(split.sel(term="sink", layer_a=0, head_a=0, layer_b=0, head_b=0)) == 0.0
-    # the comparisons dataset keeps its file-friendly labels; index_units indexes it too
-    indexed = ac.index_units(cmp)
+    # the comparisons dataset keeps its file-friendly labels unless asked for the index
+    indexed = ac.head_comparisons(causal, ["tv", "aitchison"], units="layer_head")
     assert indexed.tv.sel(view="kept", layer_a=1, head_a=0).dims == ("unit_b",)
-    assert ac.index_units(indexed) is indexed or ac.index_units(indexed).equals(indexed)
+    xr.testing.assert_identical(ac.head_distances(indexed, "tv", "dropped"), d)
     back = indexed.reset_index(["unit_a", "unit_b"])
     assert back.layer_a.values.tolist() == cmp.layer_a.values.tolist()
+    np.testing.assert_array_equal(back.tv.values, cmp.tv.values)
+    # flips and clustering read either layout alike
+    flips = ac.flip_rates(cmp, "tv", n_boot=0)
+    xr.testing.assert_identical(ac.flip_rates(indexed, "tv", n_boot=0), flips)
+    cl = ac.cluster_heads(indexed, "tv", ks=(2,))
+    assert cl.unit.values.tolist() == cmp.unit_a.values.tolist()
+    with pytest.raises(ac.AnalysisError, match="units must be"):
+        ac.head_comparisons(causal, "tv", units="strings")
 
 
 def test_squared_is_only_for_the_aitchison_distance(causal):
