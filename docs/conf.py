@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 #: from a copy of docs/ sets ATTNCODA_REPO.
 REPO = Path(os.environ.get("ATTNCODA_REPO") or HERE.parent).resolve()
 sys.path.insert(0, str(REPO))  # case_studies is importable from the repository root
-sys.path.insert(0, str(HERE / "_ext"))  # the gallery's image scraper
+sys.path.insert(0, str(HERE / "_ext"))  # the gallery's image scraper, MathML, api-names
 
 import attncoda  # noqa: E402
 
@@ -40,24 +40,54 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
-    "sphinx.ext.mathjax",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
+    "attncoda_mathml",  # maths as MathML at build time: no MathJax, no CDN, no script
+    "attncoda_api",  # the API pages' ``api-names`` tables
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_ext", "examples/GALLERY_HEADER.rst", "Thumbs.db", ".DS_Store"]
+exclude_patterns = [
+    "_build",
+    "_ext",
+    "_intersphinx",
+    "examples/GALLERY_HEADER.rst",
+    "sg_execution_times.rst",  # left by older sphinx-gallery runs: they load CDN scripts
+    "**/sg_execution_times.rst",
+    "Thumbs.db",
+    ".DS_Store",
+]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 6  # included READMEs are shifted two levels down
 
 autodoc_member_order = "bysource"
+# Entries show short names (each API page is one module and says which): the figure methods of
+# ``ds.coda.plot`` do not parade the private module that defines them.
+add_module_names = False
 autodoc_typehints = "none"  # signatures show the annotations; types are in the docstrings
 autodoc_default_options = {"show-inheritance": False}
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 napoleon_use_rtype = False
+napoleon_preprocess_types = True  # "numpy.ndarray", "xarray.DataArray" in docstrings link out
+
+# The tables of the API pages link to the entries on the same page: no stub pages.
+autosummary_generate = False
+
+# Offline inventories (the build has no network): docs/_intersphinx/make_inventories.py writes
+# them from the installed packages with each project's documented URL layout.
+sys.path.insert(0, str(HERE / "_intersphinx"))
+from make_inventories import BASES  # noqa: E402
+
+intersphinx_mapping = {
+    name: (url, str(HERE / "_intersphinx" / f"{name}.inv")) for name, url in BASES.items()
+}
+intersphinx_disabled_reftypes = ["std:doc"]
+intersphinx_timeout = 1
 
 html_theme = "alabaster"
 html_title = f"attncoda {release}"
@@ -82,6 +112,8 @@ sphinx_gallery_conf = {
     "image_scrapers": ("matplotlib", "attncoda_gallery.scrape"),
     "reset_modules": ("matplotlib",),
     "plot_gallery": "True",
+    # the computation-times page loads jQuery, DataTables and Bootstrap from CDNs
+    "write_computation_times": False,
 }
 
 # --------------------------------------------------------------------------------------------

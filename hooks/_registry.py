@@ -40,7 +40,10 @@ __all__ = [
     "text_config",
 ]
 
-ATTENTION_NAME = "attncoda"  # neutral: names containing "sdpa"/"flash"/"flex" trigger HF checks
+#: The name under which attncoda registers its attention function with transformers (a model
+#: being captured has ``config._attn_implementation == ATTENTION_NAME``). Neutral on purpose:
+#: names containing "sdpa", "flash" or "flex" trigger transformers' own checks.
+ATTENTION_NAME = "attncoda"
 
 
 class RegistryError(AttncodaError, RuntimeError):

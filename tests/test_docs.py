@@ -3,8 +3,11 @@ and (``-m real``) the Sphinx site builds with warnings as errors, executing the 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 import os
+import pkgutil
 import re
 import shlex
 import shutil
@@ -84,11 +87,102 @@ def test_readme_main_job_is_the_demo() -> None:
     assert "attncoda demo" in first
 
 
-def test_api_page_covers_the_public_namespace() -> None:
-    api = (DOCS / "api.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"\.\. auto(?:function|class|data|exception):: (\w+)", api))
-    missing = sorted(set(ac.__all__) - documented - {"__version__"})
-    assert not missing, f"add these to docs/api.md: {missing}"
+API_PAGES = [DOCS / "api.md", *sorted((DOCS / "api").glob("*.md"))]
+_API_NAMES = re.compile(r"^\.\. api-names:: (\S+)\n((?:\n|   \S.*\n)*)", re.M)
+_AUTO = re.compile(r"^\.\. (auto\w+|currentmodule|py:module|module):: (\S+)", re.M)
+
+
+def _api_names() -> list[tuple[str, str, list[str]]]:
+    """(page, module, names) of every ``api-names`` directive; names empty: the module's __all__."""
+    out = []
+    for page in API_PAGES:
+        for m in _API_NAMES.finditer(page.read_text(encoding="utf-8")):
+            names = [line.strip() for line in m.group(2).splitlines() if line.strip()]
+            out.append((page.name, m.group(1), names))
+    return out
+
+
+def _documented(module: str) -> set[str]:
+    names: set[str] = set()
+    for _, mod, listed in _api_names():
+        if mod == module:
+            names |= set(listed) or set(importlib.import_module(mod).__all__)
+    return names
+
+
+def test_api_pages_cover_the_public_namespace() -> None:
+    missing = sorted(set(ac.__all__) - _documented("attncoda") - {"__version__"})
+    assert not missing, f"add these to an ``api-names:: attncoda`` list in docs/api/: {missing}"
+    import attncoda.testing
+
+    assert set(attncoda.testing.__all__) <= _documented("attncoda.testing")
+
+
+def _public_hooks_modules() -> list[str]:
+    pytest.importorskip("torch")
+    import attncoda.hooks as hooks
+
+    subs = [m.name for m in pkgutil.iter_modules(hooks.__path__) if not m.name.startswith("_")]
+    return ["attncoda.hooks", *(f"attncoda.hooks.{name}" for name in subs)]
+
+
+def _has_doc(module: str, name: str) -> bool:
+    """A function or class has a docstring; data has a ``#:`` comment where it is defined."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    obj = getattr(importlib.import_module(module), name)
+    if inspect.isclass(obj) or inspect.isroutine(obj) or callable(obj):
+        return bool((obj.__doc__ or "").strip())
+    package = module if module.count(".") == 1 else module.rsplit(".", 1)[0]
+    candidates = [
+        module,
+        *(
+            f"{package}.{m.name}"
+            for m in pkgutil.iter_modules(importlib.import_module(package).__path__)
+        ),
+    ]
+    for mod in candidates:
+        try:
+            docs = ModuleAnalyzer.for_module(mod).find_attr_docs()
+        except Exception:  # a module without source
+            continue
+        if any(key[1] == name and "".join(lines).strip() for key, lines in docs.items()):
+            return True
+    return False
+
+
+def test_every_public_name_of_attncoda_hooks_is_documented() -> None:
+    """Every public module of attncoda.hooks has an API page listing its whole ``__all__``, and
+    each of those names has a docstring (or a ``#:`` comment for data), so none shows empty."""
+    whole = {mod for _, mod, names in _api_names() if not names}
+    undocumented = []
+    for module in _public_hooks_modules():
+        assert module in whole, f"no ``api-names:: {module}`` (without a list) in docs/api/"
+        mod = importlib.import_module(module)
+        assert getattr(mod, "__all__", None), f"{module} has no __all__"
+        undocumented += [f"{module}.{n}" for n in mod.__all__ if not _has_doc(module, n)]
+    assert not undocumented, f"public names without a docstring: {undocumented}"
+
+
+def test_no_private_module_is_presented_as_api() -> None:
+    for page in API_PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in [*_AUTO.finditer(text), *_API_NAMES.finditer(text)]:
+            directive, target = (
+                (m.group(1), m.group(2)) if m.re is _AUTO else ("api-names", m.group(1))
+            )
+            parts = target.split(".")
+            module_parts = (
+                parts
+                if directive in ("automodule", "currentmodule", "py:module", "module", "api-names")
+                else parts[:-1]
+            )
+            private = [p for p in module_parts if p.startswith("_")]
+            # a class defined in a private module but reached through a public name (the
+            # figures of ``ds.coda.plot``) is shown by its short name (add_module_names=False)
+            if directive == "autoclass" and target == "attncoda._accessor.PlotAccessor":
+                continue
+            assert not private, f"{page.name}: {directive}:: {target} presents a private module"
 
 
 def test_every_page_is_in_a_toctree() -> None:
@@ -108,6 +202,139 @@ def test_gallery_examples_are_named_for_sphinx_gallery() -> None:
         assert ex.name.startswith("plot_"), ex.name
         source = ex.read_text(encoding="utf-8")
         assert source.startswith('"""\n'), f"{ex.name} needs a docstring title"
+
+
+# --------------------------------------------------------------------------------------------
+# No remote assets: the built site must work offline.
+
+_REMOTE = r"""(?:https?:)?//"""
+_TAG_ASSET = re.compile(
+    rf"""<(script|link|img|iframe|source|embed|object)\b[^>]*?\b(src|href|data)\s*=\s*["']?({_REMOTE}[^"'\s>]+)""",
+    re.I,
+)
+_CSS_ASSET = re.compile(rf"""(@import\s+|url\(\s*)["']?({_REMOTE}[^"')\s]+)""", re.I)
+
+
+def remote_assets(site: Path) -> list[str]:
+    """Every script, style sheet, image or frame of the built site that would be loaded from
+    the network: ``src=``/``href=`` of such tags in the HTML pages, ``@import`` and ``url()`` in
+    the CSS files and inline styles. Links for the reader (``<a href="https://...">``) are not
+    assets and are allowed."""
+    found = []
+    for path in sorted(site.rglob("*")):
+        if path.suffix not in (".html", ".css", ".js") or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        where = path.relative_to(site)
+        if path.suffix == ".html":
+            found += [
+                f"{where}: <{m.group(1)} {m.group(2)}={m.group(3)}"
+                for m in _TAG_ASSET.finditer(text)
+            ]
+        if path.suffix in (".html", ".css"):
+            found += [f"{where}: {m.group(0)}" for m in _CSS_ASSET.finditer(text)]
+        if path.suffix == ".js":  # a script that injects one (MathJax's loader does)
+            found += [
+                f"{where}: {m.group(0)}"
+                for m in re.finditer(rf"""\.src\s*=\s*["']{_REMOTE}[^"']+""", text)
+            ]
+    return found
+
+
+def test_remote_asset_check_finds_remote_scripts_and_styles(tmp_path: Path) -> None:
+    """The check of the built site can fail: each kind of remote asset is found, local assets
+    and reader links are not."""
+    page = tmp_path / "page.html"
+    page.write_text(
+        '<html><head><script defer src="https://cdn.jsdelivr.net/npm/mathjax@4/tex-mml-chtml.js">'
+        '</script><link rel="stylesheet" href="//cdn.example.org/x.css">'
+        '<link rel="stylesheet" href="_static/alabaster.css"><script src="_static/doctools.js">'
+        '</script><style>@import url("https://fonts.example.org/f.css");</style></head>'
+        '<body><a href="https://numpy.org/doc/stable/">numpy</a><img src="_images/a.png">'
+        "</body></html>",
+        encoding="utf-8",
+    )
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "theme.css").write_text(
+        "body { background: url(https://example.org/bg.png) }", encoding="utf-8"
+    )
+    found = remote_assets(tmp_path)
+    assert len(found) == 4, found
+    assert any("mathjax" in f for f in found) and any("//cdn.example.org" in f for f in found)
+    assert any("fonts.example.org" in f for f in found) and any("bg.png" in f for f in found)
+    page.write_text('<a href="https://numpy.org">n</a><script src="_static/x.js"></script>')
+    (tmp_path / "_static" / "theme.css").write_text("body { background: url(bg.png) }")
+    assert remote_assets(tmp_path) == []
+
+
+def test_maths_renders_to_mathml_without_a_script() -> None:
+    """The docs' math renderer: LaTeX to MathML at build time (no MathJax, no network)."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from attncoda_mathml import to_mathml
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    inline = to_mathml(r"H = H_b(s) + (1 - s)\,H(c)", display=False)
+    assert inline.startswith("<math") and 'display="inline"' in inline and "<msub>" in inline
+    block = to_mathml(r"\begin{align} a &= b \\ c &= \frac{d}{e} \end{align}", display=True)
+    assert 'display="block"' in block and "<mfrac>" in block and "<mtable" in block
+    with pytest.raises(ValueError, match="cannot convert"):
+        to_mathml(r"\frac{a}{", display=False)
+    with pytest.raises(ValueError, match=r"unknown \\foo"):  # never raw LaTeX in a page
+        to_mathml(r"\foo{a} + b", display=False)
+
+
+def test_inline_code_naming_a_public_object_is_linked() -> None:
+    """The docs link inline code such as ``ac.decompose`` to the API (attncoda_api's
+    ``resolve_name``); code naming nothing public, or a private name, stays plain."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from attncoda_api import resolve_name
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    assert resolve_name("ac.decompose") == "attncoda.decompose"
+    assert resolve_name("ac.save(ds, path)") == "attncoda.save"
+    assert resolve_name("attncoda.hooks.capture") == "attncoda.hooks.capture"
+    assert resolve_name("attncoda.hooks.zoo.load") == "attncoda.hooks.zoo.load"
+    assert resolve_name("ac.testing.synthetic_rows()") == "attncoda.testing.synthetic_rows"
+    for plain in ("ac.no_such_name", "attncoda._coda.clr", "np.log", "decompose", "ac."):
+        assert resolve_name(plain) is None, plain
+
+
+def test_the_transformerlens_page_example_runs(tmp_path: Path) -> None:
+    """docs/transformerlens.md computes attncoda's metrics on a pattern cache laid out as
+    TransformerLens's (batch, head, query, key), without TransformerLens or nnsight: its code
+    runs as written in a fresh interpreter where importing either library fails."""
+    page = (DOCS / "transformerlens.md").read_text(encoding="utf-8")
+    for call in ("run_with_cache", 'cache["pattern", l]', "ds.log_attn.sel(layer=l)"):
+        assert call in page, call
+    blocks = [m.group(2) for m in FENCE.finditer(page) if m.group(1) == "python"]
+    assert blocks, "no python block"
+    blocker = tmp_path / "sitecustomize.py"  # the example must not need either library
+    blocker.write_text(
+        "import sys\nfor name in ('transformer_lens', 'nnsight'):\n    sys.modules[name] = None\n",
+        encoding="utf-8",
+    )
+    script = tmp_path / "example.py"
+    script.write_text("\n".join(blocks), encoding="utf-8")
+    res = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tmp_path),
+            "MPLBACKEND": "Agg",
+            "OMP_NUM_THREADS": "1",
+        },
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].split() == ["head", "0", "1", "2", "3"], res.stdout  # the profile table
+    assert 0.0 <= float(lines[-1]) <= 1.0  # the sink rate
 
 
 @pytest.mark.real
@@ -142,11 +369,38 @@ def test_sphinx_site_builds_with_the_executed_gallery(tmp_path: Path) -> None:
         for img in images:
             path = (page.parent / img).resolve()
             assert path.is_file() and path.stat().st_size > 1000, img
-    for page in ("getting-started", "maths", "schema", "capture", "conventions", "cli", "api"):
+    for page in (
+        "getting-started",
+        "maths",
+        "schema",
+        "capture",
+        "conventions",
+        "cli",
+        "api",
+        "transformerlens",
+    ):
         assert (out / f"{page}.html").is_file(), page
     assert "attncoda capture" in (out / "cli.html").read_text(encoding="utf-8")
     assert (out / "case-studies" / "conventions.html").is_file()
     assert (out / "gotchas.html").is_file()
+    # offline: no remote script or style anywhere, the maths is MathML, no MathJax
+    assert remote_assets(out) == []
+    maths = (out / "maths.html").read_text(encoding="utf-8")
+    assert maths.count("<math") >= 10 and "mathjax" not in maths.lower()
+    assert not (out / "sg_execution_times.html").exists()
+    assert not (out / "auto_examples" / "sg_execution_times.html").exists()
+    # the API split by module, with tables, linked out through the offline inventories
+    for module in ("coda", "decompose", "data", "hooks", "gates", "zoo", "transformerlens"):
+        assert (out / "api" / f"{module}.html").is_file() or (out / f"{module}.html").is_file()
+    gates = (out / "api" / "gates.html").read_text(encoding="utf-8")
+    assert 'class="autosummary' in gates and "HeadGate" in gates
+    decompose = (out / "api" / "decompose.html").read_text(encoding="utf-8")
+    assert "https://docs.pytorch.org/docs/stable/tensors.html#torch.Tensor" in decompose
+    # narrative pages link into the API
+    started = (out / "getting-started.html").read_text(encoding="utf-8")
+    assert 'href="api/hooks.html#attncoda.hooks.capture"' in started
+    # inline code in pages nobody annotated links too (`ac.group_decompose` in maths.md)
+    assert 'href="api/decompose.html#attncoda.group_decompose"' in maths
 
 
 @pytest.mark.real
