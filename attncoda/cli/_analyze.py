@@ -11,12 +11,13 @@ import attncoda as ac
 
 from ._common import (
     add_force,
+    add_n_boot,
+    add_out,
     add_quiet,
     check_out_folder,
     command_line,
     fail,
     load_dataset,
-    non_negative,
     usage,
 )
 
@@ -39,22 +40,14 @@ def register_analyze(subparsers: Any) -> None:
     p.add_argument(
         "--rows", metavar="DATASET", help="a second capture with rows (e.g. of a few layers)"
     )
-    p.add_argument(
-        "--out", metavar="DIR", help="output folder (default: DATASET's name without suffix)"
-    )
+    add_out(p, "output folder", shown="DATASET's name without suffix")
     p.add_argument(
         "--metrics",
         default="cosine,js,tv,aitchison",
         metavar="LIST",
         help="metrics of the verdict flips (default: %(default)s; also kl, entropy)",
     )
-    p.add_argument(
-        "--n-boot",
-        type=non_negative,
-        default=200,
-        metavar="N",
-        help="bootstrap replicates (default: %(default)s)",
-    )
+    add_n_boot(p, 200)
     p.add_argument(
         "--threshold",
         type=float,
@@ -141,13 +134,9 @@ def register_report(subparsers: Any) -> None:
         ),
     )
     p.add_argument("path", metavar="PATH", help="an analysis folder or a .nc/.zarr capture")
-    p.add_argument(
-        "--out",
-        metavar="FILE",
-        help="the HTML file (default: report.html in the analysis folder)",
-    )
+    add_out(p, "the HTML file", metavar="FILE", shown="report.html in the analysis folder")
     p.add_argument("--rows", metavar="DATASET", help="with a capture: a second capture of rows")
-    p.add_argument("--n-boot", type=non_negative, default=200, metavar="N", help=argparse.SUPPRESS)
+    add_n_boot(p, 200)  # used when PATH is a capture, analysed first
     add_force(p)
     add_quiet(p)
     p.set_defaults(func=_cmd_report, _parser=p)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ._common import (
     add_force,
+    add_out,
     add_quiet,
     add_threads,
     check_out_folder,
@@ -51,7 +52,7 @@ def register_audit_rpa(targets: Any) -> None:
         "run", metavar="RUN_DIR", help="a run folder written by the RPA trainer (its checkpoints)"
     )
     p.add_argument("--baseline", metavar="RUN_DIR", help="a baseline run to put side by side")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: RUN_DIR/audit)")
+    add_out(p, "output folder", shown="RUN_DIR/audit")
     add_force(p)
     add_threads(p)
     add_quiet(p)

@@ -13,6 +13,9 @@ import attncoda as ac
 from ._common import (
     MODEL_HELP,
     add_force,
+    add_max_tokens,
+    add_out,
+    add_passages,
     add_quiet,
     add_threads,
     check_model,
@@ -48,23 +51,15 @@ def register(subparsers: Any) -> None:
         help="an offline corpus (austen, mobydick, wikipedia) and optionally one document, "
         "e.g. austen:emma",
     )
-    p.add_argument(
-        "--passages", type=positive, default=16, metavar="N", help="passages (default: 16)"
-    )
+    add_passages(p, 16)
     p.add_argument(
         "--min-words",
         type=positive,
         default=40,
         metavar="N",
-        help="shortest paragraph used (default: 40 words)",
+        help="shortest paragraph used, in words (default: %(default)s)",
     )
-    p.add_argument(
-        "--max-tokens",
-        type=positive,
-        default=128,
-        metavar="T",
-        help="tokens per passage (default: 128)",
-    )
+    add_max_tokens(p, 128)
     p.add_argument("--layers", type=parse_index, metavar="SEL", help="layers (default: all)")
     p.add_argument("--heads", type=parse_index, metavar="SEL", help="heads (default: all)")
     p.add_argument(
@@ -83,15 +78,10 @@ def register(subparsers: Any) -> None:
         "--sink",
         default="first",
         metavar="SINK",
-        help="first (the first valid key; default), learned (GPT-OSS style learned sinks), or "
-        "key positions 0 or 0,1",
+        help="first (the first valid key), learned (GPT-OSS style learned sinks), or key "
+        "positions 0 or 0,1 (default: %(default)s)",
     )
-    p.add_argument(
-        "--out",
-        metavar="PATH",
-        default="capture.nc",
-        help="output dataset, .nc or .zarr (default: %(default)s)",
-    )
+    add_out(p, "output dataset, .nc or .zarr", metavar="PATH", default="capture.nc")
     add_force(p)
     add_threads(p)
     add_quiet(p)

@@ -1,10 +1,11 @@
 """What the subcommands of ``attncoda`` share: one spelling of each common option, the argument
 types, the one-line :class:`CommandError`, and the loaders of models, texts and datasets.
 
-Options shared by the commands keep one spelling: ``--out`` (output file or folder), ``--force``
-(replace an output attncoda wrote), ``--threads`` (torch CPU threads), ``-q/--quiet`` (no
-progress bars), ``--layers/--heads/--queries`` (an index list ``0,3,-1``, a slice ``2:10:2`` or
-``all``).
+Options shared by the commands are defined here once, each with one spelling, metavar, type and
+help text, and every command shows its defaults the same way, ``(default: X)``: ``--out``
+(output file or folder), ``--force`` (replace an output attncoda wrote), ``--threads`` (torch
+CPU threads), ``-q/--quiet`` (no progress bars), ``--passages``, ``--max-tokens``, ``--n-boot``,
+``--layers/--heads/--queries`` (an index list ``0,3,-1``, a slice ``2:10:2`` or ``all``).
 
 Examples
 --------
@@ -117,13 +118,30 @@ def threads(text: str) -> int:
     return value
 
 
+def _default(shown: str | None) -> str:
+    """The ``(default: X)`` suffix of a help text: ``shown``, else argparse's own default."""
+    return f" (default: {shown if shown is not None else '%(default)s'})"
+
+
+def add_out(
+    p: argparse.ArgumentParser,
+    what: str,
+    *,
+    metavar: str = "DIR",
+    default: str | None = None,
+    shown: str | None = None,
+) -> None:
+    """``--out``: the output (``what``), refused if it exists unless ``--force``."""
+    p.add_argument("--out", metavar=metavar, default=default, help=what + _default(shown))
+
+
 def add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=threads,
         metavar="N",
-        help="torch CPU threads, 1 to the number of CPUs (default: 1 when the machine is "
-        "busy, else torch's default)",
+        help="torch CPU threads, 1 to the number of CPUs"
+        + _default("1 when the machine is busy, else torch's default"),
     )
 
 
@@ -136,8 +154,40 @@ def add_force(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+def add_quiet(p: argparse.ArgumentParser, help: str = "no progress bars") -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help=help)
+
+
+def add_passages(p: argparse.ArgumentParser, default: int | None, shown: str | None = None) -> None:
+    p.add_argument(
+        "--passages",
+        type=positive,
+        default=default,
+        metavar="N",
+        help="passages of the text, one sample each" + _default(shown),
+    )
+
+
+def add_max_tokens(
+    p: argparse.ArgumentParser, default: int | None, shown: str | None = None
+) -> None:
+    p.add_argument(
+        "--max-tokens",
+        type=positive,
+        default=default,
+        metavar="T",
+        help="tokens per passage; longer ones are truncated" + _default(shown),
+    )
+
+
+def add_n_boot(p: argparse.ArgumentParser, default: int | None, shown: str | None = None) -> None:
+    p.add_argument(
+        "--n-boot",
+        type=non_negative,
+        default=default,
+        metavar="N",
+        help="bootstrap replicates of the flip-rate intervals" + _default(shown),
+    )
 
 
 def check_out_folder(path: str | Path, force: bool, what: str = "--out") -> Path:

@@ -10,12 +10,14 @@ from typing import Any
 from ._common import (
     MODEL_HELP,
     add_force,
+    add_max_tokens,
+    add_n_boot,
+    add_out,
+    add_passages,
     add_quiet,
     add_threads,
     check_out_folder,
     command_line,
-    non_negative,
-    positive,
 )
 
 
@@ -34,15 +36,8 @@ def register(subparsers: Any) -> None:
             "figures, CSV tables and the captures as netCDF. A few minutes on 2 CPU cores."
         ),
     )
-    p.add_argument(
-        "--out", metavar="DIR", default="attncoda-demo", help="report folder (default: %(default)s)"
-    )
-    p.add_argument(
-        "--passages",
-        type=positive,
-        metavar="N",
-        help="passages of Emma to capture (default: 36; --quick: 8)",
-    )
+    add_out(p, "report folder", default="attncoda-demo")
+    add_passages(p, None, shown="36; --quick: 8")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -60,15 +55,8 @@ def register(subparsers: Any) -> None:
         default="austen:emma",
         help="offline corpus and document, or a UTF-8 text file (default: %(default)s)",
     )
-    p.add_argument(
-        "--max-tokens", type=positive, metavar="T", help="tokens per passage (default: 128)"
-    )
-    p.add_argument(
-        "--n-boot",
-        type=non_negative,
-        metavar="N",
-        help="bootstrap replicates of the flip-rate intervals (default: 200)",
-    )
+    add_max_tokens(p, None, shown="128; --quick: 64")
+    add_n_boot(p, None, shown="200; --quick: 50")
     add_force(p)
     add_threads(p)
     add_quiet(p)

@@ -8,7 +8,7 @@ from typing import Any
 
 from attncoda import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
-from ._common import PROG, CommandError
+from ._common import PROG, CommandError, add_quiet
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--force", action="store_true", help="rebuild even if a valid copy is cached")
     p.add_argument("--cache-dir", metavar="DIR", help="cache directory (default: see above)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print no progress")
+    add_quiet(p, "print no progress")
     p.set_defaults(func=_cmd_fetch)
 
 

@@ -16,10 +16,14 @@ from ._common import (
     MODEL_HELP,
     CommandError,
     add_force,
+    add_out,
+    add_quiet,
     add_threads,
     check_model,
     check_out_folder,
     load_model,
+    non_negative,
+    positive,
 )
 
 
@@ -38,7 +42,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("model", metavar="MODEL", help="a causal LM: " + MODEL_HELP)
-    p.add_argument("--out", metavar="DIR", help="output folder (default: ./prune-MODEL)")
+    add_out(p, "output folder", shown="./prune-MODEL")
     p.add_argument(
         "--scores",
         metavar="LIST",
@@ -52,25 +56,55 @@ def register(subparsers: Any) -> None:
         default="0.1,0.2,0.3,0.5",
         help="fractions of all heads to prune (default: %(default)s; 0 is always included)",
     )
-    p.add_argument("--unit", choices=("head", "kv_group"), default="head", help="pruning unit")
-    p.add_argument("--mode", choices=("zero", "mean"), default="zero", help="ablation")
-    p.add_argument("--window", type=int, default=512, help="tokens per window (default: 512)")
+    p.add_argument(
+        "--unit",
+        choices=("head", "kv_group"),
+        default="head",
+        help="pruning unit: a query head, or a whole key/value group (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("zero", "mean"),
+        default="zero",
+        help="ablation: zero the head's output, or replace it by its mean over the calibration "
+        "text (default: %(default)s)",
+    )
+    p.add_argument(
+        "--window",
+        type=positive,
+        default=512,
+        metavar="T",
+        help="tokens per window, at least 3 (default: %(default)s)",
+    )
     p.add_argument(
         "--calibration-windows",
-        type=int,
+        type=positive,
         default=4,
         metavar="N",
-        help="windows of Emma the scores come from (default: 4)",
+        help="windows of Emma the scores come from (default: %(default)s)",
     )
     p.add_argument(
         "--eval-windows",
-        type=int,
+        type=positive,
         default=4,
         metavar="N",
-        help="windows of each evaluation text, Moby-Dick and Pride and Prejudice (default: 4)",
+        help="windows of each evaluation text, Moby-Dick and Pride and Prejudice "
+        "(default: %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random score (default: 0)")
-    p.add_argument("--batch-size", type=int, default=1, help="windows per forward pass")
+    p.add_argument(
+        "--seed",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="seed of the random score (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="windows per forward pass (default: %(default)s)",
+    )
     add_threads(p)
     add_force(p)
     p.add_argument(
@@ -79,7 +113,7 @@ def register(subparsers: Any) -> None:
         help="a one-minute smoke run: windows of 256 tokens, 1 calibration and 1 evaluation "
         "window per text, fractions 0.1,0.3",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no table")
+    add_quiet(p, "no progress bars, no table")
     p.set_defaults(func=_cmd_prune)
 
 
