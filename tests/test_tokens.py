@@ -3,6 +3,7 @@ checked by the schema; and the warning when the sink is an ordinary token."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -172,6 +173,9 @@ def test_streamed_captures_keep_tokens(tmp_path):
     with torch.no_grad(), capture(model, layers=[0], tokenizer=tok, sink=0, stream_to=store) as cap:
         for text in ("abcd", "wxyz", "éé"):
             model(**tok(text, return_tensors="pt"))
+            # inside the block: the store's passes and the one in memory, combined
+            inside = cap.dataset.token.values.tolist()
+        assert inside[:2] == [list("abcd"), list("wxyz")]
     tokens = cap.dataset.token.values.tolist()
     assert tokens[:2] == [list("abcd"), list("wxyz")]
     assert ac.load(store).token.values.tolist() == tokens
@@ -214,3 +218,17 @@ def test_a_tokenizer_without_decode_is_refused_before_any_work():
     with pytest.raises(ac.AttncodaError, match=r"tokenizer=.*has no decode"):
         with capture(model, tokenizer="gpt2"):
             pass
+
+
+def test_the_eager_fallback_gets_tokens_and_the_warning(old_style_model):
+    model = old_style_model  # GPT-Neo: its own attention code, captured by hooks
+    tok = zoo.ByteTokenizer(model.config.vocab_size)  # 50 ids: bytes wrap around
+    ids = tok("abc", return_tensors="pt")["input_ids"]
+    want = [tok.decode([i]) for i in ids[0].tolist()]
+    with pytest.warns(
+        SinkTokenWarning, match=re.escape(f"token {want[0]!r} (id {int(ids[0, 0])},")
+    ):
+        with torch.no_grad(), capture(model, what="rows", tokenizer=tok) as cap:
+            model(input_ids=ids)
+    assert cap.fallback
+    assert cap.dataset.token.values.tolist() == [want]
