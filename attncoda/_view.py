@@ -322,7 +322,10 @@ def head_view(
     s_idx = int(an._sink_positions(ds, sink)[sample])
     vis = np.isfinite(z)
     p = np.where(vis, np.exp(np.where(vis, z, 0.0)), 0.0)
-    rows_ok = np.flatnonzero(vis.any(axis=1))  # padded queries have no visible key
+    # the sample's tokens are the keys some query sees: padding is never seen (a padded query
+    # of a causal model sees nothing; one of a bidirectional model sees the text, not itself)
+    real = {k_pos[j] for j in np.flatnonzero(vis.any(axis=0))}
+    rows_ok = np.asarray([i for i in np.flatnonzero(vis.any(axis=1)) if q_pos[i] in real], np.intp)
     if start is not None:
         start = require_int(start, "start", low=0)
         rows_ok = rows_ok[np.asarray([q_pos[i] for i in rows_ok], np.int64) >= start]

@@ -88,6 +88,20 @@ def test_padding_and_sink_index_are_respected() -> None:
         assert k >= 3
 
 
+def test_padded_queries_of_a_bidirectional_model_are_left_out() -> None:
+    ds = _rows(8)
+    la = np.full(ds["log_attn"].shape, -np.inf, np.float32)
+    # sample 0: positions 0, 1 are padding; every query (padding too) sees keys 2..7
+    p = np.random.default_rng(0).dirichlet(np.ones(6), size=ds["log_attn"].shape[:4])
+    la[..., 2:] = np.log(p)
+    ds = ds.assign(log_attn=(ds["log_attn"].dims, la)).assign_coords(
+        sink_index=("sample", np.array([2, 2]))
+    )
+    view = ac.head_view(ds, layer=0, head=0, sample=0, tokens=WORDS[:8])
+    assert {int(m) for m in re.findall(r"query (\d+) ", view.svg)} == set(range(2, 8))
+    assert len(_titles(view.svg)) == 6 * 5  # not causal: every real query sees every content key
+
+
 def test_long_samples_are_windowed_and_say_so() -> None:
     ds = _rows(30)
     full = ac.head_view(ds, max_tokens=30)
