@@ -33,6 +33,7 @@ import xarray as xr
 
 from . import _analysis as an
 from ._errors import InputError
+from ._view import _show, token_labels
 
 __all__ = [
     "plot_dendrograms",
@@ -105,45 +106,27 @@ def _norm(norm: Any, values: np.ndarray, vmin: float | None, vmax: float | None)
 
 
 def _label(token: str) -> str:
-    """A token as an axis label: line breaks and tabs visible, control characters escaped and
-    ``$`` escaped (matplotlib would read ``$...$`` as mathtext)."""
-    out = token.replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "\\r")
-    out = "".join(c if c.isprintable() or c == " " else f"\\x{ord(c):02x}" for c in out)
-    return out.replace("$", r"\$")
+    """A token as an axis label, as the head view shows it (whitespace visible, long tokens
+    cut), with ``$`` escaped: matplotlib would read ``$...$`` as mathtext."""
+    return _show(token, 16).replace("$", r"\$")
 
 
 def _token_labels(
     ds: xr.Dataset, tokens: Any, sample: int, positions: np.ndarray
 ) -> list[str] | None:
-    """Labels of ``positions`` of one sample: ``tokens=`` (None: the dataset's ``token``
-    coordinate if any; False: none; else one string per position of the sample)."""
-    if tokens is False:
+    """Labels of ``positions`` of one sample, or None for plain position numbers: ``tokens=``
+    as :func:`attncoda.head_view` reads it (one string per position), by default the dataset's
+    ``token`` coordinate when it has one; ``False``: numbers."""
+    if tokens is False or (tokens is None and "token" not in ds.coords):
         return None
-    n_pos = ds.sizes.get("position", int(positions.max()) + 1 if positions.size else 0)
-    if tokens is None:
-        if "token" not in ds.coords:
-            return None
-        row = np.asarray(ds["token"].isel(sample=sample).values)
-    else:
-        row = np.asarray(getattr(tokens, "values", tokens), dtype=object)
-        if (
-            isinstance(tokens, str)
-            or row.ndim != 1
-            or len(row) != n_pos
-            or not all(isinstance(t, str) for t in row)
-        ):
-            raise InputError(
-                f"tokens= needs one string per position ({n_pos} strings), False or None; got "
-                f"{_describe(tokens) if _is_sequence(tokens) else type(tokens).__name__}"
-            )
-    index = (
-        np.asarray(ds.indexes["position"].get_indexer(positions))
-        if "position" in ds.indexes
-        else positions
-    )
-    if (index < 0).any():
+    if tokens is not None and not _is_sequence(tokens) and not isinstance(tokens, str):
+        raise InputError(
+            f"tokens= needs one string per position, False or None; got {type(tokens).__name__}"
+        )
+    by_position = token_labels(ds, sample, tokens)
+    if not all(int(p) in by_position for p in positions):
         return None
-    return [_label(str(row[i])) for i in index]
+    return [_label(by_position[int(p)]) for p in positions]
 
 
 def _set_ticks(ax: Any, axis: str, labels: list[str], *, rotate: bool = False) -> None:

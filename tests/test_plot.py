@@ -192,16 +192,18 @@ def test_rows_are_labelled_with_the_dataset_tokens(ds):
 
 def test_tokens_argument_overrides_and_false_gives_positions(ds):
     mine = [f"w{i}\n$x$" for i in range(ds.sizes["position"])]
+    mine[3] = " "
     fig = ac.plot_rows(ds, layer=0, head=0, tokens=mine)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    # line breaks shown as a symbol, $ escaped so matplotlib does not read mathtext
-    assert labels[2] == "w2\u21b5\\$x\\$"
+    # whitespace shown as the head view shows it, $ escaped so matplotlib reads no mathtext
+    assert labels[2] == "w2\u23ce\\$x\\$"
+    assert labels[3] == "\u2423"
     fig = ac.plot_rows(ds, layer=0, head=0, tokens=False)
     assert fig.axes[0].get_yticklabels()[0].get_text() == "0"
     plain = ds.drop_vars("token")
     fig = ac.plot_rows(plain, layer=0, head=0)  # no token coordinate: positions
     assert fig.axes[0].get_yticklabels()[0].get_text() == "0"
-    for bad in (["too", "few"], "a string", [1] * ds.sizes["position"]):
+    for bad in (["too", "few"], "a string", 3):
         with pytest.raises(ac.InputError, match="one string per position"):
             ac.plot_rows(ds, layer=0, head=0, tokens=bad)
 
