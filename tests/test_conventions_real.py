@@ -1,8 +1,10 @@
-"""The conventions case study end to end on the real offline models (``--quick``)."""
+"""The conventions study on the real offline MiniLM and corpora (its quick size): cells resume,
+the pair pipeline's sink choices, and a claim table whose rows come from the result files."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import need
@@ -14,36 +16,46 @@ pytest.importorskip("matplotlib")
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
-def test_quick_case_study_writes_tables_figures_and_report(tmp_path):
-    need("smollm2-135m", "gemma3-270m", "minilm-l6", "austen")
-    from case_studies.conventions.study import main
+def test_minilm_quick_cells_resume_and_give_a_claim_table(tmp_path):
+    need("minilm-l6", "austen", "mobydick", "wikipedia")
+    from case_studies.conventions import protocol, study
 
-    assert main(["--quick", "--out", str(tmp_path)]) == 0
-    import pandas as pd
-
-    for table in (
-        "summary",
-        "flip_rates",
-        "clustering_agreement",
-        "clustering_structure",
-        "entropy_attribution",
-        "profiles",
-    ):
-        assert (tmp_path / f"{table}.csv").stat().st_size > 0, table
-    summary = pd.read_csv(tmp_path / "summary.csv")
-    assert summary.model.tolist() == ["smollm2-135m", "gemma3-270m", "minilm-l6", "minilm-l6"]
-    assert summary.heads.tolist() == [270, 72, 72, 72]
-    flips = pd.read_csv(tmp_path / "flip_rates.csv")
+    cells, out = tmp_path / "cells", tmp_path / "out"
+    texts = protocol.registered_texts()
+    size = protocol.QUICK
+    assert protocol.measure_texts("minilm-l6", texts, size, cells, stop_after=1) == 1
+    rest = protocol.measure_texts("minilm-l6", texts, size, cells)
+    assert rest == len(texts) * size.windows * 2 - 1  # two sinks ([CLS], [SEP]) per block
+    assert protocol.measure_texts("minilm-l6", texts, size, cells) == 0
+    assert protocol.measure_pairs(size, cells) == 3 * (size.pairs // size.pair_block)
+    tables = study.run(out, size=size, models=["minilm-l6"], cells=cells, measure=False)
+    for name in ("claims", "flip_rates", "clustering_artifact", "entropy_fraction", "pairs"):
+        assert (out / f"{name}.csv").stat().st_size > 0, name
+    claims = pd.read_csv(out / "claims.csv")
+    assert len(claims) == len(tables["claims"])
+    pair_rows = claims[claims.claim == "clustering artifact, BERT pair pipeline"]
+    assert len(pair_rows) == 4  # [CLS], own [SEP], row argmax, head argmax
+    assert set(claims.verdict) <= {
+        "reproduced",
+        "contradicted",
+        "borderline",
+        "not conclusive",
+        "not comparable",
+        "not run",
+        "reproduced (kept view only)",
+        "contradicted (kept view only)",
+    }
+    ent = claims[claims.claim == "entropy drop due to the sink"]
+    assert {s.split(", ", 1)[1] for s in ent.setting} == {
+        "first->last layers",
+        "consecutive, pooled layers",
+    }
+    flips = pd.read_csv(out / "flip_rates.csv")
     assert flips.flip_rate.between(0, 1).all()
     assert (flips.ci_low <= flips.ci_high + 1e-12).all()
-    # trained causal LMs have strong first-token sinks, so the convention matters for them
-    causal = summary[summary.model != "minilm-l6"]
-    assert (causal["sink_rate_0.3"] > 0.3).all()
-    assert (causal.flip_max > 0.1).all()
-    att = pd.read_csv(tmp_path / "entropy_attribution.csv")
-    np.testing.assert_allclose(att.sink + att.content, att.total, atol=2e-5)  # 6 digits in CSV
-    figures = {p.name for p in (tmp_path / "figures").iterdir()}
-    assert {"flip_rates_models.png", "flip_rates_models.svg"} <= figures
-    assert "smollm2-135m_dendrograms_js.svg" in figures
-    report = (tmp_path / "README.md").read_text()
-    assert "17%-47%" in report and "smollm2-135m" in report
+    assert set(flips.text) == {"all", *texts, "wikipedia-pairs"}
+    tok = pd.read_csv(out / "pairs_sink_tokens.csv").set_index("most_attended").share_of_rows
+    assert tok[["[CLS]", "[SEP]", "other"]].sum() == pytest.approx(1.0)
+    frac = pd.read_csv(out / "entropy_fraction.csv")
+    assert np.isfinite(frac.sink_fraction).all()
+    assert (frac.ci_low <= frac.ci_high).all()

@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from attncoda.hooks import assets
 
 import attncoda as ac
 
+from .._study import git_state
 from .sinks import comparisons_by_row_sink, head_argmax_share, row_argmax_sinks, segment_sep_sinks
 
 #: Smallest first: the order the full run measures them in.
@@ -83,8 +85,6 @@ def log(msg: str) -> None:
 
 def registered_texts() -> list[str]:
     """The study's texts whose corpus is a registered asset (the World English Bible is not yet)."""
-    from attncoda.hooks import assets
-
     names = {a.name for a in assets.list_assets("corpus")}
     return [t for t, (asset, _) in TEXTS.items() if asset in names]
 
@@ -103,15 +103,13 @@ def _slug(text: str) -> str:
 
 
 def corpus_text(text: str) -> str:
-    from attncoda.hooks import assets
-
     asset, document = TEXTS[text]
     return "\n\n".join(assets.paragraphs(assets.load_text(asset, document), min_words=40))
 
 
 def windows(tokenizer: Any, text: str, n: int, length: int) -> Any:
     """``n`` consecutive windows of ``length`` tokens, each with the model's special tokens."""
-    import torch
+    import torch  # heavy, optional: only when measuring
 
     probe = "Emma Woodhouse"
     raw_probe = tokenizer(probe, add_special_tokens=False).input_ids
@@ -135,7 +133,7 @@ def segment_pairs(tokenizer: Any, text: str, n: int, length: int) -> dict[str, A
     tokens (A then B, then the next pair's A...), so every pair has exactly ``length`` tokens and
     B continues A; segments are cut at token boundaries, not sentence ends.
     """
-    import torch
+    import torch  # heavy, optional: only when measuring
 
     a_len = (length - 3) // 2 + (length - 3) % 2
     b_len = (length - 3) // 2
@@ -198,8 +196,6 @@ def _relabel(ds: xr.Dataset, text: str, first: int) -> xr.Dataset:
 
 
 def _cell_attrs(**kw: Any) -> dict[str, Any]:
-    from .._study import git_state
-
     return {**{k: v for k, v in kw.items()}, "commit": git_state()["commit"]}
 
 
@@ -217,8 +213,8 @@ def measure_texts(
     ``stop_after`` stops after that many new cells (to split a long run, and to test resuming);
     ``corpus`` maps a text name to its text (default: the registered corpus asset).
     """
-    import torch
-    from attncoda.hooks import capture, zoo
+    import torch  # heavy, optional: only when measuring
+    from attncoda.hooks import capture, zoo  # imports torch: only when used
 
     todo = [
         (text, b, sink)
@@ -280,15 +276,15 @@ def measure_texts(
 
 
 def _tokens_sha(ids: Any) -> str:
-    from attncoda.hooks.evaluate import tokens_sha256
+    from attncoda.hooks.evaluate import tokens_sha256  # imports torch
 
     return str(tokens_sha256(ids))
 
 
 def measure_pairs(size: Size, cells: Path, *, stop_after: int | None = None) -> int:
     """Compute every missing cell of the two-segment MiniLM pipeline; return how many."""
-    import torch
-    from attncoda.hooks import capture, zoo
+    import torch  # heavy, optional: only when measuring
+    from attncoda.hooks import capture, zoo  # imports torch: only when used
 
     model = "minilm-l6"
     n_blocks = -(-size.pairs // size.pair_block)
