@@ -917,7 +917,7 @@ def head_distances(
         out = da.sel(view=_view(conv), drop=True)
     attrs = {**da.attrs, "convention": conv}
     if root:
-        out = np.sqrt(out)
+        out = out.copy(data=np.sqrt(out.values))
         attrs["long_name"] = "root mean squared Aitchison distance over compared rows"
     out = _index_units(out)
     out.name = "aitchison_sq" if m == "aitchison" and not root else m

@@ -49,6 +49,7 @@ from ._array import (
     Array,
     Degenerate,
     LogComposition,
+    Spec,
     all_finite,
     as_float,
     broadcast_pair,
@@ -61,6 +62,7 @@ from ._array import (
     first_tensor,
     is_integer,
     is_tensor,
+    labelled,
     log_composition,
     logsumexp,
     namespace,
@@ -79,7 +81,6 @@ from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
 )
-from ._labels import Spec, labelled
 
 __all__ = [
     "add_learned_sink",

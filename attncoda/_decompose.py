@@ -29,6 +29,7 @@ from ._array import (
     Array,
     Degenerate,
     LogComposition,
+    Spec,
     _as_numpy,
     all_finite,
     as_bool,
@@ -42,6 +43,7 @@ from ._array import (
     device_of,
     first_tensor,
     is_tensor,
+    labelled,
     log_composition,
     logsumexp,
     namespace,
@@ -60,7 +62,6 @@ from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
 )
-from ._labels import Spec, labelled
 
 __all__ = [
     "AitchisonSplit",

@@ -2,7 +2,7 @@
 
 Each case calls one public maths function on DataArrays and on the same numpy arrays: the values
 must be equal exactly (the wrapper only reorders axes), and the result must carry the dims and
-coordinates the module docstring of ``attncoda._labels`` promises.
+coordinates that docs/maths.md (and ``attncoda._array``'s labelled section) promise.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attncoda as ac
-from attncoda._labels import MATHS_FUNCTIONS
+from attncoda._array import MATHS_FUNCTIONS
 
 D = 5
 
