@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from attncoda import InputError, require_int
 from . import assets, zoo
 from ._capture import capture
 from ._registry import text_config
+from ._spec import SinkTokenWarning
 
 __all__ = [
     "DEFAULT_OUT",
@@ -344,15 +346,18 @@ def _run_demo_into(
     )
     t = lap("capture_summaries", t)
     layers = cfg.row_layers if cfg.row_layers is not None else row_layers(_n_layers(model))
-    rows = capture_passages(
-        model,
-        encoded[: cfg.row_passages],
-        what="rows",
-        layers=list(layers),
-        tokenizer=tokenizer,
-        progress=progress,
-        desc=f"capture rows (layers {', '.join(map(str, layers))})",
-    )
+    with warnings.catch_warnings():
+        # the same passages again: the summaries capture has warned about their sink already
+        warnings.simplefilter("ignore", SinkTokenWarning)
+        rows = capture_passages(
+            model,
+            encoded[: cfg.row_passages],
+            what="rows",
+            layers=list(layers),
+            tokenizer=tokenizer,
+            progress=progress,
+            desc=f"capture rows (layers {', '.join(map(str, layers))})",
+        )
     t = lap("capture_rows", t)
 
     # 4. analysis and report ---------------------------------------------------------------------
