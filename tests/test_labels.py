@@ -442,3 +442,32 @@ def test_labels_round_trip_and_values_equal_numpy(z):
     al = ac.alr(z, from_logits=True)
     assert al["key_alr"].values.tolist() == z["key"].values[1:].tolist()
     same_values(al, ac.alr(plain, from_logits=True))
+
+
+def test_captured_rows_decompose_by_label_with_the_first_causal_query():
+    """The issue's case: rows as capture writes them, first query one-part, labels kept."""
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=2, length=6)
+    la = ds.log_attn
+    with pytest.raises(ac.TooFewPartsError, match="degenerate='nan'"):
+        ac.decompose(la, from_logits=True)
+    d = ac.decompose(la, from_logits=True, degenerate="nan")
+    plain = ac.decompose(la.values, from_logits=True, degenerate="nan")
+    assert d.sink_share.dims == ("sample", "layer", "head", "query")
+    assert d.content.dims == la.dims
+    assert d.sink_index.values.tolist() == ds.sink_index.values.tolist()
+    for name in ("sink_share", "content_entropy", "balance"):
+        same_values(d[name], getattr(plain, name))
+    assert bool(d.content_entropy.isel(query=0).isnull().all())
+    c = ac.clr(la, from_logits=True, degenerate="nan")
+    assert bool(c.sel(query=0).isnull().all()) and not bool(
+        c.sel(query=slice(1, None)).isnull().any()
+    )
+
+
+def test_lazy_dataarrays_are_computed():
+    pytest.importorskip("dask")
+    la = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=2, length=6).log_attn
+    lazy = la.chunk({"sample": 1})
+    out = ac.entropy(lazy, from_logits=True)
+    same_values(out, ac.entropy(la.values, from_logits=True))
+    assert out.dims == ("sample", "layer", "head", "query")
