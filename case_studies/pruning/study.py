@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -339,7 +340,6 @@ def _read(folder: Path) -> tuple[Any, dict[str, Any]]:
 def _ppl(row: Any) -> float:
     """``exp(nll / tokens)``: the perplexity at full precision (the CSV's column has four
     decimals)."""
-    import math
 
     return math.exp(float(row.nll) / int(row.n_tokens))
 
@@ -365,7 +365,6 @@ def ratio_table(folder: Path) -> str:
     """Each pruned perplexity over the unpruned one, ``exp((nll_k - nll_0) / tokens)`` from
     ``perplexity.csv``'s summed NLLs (the CSV's perplexity and ratio columns are rounded to four
     decimals, too coarse for the second decimal of some ratios)."""
-    import math
 
     rows, meta = _read(folder)
     ks, n = meta["ks"][1:], meta["n_units"]
@@ -579,6 +578,16 @@ class ChannelLayer:
     def layer_effect(self) -> bool:
         return any(r.low > 1 for r in self.layer.values())
 
+    def layer_share(self) -> str:
+        """How much of the own-order gap's log the layer controls remove (the larger of the
+        controlled gaps kept), e.g. ``"84%"``; ``"n/a"`` without a gap to share."""
+        own = self.gap.get("global")
+        controlled = [v.ratio for c, v in self.gap.items() if c != "global"]
+        if own is None or not controlled or own.ratio <= 1:
+            return "n/a"
+        kept = max(math.log(max(r, 1.0)) for r in controlled) / math.log(own.ratio)
+        return f"{1 - kept:.0%}"
+
 
 def channel_layer(m: ModelEvidence) -> ChannelLayer | None:
     """At the full-row score and k with the largest global ratio: its ratio under each control,
@@ -739,7 +748,8 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                     else "neither resolved"
                 )
                 verdict = {
-                    "both": "reproduced, with a layer effect on top",
+                    "both": f"both: {cl.layer_share()} of the gap's log is layer position, "
+                    "the rest survives both controls (channel)",
                     "channel": "reproduced: a channel effect",
                     "layer": "contradicted: a layer-position effect",
                     "neither resolved": "inconclusive",
@@ -822,7 +832,8 @@ def channel_layer_answer(models: dict[str, ModelEvidence]) -> str:
                 + "."
             )
         effect = (
-            "both a layer effect and a channel effect"
+            f"both a layer effect and a channel effect ({cl.layer_share()} of the log gap to "
+            "the sink share is layer position)"
             if cl.channel_effect and cl.layer_effect
             else "a channel effect (the gap survives both layer controls)"
             if cl.channel_effect
