@@ -109,7 +109,12 @@ class NotClosedError(CompositionError):
 
 
 class TooFewPartsError(CompositionError):
-    """A row has fewer visible parts than the operation needs (at least two, or a non-empty group)."""
+    """A row has fewer visible parts than the operation needs (at least two, or a non-empty group).
+
+    Raised under ``degenerate="raise"``, the default of every maths function that can meet such
+    a row (the first query of a causal model sees one key); ``degenerate="nan"`` gives NaN in
+    those rows instead.
+    """
 
 
 class ShapeMismatchError(CompositionError):
