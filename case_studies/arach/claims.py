@@ -391,6 +391,7 @@ def run_claims(
     say = progress or (lambda _msg: None)
     record = record_tokens or (lambda _label, _ids: None)
     t0 = time.perf_counter()
+    commit = _git_commit()  # the code that runs is the code at the start (HEAD may move later)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -451,7 +452,7 @@ def run_claims(
                     "plan": dataclasses.asdict(plan),
                     "seconds": round(seconds, 1),
                     "torch_threads": torch.get_num_threads(),
-                    "commit": _git_commit(),
+                    "commit": commit,
                     "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "values": values,
                 },
