@@ -471,3 +471,16 @@ def test_lazy_dataarrays_are_computed():
     out = ac.entropy(lazy, from_logits=True)
     same_values(out, ac.entropy(la.values, from_logits=True))
     assert out.dims == ("sample", "layer", "head", "query")
+
+
+def test_map_blocks_with_a_template_as_docs_cluster_says():
+    pytest.importorskip("dask")
+    la = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=2, length=6).log_attn
+    rows = la.isel(query=slice(1, None))
+    lazy = rows.chunk({"sample": 1})
+    out = xr.map_blocks(
+        lambda block: ac.entropy(block, from_logits=True),
+        lazy,
+        template=lazy.isel(key=0, drop=True),
+    )
+    same_values(out.compute(), ac.entropy(rows.values, from_logits=True))
