@@ -178,3 +178,27 @@ def test_the_study_command_refuses_bad_options_before_work(argv, capsys, monkeyp
         study.main(argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.real
+def test_the_full_plan_draws_its_items_and_windows_from_the_real_corpora():
+    """ClaimPlan(): 400 unfiltered items per source (both kinds present), deterministic; and
+    16 windows of 1024 tokens per perplexity text (at least 16k predicted tokens)."""
+    from conftest import need
+
+    need("austen", "mobydick", "wikipedia")
+    plan = claims.ClaimPlan()
+    items = claims.claim_items(plan)
+    assert len(items) == 3 * plan.cloze_per_source >= 1000
+    groups = [items[i * 400 : (i + 1) * 400] for i in range(3)]
+    assert {it.source for it in groups[1]} == {"mobydick"}
+    assert all(it.source != "mobydick" for it in groups[0] + groups[2])
+    share = np.mean([it.in_context for it in items])
+    assert 0.05 < share < 0.95  # both kinds of item
+    assert [(it.source, it.index) for it in items[:5]] == [
+        (it.source, it.index) for it in claims.claim_items(plan)[:5]
+    ]
+    assert claims.ppl_text("mobydick", 100).startswith("Call me Ishmael")
+    for name in claims.PPL_TEXTS:
+        text = claims.ppl_text(name, plan.ppl_tokens * 8)
+        assert len(text.split()) > plan.ppl_tokens // 2  # about 16k tokens need 10k+ words
