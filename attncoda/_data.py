@@ -614,6 +614,9 @@ def save(
     target = Path(path).expanduser()
     fmt = _format(target, format)
     validate_dataset(ds)
+    if "token" in ds.coords and ds["token"].chunks is not None:
+        # strings have no fixed size for a lazy (dask) write: read them (sample x position)
+        ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     if append:
         check_save(target, format=fmt, append=True)
         if target.exists():

@@ -232,3 +232,13 @@ def test_the_eager_fallback_gets_tokens_and_the_warning(old_style_model):
             model(input_ids=ids)
     assert cap.fallback
     assert cap.dataset.token.values.tolist() == [want]
+
+
+@pytest.mark.parametrize("name", ["cap.nc", "cap.zarr"])
+def test_a_chunked_dataset_saves_its_tokens_without_a_warning(tmp_path, name):
+    ds = ac.testing.synthetic_rows(n_samples=2, length=5).chunk({"sample": 1})
+    assert ds.token.chunks is not None  # dask chunks the coordinate too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = ac.load(ac.save(ds, tmp_path / name))
+    assert back.token.values.tolist() == ds.token.values.tolist()
