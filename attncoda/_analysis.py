@@ -842,12 +842,12 @@ def head_distances(
     convention : {"kept", "dropped", "split"} or "sink" / "content", default "kept"
         ``split`` returns both terms along a ``term`` dim (``sink``, ``content``).
     squared : bool, optional
-        Aitchison only. ``False`` (the default for ``kept``, ``dropped``, ``sink`` and
-        ``content``): the root mean squared Aitchison distance :math:`\sqrt{\overline{d_A^2}}`,
-        a distance between heads (their stacked clr rows, over ``sqrt(n_rows)``), as
-        :func:`cluster_heads` uses it; the result is named ``"aitchison"``. ``True`` (the
-        default, and the only choice, for ``split``, whose terms add up only as squares): the
-        mean squared Aitchison distance :math:`\overline{d_A^2}`, named ``"aitchison_sq"``.
+        Aitchison only; the name of the result says which it is. Unset or ``True``: the mean
+        squared Aitchison distance :math:`\overline{d_A^2}` over the compared rows, named
+        ``"aitchison_sq"``: additive, so the ``split`` terms add up to ``kept`` exactly (and
+        only squares do: ``split`` takes nothing else). ``False``: the root mean squared
+        distance :math:`\sqrt{\overline{d_A^2}}`, named ``"aitchison"``, a distance between
+        heads (their stacked clr rows over ``sqrt(n_rows)``) as :func:`cluster_heads` uses it.
         The other metrics are means of their per-row values and have no squared form.
     **kwargs
         Passed to :func:`head_comparisons` when ``data`` holds rows.
@@ -880,11 +880,12 @@ def head_distances(
     >>> d = ac.head_distances(ds, "aitchison", "split")
     >>> d.name, d.term.values.tolist(), d.shape
     ('aitchison_sq', ['sink', 'content'], (2, 3, 3))
-    >>> kept = ac.head_distances(ds, "aitchison", squared=True)
-    >>> bool(abs(d.sum("term") - kept).max() < 1e-9)
-    True
-    >>> float(ac.head_distances(ds).sel(layer_a=0, head_a=1, layer_b=0, head_b=1))
-    0.0
+    >>> kept = ac.head_distances(ds, "aitchison", "kept")
+    >>> kept.name, bool(abs(d.sum("term") - kept).max() < 1e-9)
+    ('aitchison_sq', True)
+    >>> root = ac.head_distances(ds, "aitchison", squared=False)
+    >>> root.name, float(root.sel(layer_a=0, head_a=1, layer_b=0, head_b=1))
+    ('aitchison', 0.0)
     """
     m = _metric(metric)
     conv = str(convention).lower()
@@ -905,7 +906,7 @@ def head_distances(
             "the split terms add up to the kept distance only as squared Aitchison distances; "
             "leave squared unset (or True) for split, or take 'sink' / 'content' one at a time"
         )
-    root = m == "aitchison" and not squared and conv != "split"
+    root = m == "aitchison" and squared is False
     cmp = _pooled(_comparisons(data, [m], False, **kwargs))
     da = cmp[m]
     if conv == "split":

@@ -229,11 +229,12 @@ def test_aitchison_split_is_exact_and_equals_the_core(causal):
     d = ac.head_distances(cmp, "aitchison", "split")
     assert d.term.values.tolist() == ["sink", "content"]
     assert d.name == "aitchison_sq"  # the split terms add up only as squares
-    kept_sq = ac.head_distances(cmp, "aitchison", "kept", squared=True)
-    assert kept_sq.name == "aitchison_sq"
+    kept_sq = ac.head_distances(cmp, "aitchison", "kept")  # squared unless asked otherwise
+    assert kept_sq.name == "aitchison_sq" and "squared" in kept_sq.attrs["long_name"]
+    xr.testing.assert_identical(kept_sq, ac.head_distances(cmp, "aitchison", squared=True))
     np.testing.assert_allclose(d.sum("term"), kept_sq)
-    # by default a distance: the root of the mean squared distance, as cluster_heads uses it
-    kept = ac.head_distances(cmp, "aitchison", "kept")
+    # squared=False: the root of the mean squared distance, as cluster_heads uses it
+    kept = ac.head_distances(cmp, "aitchison", "kept", squared=False)
     assert kept.name == "aitchison" and "root mean squared" in kept.attrs["long_name"]
     np.testing.assert_allclose(kept, np.sqrt(kept_sq))
 
