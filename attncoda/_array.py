@@ -20,7 +20,8 @@ Array kinds
     tensors on different devices raise :class:`~attncoda.DeviceMismatchError`, and numpy data
     that torch cannot hold (``float128``) is refused. The basis builders (``pivot_basis``,
     ``sbp_basis``, ``group_basis``) take no data and always return small numpy tables; ``ilr``
-    moves a basis to the data's device.
+    moves a basis to the data's device. **If the data is an** :class:`xarray.DataArray`, the
+    call is labelled (:func:`labelled`): DataArray in, DataArray out, dims and coordinates kept.
 Dtypes
     Data must be real numbers. Floats keep their dtype (float16 and bfloat16 are computed in
     float32); **integer arrays are accepted as counts** (converted to float64, as in
@@ -811,29 +812,30 @@ class Spec:
 def labelled(spec: Spec) -> Callable[[F], F]:
     """Wrap a maths function so that DataArray arguments give labelled results.
 
-    Every public maths function (:data:`MATHS_FUNCTIONS`) is wrapped so. Called
-    without a :class:`xarray.DataArray` argument, the wrapper only checks ``isinstance`` and calls the
+    Every public maths function (:data:`MATHS_FUNCTIONS`) is wrapped so. Called without a
+    :class:`xarray.DataArray` argument, the wrapper only checks ``isinstance`` and calls the
     function as it is (numpy in, numpy out; torch in, torch out). Called with DataArrays, it
 
     1. finds the **parts dim**: ``dim=`` when given; else the dim at ``axis=`` when ``axis`` is
-       given; else ``"key"`` (``"group"`` for group shares) when present; else the only dim of a
-       1-D array. A DataArray of several dims without any of these is *ambiguous* and refused
+       given; else ``"key"`` (``"group"`` for group shares) when present; else the only dim of
+       a 1-D array. A DataArray of several dims without any of these is *ambiguous* and refused
        (:class:`~attncoda.ShapeMismatchError`) rather than guessed at;
     2. aligns every labelled argument (``x``, ``y``, ``mask``, a boolean ``sink``, per-row
-       arguments such as ``power``'s exponent) with ``join="exact"``: labels that disagree are an
-       error, never an inner join that silently drops rows;
-    3. orders each one as ``(other dims..., parts dim)`` (missing dims become length-1 axes, so a
-       ``mask`` over ``(query, key)`` broadcasts against ``(sample, ..., query, key)`` as in numpy),
-       calls the numpy function on the values with ``axis=-1``, and
-    4. labels the result: the other dims and every coordinate that lives on them are kept; an output
-       axis of the parts' length keeps the parts dim and its coordinates; an output axis of another
-       length gets a new dim (``"<dim>_alr"``, ``"<dim>_ilr"``; the inverses drop those suffixes);
-       pairwise results get ``<item>_a`` and ``<item>_b`` with the item coordinates on both sides.
-       Results that bundle several arrays (:class:`~attncoda.SinkContent` and friends) come back as
-       an :class:`xarray.Dataset` with one variable per field, so ``res.sink_share`` reads the same.
+       arguments such as ``power``'s exponent) with ``join="exact"``: labels that disagree are
+       an error, never an inner join that silently drops rows;
+    3. orders each one as ``(other dims..., parts dim)`` (missing dims become length-1 axes, so
+       a ``mask`` over ``(query, key)`` broadcasts against ``(sample, ..., query, key)`` as in
+       numpy), calls the numpy function on the values with ``axis=-1``, and
+    4. labels the result: the other dims and every coordinate that lives on them are kept; an
+       output axis of the parts' length keeps the parts dim and its coordinates; an output axis
+       of another length gets a new dim (``"<dim>_alr"``, ``"<dim>_ilr"``; the inverses drop
+       those suffixes); pairwise results get ``<item>_a`` and ``<item>_b`` with the item
+       coordinates on both sides. Results that bundle several arrays
+       (:class:`~attncoda.SinkContent` and friends) come back as an :class:`xarray.Dataset` with
+       one variable per field, so ``res.sink_share`` reads the same.
 
     The DataArray's values are read into numpy (a dask-backed array is computed); labels are the
-    point here, not laziness: for lazy data use ``xarray.apply_ufunc(..., dask="parallelized")``.
+    point here, not laziness: for lazy data use :func:`xarray.map_blocks` with a ``template``.
     """
 
     def wrap(fn: F) -> F:

@@ -1,7 +1,10 @@
 """Compositional data analysis on attention rows: closure, log-ratio transforms, the Aitchison geometry.
 
 All functions accept numpy arrays and torch tensors of any leading shape, with the parts on
-``axis`` (default ``-1``), and return the same kind of array on the same device. Names and
+``axis`` (default ``-1``), and return the same kind of array on the same device; given
+:class:`xarray.DataArray` input they return DataArrays with the dims and coordinates kept (the
+parts dim is ``dim=``, else ``"key"``; the maths page has the rules), and every function
+that can meet a row with too few visible parts takes ``degenerate="raise" | "nan"``. Names and
 argument order follow :mod:`skbio.stats.composition` (``clr(x, axis=-1, validate=True)``), with
 three additions:
 
