@@ -467,11 +467,6 @@ def _combine(parts: list[xr.Dataset]) -> xr.Dataset:
         fill_value=_FILL,
     )
     out = out.assign_coords(sample=np.arange(out.sizes["sample"]))
-    if "token" in out.coords:  # concat fills with the object dtype's NaN despite _FILL
-        tokens = out["token"].values
-        missing = np.array([not isinstance(t, str) for t in tokens.flat], bool)
-        tokens[missing.reshape(tokens.shape)] = ""
-        out = out.assign_coords(token=(out["token"].dims, tokens))
     return out
 
 

@@ -157,12 +157,15 @@ def test_generate_and_independent_passes_get_tokens():
         warnings.simplefilter("ignore", SinkTokenWarning)
         with torch.no_grad(), capture(model, layers=[0], tokenizer=tok) as cap:
             model.generate(**tok("Hi", return_tensors="pt"), max_new_tokens=3, do_sample=False)
-            model(**tok("Word", return_tensors="pt"))
+            model(**tok("Words!", return_tensors="pt"))
     ds = cap.dataset
     ids = ds.token_id.values
     assert ds.token.values[0, :2].tolist() == ["H", "i"]  # prompt, then generated tokens
-    assert ds.token.values[0].tolist() == [tok.decode([i]) or f"<{i}>" for i in ids[0]]
-    assert ds.token.values[1].tolist() == ["W", "o", "r", "d"]
+    generated = ids[0][ids[0] >= 0]
+    assert len(generated) == 4  # 2 prompt tokens + 2 forwarded steps of generate()
+    assert ds.token.values[0, :4].tolist() == [tok.decode([i]) or f"<{i}>" for i in generated]
+    assert ds.token.values[0, 4:].tolist() == ["", ""]  # a shorter sample: no token there
+    assert ds.token.values[1].tolist() == list("Words!")
     assert ids.shape == ds.token.shape
 
 
