@@ -38,6 +38,7 @@ def _shell_commands() -> list[tuple[str, list[str]]]:
     """Every simple command of the shell blocks of the README and the docs."""
     cmds = []
     for where, block in _blocks({"bash", "console", "shell", "sh"}):
+        block = re.sub(r"\\\n\s*", " ", block)  # a command continued over lines is one line
         for line in block.splitlines():
             line = line.removeprefix("$ ").strip()
             if not line or line.startswith("#"):
@@ -183,6 +184,14 @@ def test_no_private_module_is_presented_as_api() -> None:
             if directive == "autoclass" and target == "attncoda._accessor.PlotAccessor":
                 continue
             assert not private, f"{page.name}: {directive}:: {target} presents a private module"
+
+
+def test_cli_page_lists_the_exit_codes_of_the_command() -> None:
+    """docs/cli.md's table of exit codes has exactly the codes ``attncoda --help`` lists."""
+    from attncoda.cli import EXIT_CODES
+
+    table = re.findall(r"^\| (\d+) \|", (DOCS / "cli.md").read_text(encoding="utf-8"), re.M)
+    assert sorted(int(code) for code in table) == sorted(code for code, _ in EXIT_CODES)
 
 
 def test_every_page_is_in_a_toctree() -> None:
