@@ -95,7 +95,7 @@ def sink_keys(model: str) -> tuple[str, ...]:
     return ("first", "[SEP]") if model == "minilm-l6" else ("first",)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "", text.lower()) or "x"
 
 
@@ -157,7 +157,7 @@ def segment_pairs(tokenizer: Any, text: str, n: int, length: int) -> dict[str, A
 
 
 def cell_path(cells: Path, model: str, sink: str, text: str, length: int, block: int) -> Path:
-    return cells / model / f"{text}-{_slug(sink)}-L{length}-b{block:03d}.nc"
+    return cells / model / f"{text}-{slug(sink)}-L{length}-b{block:03d}.nc"
 
 
 def _clean_attrs(ds: xr.Dataset) -> xr.Dataset:

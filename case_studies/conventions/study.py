@@ -12,6 +12,10 @@ verdict) into the README. A model whose cells are incomplete is reported as pend
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
+import json
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -41,6 +45,7 @@ from .protocol import (
     measure_texts,
     registered_texts,
     sink_keys,
+    slug,
 )
 from .sinks import PAIR_SINK_LABELS, PAIR_SINKS
 
@@ -105,40 +110,21 @@ def analyse(
                 )
                 continue
             _record(prov, model, texts, meta)
-            t0 = time.perf_counter()
-            log(f"{model} {sink}: analysing {cmp.sizes['sample']} windows")
-            fl = ev.flips(cmp, size.n_boot, key)
-            frames["flip_rates"].append(fl)
-            agree, struct, fits = ev.clustering(cmp, key)
-            frames["clustering_agreement"].append(agree)
-            frames["clustering_structure"].append(struct)
-            frames["clustering_artifact"].append(ev.artifact(cmp, size.n_boot_cluster, key))
-            frac, trans, b = ev.entropy(cmp, size.n_boot, key)
-            frames["entropy_fraction"].append(frac)
-            frames["entropy_attribution"].append(trans)
+            got, b = _cached(
+                cells / model / "tables" / f"{slug(sink)}-{_fingerprint(cells, meta, size)}",
+                out,
+                lambda folder, cmp=cmp, key=key, meta=meta, needed=needed: _model_tables(
+                    cmp, key, meta, needed, size, folder
+                ),
+            )
+            for name, df in got.items():
+                frames[name].append(df)
             boots.update({f"{model}|{sink}|{k}": v for k, v in b.items()})
-            share = cmp["sink_share"].fillna(0) * cmp["n_rows"]
-            mean_share = share.sum("sample") / cmp["n_rows"].sum()
-            summ = {
-                **key,
-                "status": "complete",
-                "cells": len(meta),
-                "needed": needed,
-                "texts": len(set(cmp["text"].values.tolist())),
-                "windows": int(cmp.sizes["sample"]),
-                "tokens_per_window": size.length,
-                "heads": int(cmp.sizes["unit_a"]),
-                "layers": len(set(cmp["layer_a"].values.tolist())),
-                "sink_rate_0.3": float((mean_share > 0.3).mean()),
-                "mean_sink_share": float(mean_share.mean()),
-                "capture_s": float(sum(m["capture_s"] for m in meta)),
-                "cell_analysis_s": float(sum(m["analysis_s"] for m in meta)),
-                "table_analysis_s": time.perf_counter() - t0,
-            }
-            frames["summary"].append(pd.DataFrame([summ]))
-            _figures(model, sink, cmp, fits, out)
-            fr = ac.flip_rates(cmp, METRICS_FIG, n_boot=0)
-            flip_figs[f"{NAMES[model]} ({SINK_NAMES[sink]})"] = fr
+            fl = got["flip_rates"]
+            fl = fl[fl.text == "all"].set_index(["metric", "pair", "scope"])
+            flip_figs[f"{NAMES[model]} ({SINK_NAMES[sink]})"] = xr.Dataset.from_dataframe(
+                fl[["flip_rate", "ci_low", "ci_high"]]
+            )
     if "minilm-l6" in models:
         _pairs(size, cells, frames, prov)
     if flip_figs:
@@ -153,7 +139,94 @@ def analyse(
     return tables
 
 
-METRICS_FIG = ev.METRICS
+#: The tables one (model, sink) contributes; cached beside its cells.
+MODEL_TABLES = (
+    "flip_rates",
+    "clustering_agreement",
+    "clustering_structure",
+    "clustering_artifact",
+    "entropy_fraction",
+    "entropy_attribution",
+    "summary",
+)
+
+
+def _fingerprint(cells: Path, meta: list[dict[str, Any]], size: Size) -> str:
+    """What a (model, sink)'s tables depend on: its cells (name, size, mtime), the study's size
+    and the analysis code; a change to any of them recomputes the tables."""
+
+    files = []
+    for m in meta:
+        path = cells / str(m["model"]) / str(m["file"])
+        st = path.stat()
+        files.append([path.name, st.st_size, st.st_mtime_ns])
+    code = [Path(ev.__file__).read_text(), *map(inspect.getsource, (_model_tables, _pair_tables))]
+    blob = json.dumps([sorted(files), asdict(size), code], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _cached(
+    folder: Path, out: Path | None, compute: Any
+) -> tuple[dict[str, pd.DataFrame], dict[str, np.ndarray]]:
+    """The tables (CSVs), bootstrap replicates (``boots.npz``) and figures of one analysis,
+    computed once into ``folder`` (crash-safely) and copied from there afterwards."""
+    if not folder.is_dir():
+        with ac.atomic_output(folder, kind="folder", what="conventions tables") as tmp:
+            compute(tmp)
+    tables = {p.stem: ac.read_table(p) for p in sorted(folder.glob("*.csv"))}
+    with np.load(folder / "boots.npz") as z:
+        boots = {k.replace("__", " ").replace("_to_", "->"): z[k] for k in z.files}
+    if out is not None and (folder / "figures").is_dir():
+        figs = out / "figures"
+        figs.mkdir(parents=True, exist_ok=True)
+        for f in sorted((folder / "figures").glob("*")):
+            shutil.copy2(f, figs / f.name)
+    return tables, boots
+
+
+def _model_tables(
+    cmp: xr.Dataset,
+    key: dict[str, Any],
+    meta: list[dict[str, Any]],
+    needed: int,
+    size: Size,
+    folder: Path,
+) -> None:
+    """Every table of one (model, sink) from its cells, written into ``folder``."""
+    t0 = time.perf_counter()
+    log(f"{key['model']} {key['sink_key']}: analysing {cmp.sizes['sample']} windows")
+    got: dict[str, pd.DataFrame] = {"flip_rates": ev.flips(cmp, size.n_boot, key)}
+    agree, struct, fits = ev.clustering(cmp, key)
+    got["clustering_agreement"], got["clustering_structure"] = agree, struct
+    got["clustering_artifact"] = ev.artifact(cmp, size.n_boot_cluster, key)
+    frac, trans, boots = ev.entropy(cmp, size.n_boot, key)
+    got["entropy_fraction"], got["entropy_attribution"] = frac, trans
+    share = cmp["sink_share"].fillna(0) * cmp["n_rows"]
+    mean_share = share.sum("sample") / cmp["n_rows"].sum()
+    summ = {
+        **key,
+        "status": "complete",
+        "cells": len(meta),
+        "needed": needed,
+        "texts": len(set(cmp["text"].values.tolist())),
+        "windows": int(cmp.sizes["sample"]),
+        "tokens_per_window": size.length,
+        "heads": int(cmp.sizes["unit_a"]),
+        "layers": len(set(cmp["layer_a"].values.tolist())),
+        "sink_rate_0.3": float((mean_share > 0.3).mean()),
+        "mean_sink_share": float(mean_share.mean()),
+        "capture_s": float(sum(m["capture_s"] for m in meta)),
+        "cell_analysis_s": float(sum(m["analysis_s"] for m in meta)),
+        "table_analysis_s": time.perf_counter() - t0,
+    }
+    got["summary"] = pd.DataFrame([summ])
+    for name, df in got.items():
+        ac.write_table(df, folder / f"{name}.csv")
+    np.savez(
+        folder / "boots.npz",
+        **{k.replace(" ", "__").replace("->", "_to_"): v for k, v in boots.items()},
+    )
+    _figures(str(key["model"]), str(key["sink_key"]), cmp, fits, folder)
 
 
 def _record(prov: Any, model: str, texts: Sequence[str], meta: list[dict[str, Any]]) -> None:
@@ -190,7 +263,7 @@ def _figures(
 
 def _pairs(size: Size, cells: Path, frames: dict[str, list[pd.DataFrame]], prov: Any) -> None:
     n_blocks = _n_blocks(size.pairs, size.pair_block)
-    loaded: dict[str, xr.Dataset] = {}
+    loaded: dict[str, tuple[xr.Dataset, list[dict[str, Any]]]] = {}
     for choice in PAIR_CELL_SINKS:
         cmp, meta = load_cells(cells, "minilm-l6", choice, ["pairs"], size.pair_length, n_blocks)
         frames["cells"].append(pd.DataFrame(meta).assign(needed=n_blocks))
@@ -204,63 +277,75 @@ def _pairs(size: Size, cells: Path, frames: dict[str, list[pd.DataFrame]], prov:
                 prov.token_sha256[f"minilm-l6/wikipedia-pairs/block{m['block']}"] = m[
                     "tokens_sha256"
                 ]
-        loaded[choice] = cmp
-    rows = []
+        loaded[choice] = (cmp, meta)
     for choice in PAIR_SINKS:
         base = "row-argmax" if choice == "head-argmax" else choice
         if base not in loaded:
-            rows.append(pd.DataFrame([{"sink_choice": choice, "status": "pending"}]))
+            frames["pairs"].append(pd.DataFrame([{"sink_choice": choice, "status": "pending"}]))
             continue
-        cmp = loaded[base]
-        key = {"model": "minilm-l6", "sink_key": choice}
-        if choice == "head-argmax":
-            cmp = cmp.assign(sink_share=cmp["head_argmax_share"])
-            art = ev.artifact(cmp, size.n_boot_cluster, key, with_dropped=False)
-        else:
-            art = ev.artifact(cmp, size.n_boot_cluster, key)
-            fl = ac.flip_rates(
-                cmp, ev.METRICS, between=(("kept", "dropped"),), by_layer=False, n_boot=size.n_boot
-            )
-            cols = ["flip_rate", "ci_low", "ci_high", "flips", "n_triples"]
-            frames["flip_rates"].append(
-                fl[cols].to_dataframe().reset_index().assign(**key, text="wikipedia-pairs")
-            )
-        frames["clustering_artifact"].append(art)
-        share = cmp["sink_share"].fillna(0) * cmp["n_rows"]
-        mean_share = share.sum("sample") / cmp["n_rows"].sum()
-        verdict, why = ev.artifact_verdict(art)
-        rows.append(
-            pd.DataFrame(
-                [
-                    {
-                        "sink_choice": choice,
-                        "status": "complete",
-                        "pairs": int(cmp.sizes["sample"]),
-                        "tokens_per_pair": size.pair_length,
-                        "mean_sink_share": float(mean_share.mean()),
-                        "sink_rate_0.3": float((mean_share > 0.3).mean()),
-                        "artifact": verdict,
-                        "why": why,
-                    }
-                ]
-            )
+        cmp, meta = loaded[base]
+        folder = (
+            cells / "minilm-l6" / "tables" / f"pairs-{choice}-{_fingerprint(cells, meta, size)}"
         )
-    frames["pairs"].extend(rows)
-    if "row-argmax" in loaded:
-        tok = loaded["row-argmax"]["row_sink_token"].values.ravel()
-        key_pos = loaded["row-argmax"]["row_sink_key"].values
+        got, _ = _cached(
+            folder,
+            None,
+            lambda tmp, cmp=cmp, choice=choice: _pair_tables(cmp, choice, size, tmp),
+        )
+        for name, df in got.items():
+            frames[name].append(df)
+
+
+def _pair_tables(cmp: xr.Dataset, choice: str, size: Size, folder: Path) -> None:
+    """The artifact statistics, flip rates and summary row of one sink choice of the pairs."""
+    log(f"minilm-l6 pairs {choice}: analysing {cmp.sizes['sample']} pairs")
+    key = {"model": "minilm-l6", "sink_key": choice}
+    got: dict[str, pd.DataFrame] = {}
+    if choice == "head-argmax":
+        cmp = cmp.assign(sink_share=cmp["head_argmax_share"])
+        art = ev.artifact(cmp, size.n_boot_cluster, key, with_dropped=False)
+    else:
+        art = ev.artifact(cmp, size.n_boot_cluster, key)
+        fl = ac.flip_rates(
+            cmp, ev.METRICS, between=(("kept", "dropped"),), by_layer=False, n_boot=size.n_boot
+        )
+        cols = ["flip_rate", "ci_low", "ci_high", "flips", "n_triples"]
+        got["flip_rates"] = (
+            fl[cols].to_dataframe().reset_index().assign(**key, text="wikipedia-pairs")
+        )
+    got["clustering_artifact"] = art
+    share = cmp["sink_share"].fillna(0) * cmp["n_rows"]
+    mean_share = share.sum("sample") / cmp["n_rows"].sum()
+    verdict, why = ev.artifact_verdict(art)
+    got["pairs"] = pd.DataFrame(
+        [
+            {
+                "sink_choice": choice,
+                "status": "complete",
+                "pairs": int(cmp.sizes["sample"]),
+                "tokens_per_pair": size.pair_length,
+                "mean_sink_share": float(mean_share.mean()),
+                "sink_rate_0.3": float((mean_share > 0.3).mean()),
+                "artifact": verdict,
+                "why": why,
+            }
+        ]
+    )
+    if choice == "row-argmax":
+        tok = cmp["row_sink_token"].values.ravel()
         names = {101: "[CLS]", 102: "[SEP]"}
         labels = np.array([names.get(int(t), "other") for t in tok])
-        own = _own_sep_share(key_pos, size.pair_length)
-        frames["pairs_sink_tokens"].append(
-            pd.DataFrame(
-                [
-                    {"most_attended": lab, "share_of_rows": float((labels == lab).mean())}
-                    for lab in ("[CLS]", "[SEP]", "other")
-                ]
-                + [{"most_attended": "[SEP] closing the query's segment", "share_of_rows": own}]
-            )
+        own = _own_sep_share(cmp["row_sink_key"].values, size.pair_length)
+        got["pairs_sink_tokens"] = pd.DataFrame(
+            [
+                {"most_attended": lab, "share_of_rows": float((labels == lab).mean())}
+                for lab in ("[CLS]", "[SEP]", "other")
+            ]
+            + [{"most_attended": "[SEP] closing the query's segment", "share_of_rows": own}]
         )
+    for name, df in got.items():
+        ac.write_table(df, folder / f"{name}.csv")
+    np.savez(folder / "boots.npz")
 
 
 def _own_sep_share(key_pos: np.ndarray, length: int) -> float:
