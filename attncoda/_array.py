@@ -841,15 +841,16 @@ def labelled(spec: Spec) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         sig = inspect.signature(fn)
         params = list(sig.parameters.values())
+        has_dim = bool(spec.parts)  # functions of summaries have no parts dim to name
         dim_param = inspect.Parameter(
             "dim", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="str | None"
         )
-        new_sig = sig.replace(parameters=[*params, dim_param])
+        new_sig = sig.replace(parameters=[*params, dim_param]) if has_dim else sig
         names = set(spec.parts) | set(spec.rows)
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
-            dim = kwargs.pop("dim", None)
+            dim = kwargs.pop("dim", None) if has_dim else None
             if dim is None and not _any_labelled(args, kwargs):
                 return fn(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
@@ -869,10 +870,33 @@ def labelled(spec: Spec) -> Callable[[F], F]:
             return _call_labelled(fn, spec, bound, dim)
 
         call.__signature__ = new_sig  # type: ignore[attr-defined]
+        call.__doc__ = _with_dim_doc(fn.__doc__) if has_dim else fn.__doc__
         MATHS_FUNCTIONS.append(fn.__name__)
         return call  # type: ignore[return-value]
 
     return wrap
+
+
+_DIM_DOC = """    dim : str, optional
+        With :class:`xarray.DataArray` input, the parts dim; default ``"key"`` when present
+        (the rules are on the maths page, under "The maths functions"). Refused for numpy and
+        torch input, which take ``axis``.
+"""
+
+
+def _with_dim_doc(doc: str | None) -> str | None:
+    """``doc`` with ``dim`` listed at the end of its Parameters section (when it has one)."""
+    if not doc or "    Parameters\n    ----------\n" not in doc:
+        return doc
+    start = doc.index("    Parameters\n    ----------\n")
+    ends = [
+        doc.find(f"\n    {name}\n    {'-' * len(name)}\n", start)
+        for name in ("Returns", "Raises", "See Also", "Notes", "References", "Examples")
+    ]
+    end = min((e for e in ends if e > start), default=-1)
+    if end < 0:
+        return doc
+    return doc[:end] + _DIM_DOC + doc[end:]
 
 
 def _any_labelled(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:

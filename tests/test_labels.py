@@ -484,3 +484,21 @@ def test_map_blocks_with_a_template_as_docs_cluster_says():
         template=lazy.isel(key=0, drop=True),
     )
     same_values(out.compute(), ac.entropy(rows.values, from_logits=True))
+
+
+@pytest.mark.parametrize("name", sorted(MATHS_FUNCTIONS))
+def test_signature_and_docs_show_dim_where_there_is_a_parts_dim(name):
+    import inspect
+
+    fn = getattr(ac, name)
+    summaries_only = name in {
+        "binary_entropy",
+        "binary_entropy_from_logs",
+        "attribute_entropy_change",
+    }
+    assert ("dim" in inspect.signature(fn).parameters) is not summaries_only
+    if not summaries_only and "Parameters\n    ----------" in fn.__doc__:
+        assert "    dim : str, optional\n" in fn.__doc__
+    if summaries_only:
+        with pytest.raises(TypeError):
+            fn(*([0.5] * len(inspect.signature(fn).parameters)), dim="key")
