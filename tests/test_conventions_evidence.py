@@ -170,6 +170,7 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
         pairs=2,
         pair_length=12,
         pair_block=1,
+        pair_run=1,
         n_boot=5,
         n_boot_cluster=2,
     )

@@ -53,6 +53,7 @@ class Size:
     pairs: int  # two-segment MiniLM pairs
     pair_length: int  # tokens per pair, special tokens included
     pair_block: int
+    pair_run: int  # consecutive pairs per bootstrap unit (they continue one another)
     n_boot: int  # bootstrap replicates of flip rates and entropy fractions
     n_boot_cluster: int  # bootstrap replicates of the clustering statistics
 
@@ -64,6 +65,7 @@ FULL = Size(
     pairs=512,
     pair_length=128,
     pair_block=32,
+    pair_run=8,
     n_boot=200,
     n_boot_cluster=50,
 )
@@ -74,6 +76,7 @@ QUICK = Size(
     pairs=4,
     pair_length=32,
     pair_block=2,
+    pair_run=1,
     n_boot=20,
     n_boot_cluster=5,
 )

@@ -93,8 +93,9 @@ def head_argmax_share(ds: xr.Dataset) -> xr.DataArray:
     )
 
 
-def _merge_groups(cmp: xr.Dataset, parent: np.ndarray, samples: np.ndarray) -> xr.Dataset:
-    """Merge pseudo-samples back into their samples, weighting the row means by row counts."""
+def merge_samples(cmp: xr.Dataset, parent: np.ndarray, samples: np.ndarray) -> xr.Dataset:
+    """Merge per-sample comparisons into groups (sample ``i`` into ``samples[parent[i]]``),
+    weighting the row means by row counts: exact, as the core's per-sample values are means."""
     n = np.asarray(cmp["n_rows"].values, np.float64)
     onehot = (parent[None, :] == np.arange(len(samples))[:, None]).astype(np.float64)  # (S, G)
     total = onehot @ n
@@ -166,4 +167,4 @@ def comparisons_by_row_sink(
     grouped.attrs = ds.attrs
     sink = xr.DataArray(np.asarray(keys, np.int64), dims="sample")
     cmp = ac.head_comparisons(grouped, metrics, per_sample=True, sink=sink)
-    return _merge_groups(cmp, np.asarray(parent), np.asarray(ds["sample"].values))
+    return merge_samples(cmp, np.asarray(parent), np.asarray(ds["sample"].values))

@@ -47,7 +47,7 @@ from .protocol import (
     sink_keys,
     slug,
 )
-from .sinks import PAIR_SINK_LABELS, PAIR_SINKS
+from .sinks import PAIR_SINK_LABELS, PAIR_SINKS, merge_samples
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_MODELS = ("minilm-l6", "smollm2-135m", "gemma3-270m")
@@ -301,8 +301,27 @@ def _pair_tables(cmp: xr.Dataset, choice: str, size: Size, folder: Path) -> None
     log(f"minilm-l6 pairs {choice}: analysing {cmp.sizes['sample']} pairs")
     key = {"model": "minilm-l6", "sink_key": choice}
     got: dict[str, pd.DataFrame] = {}
+    if choice == "row-argmax":
+        tok = cmp["row_sink_token"].values.ravel()
+        names = {101: "[CLS]", 102: "[SEP]"}
+        labels = np.array([names.get(int(t), "other") for t in tok])
+        own = _own_sep_share(cmp["row_sink_key"].values, size.pair_length)
+        got["pairs_sink_tokens"] = pd.DataFrame(
+            [
+                {"most_attended": lab, "share_of_rows": float((labels == lab).mean())}
+                for lab in ("[CLS]", "[SEP]", "other")
+            ]
+            + [{"most_attended": "[SEP] closing the query's segment", "share_of_rows": own}]
+        )
+    n_pairs = int(cmp.sizes["sample"])
     if choice == "head-argmax":
         cmp = cmp.assign(sink_share=cmp["head_argmax_share"])
+    # bootstrap unit: runs of consecutive pairs (they continue one another, so single pairs
+    # are not independent); the point estimates are row-weighted means either way
+    cmp = cmp[[v for v in cmp.data_vars if "unit_a" in cmp[v].dims or v == "n_rows"]]
+    parent = np.arange(n_pairs) // size.pair_run
+    cmp = merge_samples(cmp, parent, np.array([f"pairs/run{i}" for i in range(parent.max() + 1)]))
+    if choice == "head-argmax":
         art = ev.artifact(cmp, size.n_boot_cluster, key, with_dropped=False)
     else:
         art = ev.artifact(cmp, size.n_boot_cluster, key)
@@ -322,7 +341,8 @@ def _pair_tables(cmp: xr.Dataset, choice: str, size: Size, folder: Path) -> None
             {
                 "sink_choice": choice,
                 "status": "complete",
-                "pairs": int(cmp.sizes["sample"]),
+                "pairs": n_pairs,
+                "bootstrap_unit": f"{size.pair_run} consecutive pairs",
                 "tokens_per_pair": size.pair_length,
                 "mean_sink_share": float(mean_share.mean()),
                 "sink_rate_0.3": float((mean_share > 0.3).mean()),
@@ -331,18 +351,6 @@ def _pair_tables(cmp: xr.Dataset, choice: str, size: Size, folder: Path) -> None
             }
         ]
     )
-    if choice == "row-argmax":
-        tok = cmp["row_sink_token"].values.ravel()
-        names = {101: "[CLS]", 102: "[SEP]"}
-        labels = np.array([names.get(int(t), "other") for t in tok])
-        own = _own_sep_share(cmp["row_sink_key"].values, size.pair_length)
-        got["pairs_sink_tokens"] = pd.DataFrame(
-            [
-                {"most_attended": lab, "share_of_rows": float((labels == lab).mean())}
-                for lab in ("[CLS]", "[SEP]", "other")
-            ]
-            + [{"most_attended": "[SEP] closing the query's segment", "share_of_rows": own}]
-        )
     for name, df in got.items():
         ac.write_table(df, folder / f"{name}.csv")
     np.savez(folder / "boots.npz")
