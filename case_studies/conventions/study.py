@@ -111,7 +111,10 @@ def analyse(
                 continue
             _record(prov, model, texts, meta)
             got, b = _cached(
-                cells / model / "tables" / f"{slug(sink)}-{_fingerprint(cells, meta, size)}",
+                cells
+                / model
+                / "tables"
+                / f"{slug(sink)}-{_fingerprint(cells, meta, size, MODEL_FIELDS, _model_tables)}",
                 out,
                 lambda folder, cmp=cmp, key=key, meta=meta, needed=needed: _model_tables(
                     cmp, key, meta, needed, size, folder
@@ -151,18 +154,26 @@ MODEL_TABLES = (
 )
 
 
-def _fingerprint(cells: Path, meta: list[dict[str, Any]], size: Size) -> str:
-    """What a (model, sink)'s tables depend on: its cells (name, size, mtime), the study's size
-    and the analysis code; a change to any of them recomputes the tables."""
-
+def _fingerprint(
+    cells: Path, meta: list[dict[str, Any]], size: Size, fields: Sequence[str], code: Any
+) -> str:
+    """What one analysis depends on: its cells (name, size, mtime), the ``fields`` of the study's
+    size it reads, and its code (the function ``code`` and :mod:`.evidence`); a change to any of
+    them recomputes it."""
     files = []
     for m in meta:
         path = cells / str(m["model"]) / str(m["file"])
         st = path.stat()
         files.append([path.name, st.st_size, st.st_mtime_ns])
-    code = [Path(ev.__file__).read_text(), *map(inspect.getsource, (_model_tables, _pair_tables))]
-    blob = json.dumps([sorted(files), asdict(size), code], sort_keys=True).encode()
+    used = {f: getattr(size, f) for f in fields}
+    source = [Path(ev.__file__).read_text(), inspect.getsource(code)]
+    blob = json.dumps([sorted(files), used, source], sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+#: The fields of :class:`Size` each analysis reads.
+MODEL_FIELDS = ("windows", "length", "block", "n_boot", "n_boot_cluster")
+PAIR_FIELDS = ("pairs", "pair_length", "pair_block", "pair_run", "n_boot", "n_boot_cluster")
 
 
 def _cached(
@@ -285,7 +296,10 @@ def _pairs(size: Size, cells: Path, frames: dict[str, list[pd.DataFrame]], prov:
             continue
         cmp, meta = loaded[base]
         folder = (
-            cells / "minilm-l6" / "tables" / f"pairs-{choice}-{_fingerprint(cells, meta, size)}"
+            cells
+            / "minilm-l6"
+            / "tables"
+            / f"pairs-{choice}-{_fingerprint(cells, meta, size, PAIR_FIELDS, _pair_tables)}"
         )
         got, _ = _cached(
             folder,
