@@ -49,6 +49,7 @@ from . import _analysis as an
 from . import _view as vw
 from ._data import SUMMARY_VARIABLES
 from ._errors import EXIT_USAGE, AttncodaError
+from ._tables import write_table
 
 __all__ = [
     "MANIFEST",
@@ -222,20 +223,10 @@ def _fmt(x: float, digits: int = 3) -> str:
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        for row in rows:
-            w.writerow(
-                [
-                    (f"{v:.6g}" if math.isfinite(v) else "")
-                    if isinstance(v, (float, np.floating))
-                    else v
-                    for v in row
-                ]
-            )
-    os.replace(tmp, path)
+    """One of the report's tables, through :func:`write_table`: full precision, NaN as blank."""
+    import pandas as pd
+
+    write_table(pd.DataFrame([list(r) for r in rows], columns=list(header)), path)
 
 
 def _units(ds: xr.Dataset) -> str:
