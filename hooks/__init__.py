@@ -23,9 +23,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._capture import ATTENTION_NAME, Capture, CaptureError, CaptureSpec, capture
+    from ._capture import (
+        ATTENTION_NAME,
+        Capture,
+        CaptureError,
+        CaptureSpec,
+        SinkTokenWarning,
+        capture,
+    )
 
-__all__ = ["ATTENTION_NAME", "Capture", "CaptureError", "CaptureSpec", "capture"]
+__all__ = [
+    "ATTENTION_NAME",
+    "Capture",
+    "CaptureError",
+    "CaptureSpec",
+    "SinkTokenWarning",
+    "capture",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,8 +13,7 @@ import attncoda as ac
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
-from attncoda.hooks import capture  # noqa: E402
-from attncoda.hooks._spec import SinkTokenWarning  # noqa: E402  (exported by hooks: see report)
+from attncoda.hooks import SinkTokenWarning, capture  # noqa: E402
 from attncoda.hooks._tokens import token_strings  # noqa: E402
 
 ODD = ["é", "—", "🙂", "", " the", "\n", "<bos>", "ĠðŁ", 'a "quote"', "日本"]

@@ -11,8 +11,7 @@ import attncoda as ac
 from conftest import need
 
 torch = pytest.importorskip("torch")
-from attncoda.hooks import assets, capture  # noqa: E402
-from attncoda.hooks._spec import SinkTokenWarning  # noqa: E402
+from attncoda.hooks import SinkTokenWarning, assets, capture  # noqa: E402
 
 pytestmark = pytest.mark.real
 

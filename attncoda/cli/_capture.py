@@ -156,6 +156,7 @@ def _cmd_capture(args: argparse.Namespace) -> int:
             heads=args.heads,
             queries=args.queries,
             sink=sink,
+            tokenizer=tokenizer,  # the token coordinate, and the warning for a non-special sink
             progress=not args.quiet,
             desc=f"capture {args.what}",
         )
