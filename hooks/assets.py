@@ -67,6 +67,7 @@ import lzma
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -392,6 +393,108 @@ _AUSTEN_TITLES = {
     "persuasion": "Persuasion",
 }
 
+#: The books of the World English Bible module (``sword-text-web``) by OSIS id, with their usual
+#: English names, in the module's order: the 39 Old Testament books (Greek Daniel after Daniel),
+#: the deuterocanon as the NRSVA versification orders it, the 27 New Testament books. The preface
+#: and the glossary are documents too, read from the module's ``front`` and ``glossary`` divs.
+_WEB_BOOKS = {
+    "front": "Preface",
+    **dict(
+        zip(
+            "Gen Exod Lev Num Deut Josh Judg Ruth 1Sam 2Sam 1Kgs 2Kgs 1Chr 2Chr Ezra Neh Esth Job "
+            "Ps Prov Eccl Song Isa Jer Lam Ezek Dan DanGr Hos Joel Amos Obad Jonah Mic Nah Hab "
+            "Zeph Hag Zech Mal Tob Jdt EsthGr Wis Sir Bar 1Macc 2Macc 1Esd PrMan AddPs 3Macc 2Esd "
+            "4Macc Matt Mark Luke John Acts Rom 1Cor 2Cor Gal Eph Phil Col 1Thess 2Thess 1Tim 2Tim "
+            "Titus Phlm Heb Jas 1Pet 2Pet 1John 2John 3John Jude Rev".split(),
+            (
+                "Genesis",
+                "Exodus",
+                "Leviticus",
+                "Numbers",
+                "Deuteronomy",
+                "Joshua",
+                "Judges",
+                "Ruth",
+                "1 Samuel",
+                "2 Samuel",
+                "1 Kings",
+                "2 Kings",
+                "1 Chronicles",
+                "2 Chronicles",
+                "Ezra",
+                "Nehemiah",
+                "Esther",
+                "Job",
+                "Psalms",
+                "Proverbs",
+                "Ecclesiastes",
+                "Song of Solomon",
+                "Isaiah",
+                "Jeremiah",
+                "Lamentations",
+                "Ezekiel",
+                "Daniel",
+                "Daniel (Greek)",
+                "Hosea",
+                "Joel",
+                "Amos",
+                "Obadiah",
+                "Jonah",
+                "Micah",
+                "Nahum",
+                "Habakkuk",
+                "Zephaniah",
+                "Haggai",
+                "Zechariah",
+                "Malachi",
+                "Tobit",
+                "Judith",
+                "Esther (Greek)",
+                "Wisdom of Solomon",
+                "Sirach",
+                "Baruch",
+                "1 Maccabees",
+                "2 Maccabees",
+                "1 Esdras",
+                "Prayer of Manasseh",
+                "Psalm 151",
+                "3 Maccabees",
+                "2 Esdras",
+                "4 Maccabees",
+                "Matthew",
+                "Mark",
+                "Luke",
+                "John",
+                "Acts",
+                "Romans",
+                "1 Corinthians",
+                "2 Corinthians",
+                "Galatians",
+                "Ephesians",
+                "Philippians",
+                "Colossians",
+                "1 Thessalonians",
+                "2 Thessalonians",
+                "1 Timothy",
+                "2 Timothy",
+                "Titus",
+                "Philemon",
+                "Hebrews",
+                "James",
+                "1 Peter",
+                "2 Peter",
+                "1 John",
+                "2 John",
+                "3 John",
+                "Jude",
+                "Revelation",
+            ),
+            strict=True,
+        )
+    ),
+    "glossary": "Glossary",
+}
+
 _WIKI_MEMBER = (
     "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 )
@@ -616,6 +719,27 @@ _ASSET_LIST: tuple[Asset, ...] = (
         licence="CC BY-SA (Wikipedia); gensim LGPL-2.1",
         details={"member": _WIKI_MEMBER, "min_words": 200},
     ),
+    Asset(
+        name="web",
+        kind="corpus",
+        description="World English Bible with deuterocanon (SWORD zText module), one file per book",
+        packages=(
+            _deb(
+                "sword-text-web",
+                "426.0-1",
+                "sword-text-web_426.0-1_all.deb",
+                "930b23670b352f0829a306501de4bebb5e654a2df02cde2cbe86b802177868e1",
+                3_956_428,
+            ),
+        ),
+        licence="public domain (text; the name is a trademark if the text is changed)",
+        details={
+            "module_dir": "usr/share/sword/modules/texts/ztext/engWEB2015eb/",
+            "conf": "usr/share/sword/mods.d/engWEB2015eb.conf",
+            "copyright": "usr/share/doc/sword-text-web/copyright",
+            "documents": tuple(_WEB_BOOKS.values()),
+        },
+    ),
 )
 
 #: The registry of pinned assets, by name, in a stable order (models first).
@@ -631,6 +755,7 @@ _BUILD_VERSIONS: dict[str, int] = {
     "austen": 1,
     "mobydick": 1,
     "wikipedia": 1,
+    "web": 1,
 }
 
 
@@ -1916,6 +2041,147 @@ def _extract_licences(asset: Asset, files: Mapping[str, Path], out: Path) -> Non
                             (dest / base).write_bytes(zf.read(n))
 
 
+def _read_ztext(bzs: bytes, bzv: bytes, bzz: bytes, label: str) -> list[str]:
+    """The raw OSIS of every non-empty verse slot of one SWORD zText testament, in slot order.
+
+    ``.bzs`` holds one little-endian record per zlib block (offset into ``.bzz``, compressed
+    size, uncompressed size: three uint32); ``.bzv`` one per versification slot (block uint32,
+    offset uint32, size uint16, into the decompressed block). Zero-size slots are empty; a slot
+    that repeats an earlier slot's record (a linked verse) is read once. Slot order is the
+    versification's order, as SWORD front-ends show it; a block may also hold superseded copies
+    of a slot's text that no slot points to (the module's writer rewrites a slot when it appends
+    a verse the versification lacks, e.g. Romans 14:24-26), and they are not read.
+
+    A size over 65,535 bytes wraps around in its uint16 (Greek Daniel, which osis2mod put whole
+    into one slot): a slot's size is taken as the largest that is congruent modulo 65,536 to the
+    recorded one and does not run into the next slot of its block.
+    """
+    if len(bzs) % 12 or len(bzv) % 10:
+        raise AssetBuildError(f"{label}: .bzs/.bzv sizes are not whole records")
+    blocks = [struct.unpack_from("<III", bzs, i) for i in range(0, len(bzs), 12)]
+    records = [struct.unpack_from("<IIH", bzv, i) for i in range(0, len(bzv), 10)]
+    starts: dict[int, list[int]] = {}
+    for slot, (block, offset, size) in enumerate(records):
+        if not size:
+            continue
+        if block >= len(blocks) or offset + size > blocks[block][2]:
+            raise AssetBuildError(f"{label}: verse slot {slot} falls outside its block")
+        starts.setdefault(block, []).append(offset)
+    texts: dict[int, bytes] = {}
+    seen: set[tuple[int, int, int]] = set()
+    out: list[str] = []
+    for block, offset, size in records:
+        if not size or (block, offset, size) in seen:
+            continue
+        seen.add((block, offset, size))
+        if block not in texts:
+            start, length, expected = blocks[block]
+            try:
+                texts[block] = zlib.decompress(bzz[start : start + length])
+            except zlib.error as err:
+                raise AssetBuildError(
+                    f"{label}: block {block} does not decompress: {err}"
+                ) from None
+            if len(texts[block]) != expected:
+                raise AssetBuildError(f"{label}: block {block} has the wrong uncompressed size")
+        limit = min((o for o in starts[block] if o > offset), default=len(texts[block]))
+        size += (limit - offset - size) // 65536 * 65536
+        out.append(texts[block][offset : offset + size].decode("utf-8"))
+    return out
+
+
+# OSIS elements dropped with their content: footnotes and cross-references (``note``, which holds
+# ``rdg``/``catchWord``/``reference``), and headings (``title``: book and section headings and the
+# psalm superscriptions). A note becomes a space: it can sit between two words (Genesis 1:1).
+_OSIS_DROP = re.compile(r"<note\b[^>]*>.*?</note>|<title\b[^>]*>.*?</title>", re.S)
+# the start of a book, the preface or the glossary, and of a chapter (it names its book)
+_OSIS_BOOK = re.compile(
+    r'<div\b(?=[^>]*\bsID=)(?=[^>]*\btype="(book|front|glossary)")(?:(?=[^>]*\bosisID="([^"]+)"))?'
+    r'[^>]*>|<chapter\b(?=[^>]*\bsID=)[^>]*\bosisID="([^".]+)\.[^"]*"[^>]*>'
+)
+# paragraph starts and line breaks in poetry (``l`` ends); chapters also start a paragraph
+_OSIS_PARA = re.compile(r'<div\b(?=[^>]*\bsID=)[^>]*\btype="x-p"[^>]*>|<lb\b[^>]*type="x-p"[^>]*>')
+_OSIS_LINE = re.compile(r"</l>|<l\b[^>]*\beID=[^>]*>|<item\b[^>]*>")
+_OSIS_TAG = re.compile(r"<[^>]*>")
+
+
+def _osis_documents(verses: Sequence[str], names: Mapping[str, str]) -> dict[str, str]:
+    """Plain text per book from the OSIS verses of a SWORD module, in the order of ``names``.
+
+    Kept: the words of every verse (and of the preface and glossary), with the module's
+    paragraphs as blank-line-separated blocks (chapters start one), each verse and each poetry
+    line on its own line inside its paragraph. Dropped: notes, cross-references, headings and
+    every tag (Strong's numbers, milestones, quotation and speaker markup), keeping their text.
+    """
+    parts: dict[str, list[str]] = {}
+    current: str | None = None
+    for verse in verses:
+        pieces = _OSIS_BOOK.split(_OSIS_DROP.sub(" ", verse))
+        # split() yields text, then (type, osisID, chapter book) per marker, then text ...
+        for k in range(0, len(pieces), 4):
+            if k:
+                kind, osis_id, chapter_book = pieces[k - 3 : k]
+                key = osis_id if kind == "book" else (kind or chapter_book)
+                if key not in names:
+                    raise AssetBuildError(f"the module has an unknown book {key!r}")
+                if names[key] != current:
+                    current = names[key]
+                    parts.setdefault(current, [])
+                if chapter_book:
+                    parts[current].append("\n\n")
+            text = pieces[k]
+            if current is None:
+                if _OSIS_TAG.sub("", text).strip():
+                    raise AssetBuildError("the module has text before its first book")
+                continue
+            text = _OSIS_PARA.sub("\n\n", text)
+            parts[current].append(_OSIS_LINE.sub("\n", text))
+        if current is not None:
+            parts[current].append("\n")
+    out: dict[str, str] = {}
+    # in the order of ``names`` (for this module, its own slot order)
+    for name in (n for n in dict.fromkeys(names.values()) if n in parts):
+        chunks = parts[name]
+        text = html.unescape(_OSIS_TAG.sub("", "".join(chunks)))
+        lines = [" ".join(line.split()) for line in text.split("\n")]
+        out[name] = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip("\n") + "\n"
+    return out
+
+
+def _build_web(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    pkg = asset.packages[0]
+    base = asset.details["module_dir"]
+    members = [base + f"{t}.{ext}" for t in ("ot", "nt") for ext in ("bzs", "bzv", "bzz")]
+    raw = _deb_data_files(
+        files[pkg.name], [*members, asset.details["conf"], asset.details["copyright"]], pkg
+    )
+    conf = raw[asset.details["conf"]].decode("utf-8")
+    for setting in ("ModDrv=zText", "SourceType=OSIS", "CompressType=ZIP", "Encoding=UTF-8"):
+        if setting not in conf.splitlines():
+            raise AssetBuildError(f"{pkg.filename}: the module's conf lacks {setting}")
+    report("reading the SWORD zText module")
+    verses: list[str] = []
+    for t in ("ot", "nt"):
+        bzs, bzv, bzz = (raw[base + f"{t}.{ext}"] for ext in ("bzs", "bzv", "bzz"))
+        verses += _read_ztext(bzs, bzv, bzz, f"{pkg.filename} {t}")
+    books = _osis_documents(verses, _WEB_BOOKS)
+    expected = list(asset.details["documents"])
+    if list(books) != expected:
+        raise AssetBuildError(
+            f"{pkg.filename}: the module's books are not the expected ones "
+            f"(missing {sorted(set(expected) - set(books))}, extra {sorted(set(books) - set(expected))})"
+        )
+    docs = []
+    for name, text in books.items():
+        file = f"{_slug(name)}.txt"
+        _write_text(out / file, text)
+        docs.append(_document_record(name, file, text))
+    (out / "COPYRIGHT").write_bytes(raw[asset.details["copyright"]])
+    return {"documents": docs}
+
+
 def _build_hf_folder(
     asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
 ) -> dict[str, Any]:
@@ -2211,6 +2477,7 @@ _BUILDERS: dict[str, _Builder] = {
     "austen": _build_austen,
     "mobydick": _build_mobydick,
     "wikipedia": _build_wikipedia,
+    "web": _build_web,
 }
 
 
