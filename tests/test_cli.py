@@ -355,3 +355,16 @@ def test_hooks_module_has_examples(name: str) -> None:
     module = importlib.import_module(f"attncoda.hooks.{name}")
     examples = sum(len(t.examples) for t in doctest.DocTestFinder().find(module))
     assert examples >= 1, name
+
+
+def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A library warning during a command (here: the sink is an ordinary token) is one line."""
+    text = tmp_path / "t.txt"
+    text.write_text("God said, let there be light, and there was light in all the land. " * 4)
+    out = tmp_path / "c.nc"
+    argv = ["capture", "twin:llama", str(text), "--passages", "1", "--min-words", "5"]
+    assert main([*argv, "--max-tokens", "16", "--out", str(out), "-q"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    warned = [line for line in err if line.startswith("attncoda: warning: the sink of sample 0")]
+    assert len(warned) == 1 and "sink=" in warned[0]
+    assert not any(line.startswith("  ") for line in err)  # no source line

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -127,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        return int(args.func(args))
+        with warnings.catch_warnings():  # restores the caller's warning display afterwards
+            warnings.showwarning = _show_warning
+            return int(args.func(args))
     except KeyboardInterrupt:
         print_error("interrupted; outputs being written were left as they were before")
         return EXIT_INTERRUPTED
@@ -144,6 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _internal(exc)
         print_error(_one_line(str(exc) or type(exc).__name__))
         return code
+
+
+def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+    """A warning during a command: one line on stderr, like an error, without a source line."""
+    print(f"{PROG}: warning: {_one_line(str(message))}", file=sys.stderr)
 
 
 def _one_line(message: str) -> str:

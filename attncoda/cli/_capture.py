@@ -48,8 +48,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--corpus",
         metavar="NAME[:DOC]",
-        help="an offline corpus (austen, mobydick, wikipedia) and optionally one document, "
-        "e.g. austen:emma",
+        help="an offline corpus (austen, mobydick, wikipedia, web: see 'attncoda fetch --list') and "
+        "optionally one document, e.g. austen:emma or web:Genesis",
     )
     add_passages(p, 16)
     p.add_argument(

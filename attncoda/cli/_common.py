@@ -285,7 +285,8 @@ def read_texts(files: Sequence[str], corpus: str | None) -> list[tuple[str, str]
         name, _, doc = corpus.partition(":")
         asset = assets.get_asset(name)  # UnknownAssetError -> usage error
         if asset.kind != "corpus":
-            raise usage(f"{name!r} is a model, not a corpus; corpora: austen, mobydick, wikipedia")
+            corpora = ", ".join(a.name for a in assets.list_assets("corpus"))
+            raise usage(f"{name!r} is a model, not a corpus; corpora: {corpora}")
         try:
             texts.append((corpus, assets.load_text(name, doc or None)))
         except KeyError as exc:
