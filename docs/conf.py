@@ -121,7 +121,7 @@ sphinx_gallery_conf = {
 # down by ``shift`` levels); a missing file becomes a note that says how to produce it.
 
 _INCLUDE = re.compile(r"\{\{\s*include:\s*(\S+?)(?:\s+shift=(\d))?\s*\}\}")
-_IMAGE = re.compile(r"^\s*!\[[^\]]*\]\([^)]*\)\s*$", re.M)
+_IMAGE = re.compile(r"!\[([^\]]*)\]\((?!https?:)([^)\s]+)\)")
 
 
 _LINK = re.compile(r"(?<!!)\[([^\]]+)\]\((?!https?:|#)([^)\s]+)\)")
@@ -141,7 +141,7 @@ def _shift_headings(text: str, shift: int) -> str:
     return "\n".join(out)
 
 
-def _include(match: re.Match[str]) -> str:
+def _include(match: re.Match[str], docname: str) -> str:
     rel, shift = match.group(1), int(match.group(2) or 1)
     path = REPO / rel
     if not path.is_file():
@@ -150,13 +150,21 @@ def _include(match: re.Match[str]) -> str:
             "is run (see the command above).\n```\n"
         )
     text = path.read_text(encoding="utf-8")
-    text = _IMAGE.sub("", text)  # figures stay in the results folder
+    # a figure's path is relative to the included file: make it relative to the including page
+    # (Sphinx copies it into the build); a missing figure is a build warning, so an error
+    page_dir = (HERE / docname).parent
+
+    def figure(m: re.Match[str]) -> str:
+        target = os.path.relpath(path.parent / m.group(2), page_dir)
+        return f"![{m.group(1)}]({Path(target).as_posix()})"
+
+    text = _IMAGE.sub(figure, text)
     text = _LINK.sub(lambda m: f"{m.group(1)} (`{m.group(2)}`)", text)  # repo-relative links
     return "\n" + _shift_headings(text, shift) + "\n"
 
 
 def _source_read(app, docname, source):  # type: ignore[no-untyped-def]
-    source[0] = _INCLUDE.sub(_include, source[0])
+    source[0] = _INCLUDE.sub(lambda m: _include(m, docname), source[0])
 
 
 # --------------------------------------------------------------------------------------------
