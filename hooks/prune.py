@@ -51,7 +51,7 @@ from .gates import (
     head_means,
 )
 from .scores import (
-    _CAPTURE_SCORES,
+    ATTENTION_SCORES,
     REVERSED,
     SCORES,
     _bases,
@@ -271,7 +271,7 @@ def sweep_pruning(
     ids = torch.cat([evaluation[c] for c in corpora])
     bounds = np.cumsum([0] + [len(evaluation[c]) for c in corpora])
     n_calib = len(calibration)
-    n_capture = n_calib if _bases(names) & set(_CAPTURE_SCORES) else 0
+    n_capture = n_calib if _bases(names) & set(ATTENTION_SCORES) else 0
     n_grad = n_calib if "gradient" in _bases(names) else 0
     n_mean = n_calib if mode == "mean" else 0
     n_evals = 1 + len(names) * (len(ks) - 1)

@@ -39,6 +39,7 @@ from .evaluate import tokens_sha256, window_nll
 from .gates import GateError, Unit, _check_unit, _require_registry, head_layout
 
 __all__ = [
+    "ATTENTION_SCORES",
     "REVERSED",
     "SCORES",
     "ScoreInfo",
@@ -184,7 +185,8 @@ _SCORE_LIST = (
 #: Every score, by name. ``prune_first`` says which end of the statistic is pruned first.
 SCORES: dict[str, ScoreInfo] = {s.name: s for s in _SCORE_LIST}
 
-_CAPTURE_SCORES = (
+#: The scores read from captured attention (the others need gradients or randomness).
+ATTENTION_SCORES = (
     "sink_share",
     "sink_logodds",
     "content_entropy",
@@ -334,7 +336,7 @@ def head_scores(
         raise GateError(f"input_ids must be (windows, T) with T >= 3, got {tuple(ids_all.shape)}")
     device = getattr(model, "device", torch.device("cpu"))
     values: dict[str, np.ndarray] = {}
-    if bases & set(_CAPTURE_SCORES):
+    if bases & set(ATTENTION_SCORES):
         sums: dict[str, np.ndarray] = {}
         for w in ids_all:
             with torch.no_grad(), capture(model, what="both") as cap:

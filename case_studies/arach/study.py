@@ -50,7 +50,15 @@ from attncoda import AttncodaError, InputError, require_int, require_real
 
 from .._study import Golden, Study
 from .._study import main as study_main
-from .claims import CLAIM_MODELS, ClaimPlan, Config, claim_tables, run_claims, summarise
+from .claims import (
+    CLAIM_MODELS,
+    ClaimPlan,
+    Config,
+    claim_tables,
+    cloze_token_ids,
+    run_claims,
+    summarise,
+)
 
 __all__ = ["OFFSETS", "STUDY", "EvalPlan", "plot_audit", "render_tables", "run_evaluation"]
 
@@ -175,17 +183,6 @@ def _audit_samples(tokenizer: Any, n: int, length: int) -> list[torch.Tensor]:
         if len(out) == n:
             return out
     raise InputError(f"fewer than {n} Emma paragraphs of {length} tokens")
-
-
-def _cloze_ids(tokenizer: Any, items: Any) -> torch.Tensor:
-    """The ids :func:`~attncoda.hooks.evaluate.cloze_accuracy` scores (each item's context with
-    the tokenizer's special tokens, then ``" " + target``), flattened with -1 between items."""
-    flat: list[int] = []
-    for it in items:
-        flat += tokenizer(it.context).input_ids
-        flat += tokenizer(" " + it.target, add_special_tokens=False).input_ids
-        flat.append(-1)
-    return torch.tensor(flat)
 
 
 def _parse_ablation(text: str) -> dict[str, Any]:
@@ -370,7 +367,7 @@ def _run(
     items = cloze_items(load_corpus("austen"), n=plan.cloze_n, seed=plan.seed)
     record(
         f"{model_name}/cloze items (context + target, -1 between items)",
-        _cloze_ids(tokenizer, items),
+        cloze_token_ids(tokenizer, items),
     )
     off_c = cloze_accuracy(model, tokenizer, items, batch_size=plan.cloze_batch)
     cloze_rows = []

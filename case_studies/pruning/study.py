@@ -42,6 +42,7 @@ from attncoda.hooks.prune import novel_text as study_text
 from attncoda.hooks.prune import plot_sweep as plot_study
 from attncoda.hooks.prune import read_sweep as read_study
 from attncoda.hooks.prune import write_sweep as write_study
+from attncoda.hooks.scores import ATTENTION_SCORES
 
 import attncoda as ac
 
@@ -421,16 +422,6 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
 
 #: The sink-blind full-row scores: the "wrong channel" of the >100x claim.
 FULL_ROW = ("entropy", "max_attention")
-#: The attention statistics compared with the gradient baseline.
-ATTENTION_SCORES = (
-    "sink_share",
-    "sink_logodds",
-    "content_entropy",
-    "content_aitchison",
-    "content_clr_dispersion",
-    "entropy",
-    "max_attention",
-)
 _CONTROL_NAMES = {
     "global": "own order",
     "within_layer": "same number per layer",
