@@ -16,6 +16,7 @@ from attncoda.hooks.evaluate import cloze_accuracy, cloze_items
 
 import attncoda as ac
 from case_studies.arach import claims
+from conftest import need
 
 WORDS = "alpha beta gamma delta river meadow harbour lantern".split()
 
@@ -184,8 +185,6 @@ def test_the_study_command_refuses_bad_options_before_work(argv, capsys, monkeyp
 def test_the_full_plan_draws_its_items_and_windows_from_the_real_corpora():
     """ClaimPlan(): 400 unfiltered items per source (both kinds present), deterministic; and
     16 windows of 1024 tokens per perplexity text (at least 16k predicted tokens)."""
-    from conftest import need
-
     need("austen", "mobydick", "wikipedia")
     plan = claims.ClaimPlan()
     items = claims.claim_items(plan)
