@@ -242,19 +242,34 @@ class _Deferred:
 def deferred_interrupt() -> Iterator[_Deferred]:
     """Hold back a first SIGINT until the block ends; a second one interrupts at once.
 
-    The caller checks ``state.pending`` (cleaning up first) and the context manager raises
-    ``KeyboardInterrupt`` on exit if one arrived. Outside the main thread, or where signals are
-    not available, it does nothing.
+    The caller checks ``state.pending`` (cleaning up first) and on exit the held-back SIGINT does
+    what it did before the block: ``KeyboardInterrupt`` (Python's default), ending the process
+    (``SIG_DFL``) or calling the caller's handler. Where SIGINT is ignored (a background job),
+    outside the main thread, or where signals are not available, it does nothing.
     """
     state = _Deferred()
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
     previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN or previous is None:  # ignored (a background job): stays so
+        yield state
+        return
+
+    def deliver(signum: int, frame: Any) -> None:
+        """What SIGINT did before the block: Python's KeyboardInterrupt, the default (end the
+        process), or the caller's own handler."""
+        if previous is signal.default_int_handler:
+            raise KeyboardInterrupt
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        elif callable(previous):
+            previous(signum, frame)
 
     def handler(signum: int, frame: Any) -> None:
         if state.pending:  # second Ctrl-C: stop now; the staging folder is swept later
-            raise KeyboardInterrupt
+            deliver(signum, frame)
         state.pending = True
 
     try:
@@ -267,7 +282,7 @@ def deferred_interrupt() -> Iterator[_Deferred]:
     finally:
         signal.signal(signal.SIGINT, previous)
     if state.pending:
-        raise KeyboardInterrupt
+        deliver(signal.SIGINT, None)
 
 
 # --------------------------------------------------------------------------------------------

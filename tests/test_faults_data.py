@@ -265,9 +265,16 @@ _WRITER = textwrap.dedent(
 )
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child: SIGINT as a terminal delivers it (a test run as a background job inherits
+    it ignored, and a process that ignores SIGINT is rightly not interrupted by it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_writer(target: Path, size: int, tag: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(target), str(size), tag],
+        preexec_fn=_sigint_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -329,11 +336,41 @@ def test_sigkill_during_a_save_leaves_a_staging_folder_the_next_save_removes(tmp
 
 
 def test_a_deferred_sigint_is_raised_after_the_block():
-    with pytest.raises(KeyboardInterrupt), _atomic.deferred_interrupt() as state:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs: no exception inside the block
-        assert state.pending
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt), _atomic.deferred_interrupt() as state:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs: no exception inside the block
+            assert state.pending
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_deferred_sigint_keeps_an_ignored_sigint_ignored():
+    """A background job ignores SIGINT: a save in it is not turned into a KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _atomic.deferred_interrupt() as state:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert not state.pending
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_deferred_sigint_reaches_the_callers_own_handler_after_the_block():
+    seen = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with _atomic.deferred_interrupt() as state:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            assert state.pending and seen == []  # held back inside the block
+        assert seen == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --------------------------------------------------------------------------------------------
