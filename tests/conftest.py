@@ -43,6 +43,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# vendored files are run by the test modules that import them, never collected on their own
+# (--doctest-modules would import every .py there with the original bindings); this lives here,
+# not in a tests/vendor/conftest.py, because a second module named conftest would replace this
+# one in sys.modules for the tests' `from conftest import ...`
+collect_ignore_glob = ["vendor/*.py"]
+
+
 def need(*names: str) -> None:
     """Skip the calling test unless every named offline asset is fetched (real tests)."""
     from attncoda.hooks import assets

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from case_studies import STUDIES, _study
+from conftest import need
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,7 +137,6 @@ def test_every_results_folder_has_a_manifest(name: str) -> None:
 @pytest.mark.parametrize("name", STUDIES)
 def test_quick_mode_reproduces_the_golden_results(name: str, tmp_path: Path) -> None:
     """CI reruns each study's quick mode on the real offline models: a moved number fails."""
-    from conftest import need
 
     need(*_study_of(name).assets)
     res = subprocess.run(
