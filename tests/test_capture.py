@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
 from attncoda.hooks import CaptureError, capture  # noqa: E402
 
+from conftest import eager_weights  # noqa: E402
+
 FAMILIES = list(zoo.FAMILIES)
 
 
@@ -18,17 +20,6 @@ def forward(model, batch, **kw):
     with torch.no_grad():
         out = model(**batch, **kw)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
-
-
-def eager_weights(model, batch):
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(**batch, output_attentions=True)
-    finally:
-        model.set_attn_implementation(previous)
-    return torch.stack(out.attentions, dim=1).numpy()  # (b, layer, head, q, k)
 
 
 def valid_queries(batch):
