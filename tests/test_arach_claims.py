@@ -121,6 +121,32 @@ def test_cells_resume_skip_complete_ones_and_redo_damaged_or_stale_ones(tmp_path
         assert json.loads(p.read_text())["values"] == json.loads(kept[p])["values"]
 
 
+def test_the_issue_list_completes_before_the_sweep_starts(tmp_path):
+    # a stopped run must leave the core configurations whole (perplexity and cloze), not every
+    # configuration's perplexity and no cloze at all
+    sweep_only = claims.Config(-3.0, "same")
+    assert sweep_only not in claims.CORE_CONFIGS
+    lines: list[str] = []
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    claims.run_claims(
+        "twin",
+        tmp_path / "claims",
+        plan=PLAN,
+        configs=(*CONFIGS, sweep_only),
+        progress=lines.append,
+        load_model=lambda _name: (model, tok),
+        texts=_corpora,
+    )
+    done = [tuple(line.split("] ", 1)[1].split(":")[0].split()[1:]) for line in lines]
+    core = [(c, t) for c, t in done if c != sweep_only.name]
+    assert done[: len(core)] == core  # the sweep comes last
+    kinds = [t.split("-")[0] for _, t in core]
+    assert kinds == sorted(kinds, key=["ppl", "cloze"].index)  # perplexity, then cloze
+    assert [t.split("-")[0] for c, t in done if c == sweep_only.name] == ["ppl"] * 2 + ["cloze"] * 3
+
+
 def test_a_file_that_is_not_a_cell_is_never_overwritten(tmp_path):
     root = tmp_path / "claims"
     foreign = claims.cell_path(root, "twin", CONFIGS[0], "ppl-mobydick")

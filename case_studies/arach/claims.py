@@ -342,9 +342,9 @@ def run_claims(
 ) -> dict[str, int]:
     """Run every missing cell of one model into ``root/MODEL/CONFIG/TASK.json``.
 
-    Cells run in priority order: both perplexity texts of every configuration (the cheaper
-    kind), then the three cloze sources of every configuration, configurations in
-    :func:`claim_configs` order (the issue's list first, then the SmolLM2 sweep). A cell that is complete and made from the same tokens is skipped.
+    Cells run in priority order: for the issue's list (:data:`CORE_CONFIGS`), both perplexity
+    texts of every configuration (the cheaper kind), then the three cloze sources; then the same
+    for the rest of the SmolLM2 sweep; configurations in :func:`claim_configs` order. A cell that is complete and made from the same tokens is skipped.
 
     Parameters
     ----------
@@ -409,9 +409,14 @@ def run_claims(
             record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
             tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
         counts = {"done": 0, "skipped": 0, "left": 0}
-        # configuration-major within each kind, so the first configurations complete first
-        order = [(t, c) for c in configs for t in tasks if t.name.startswith("ppl")]
-        order += [(t, c) for c in configs for t in tasks if t.name.startswith("cloze")]
+        # the issue's list (CORE_CONFIGS) completes, perplexity then cloze, before the sweep
+        # starts; configuration-major within each kind, so the first configurations finish first
+        core = [c for c in configs if c in CORE_CONFIGS]
+        rest = [c for c in configs if c not in CORE_CONFIGS]
+        order = []
+        for group in (core, rest):
+            order += [(t, c) for c in group for t in tasks if t.name.startswith("ppl")]
+            order += [(t, c) for c in group for t in tasks if t.name.startswith("cloze")]
         for task, config in order:
             path = cell_path(root, model_name, config, task.name)
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
