@@ -130,6 +130,9 @@ def test_first_to_last_and_pooled_consecutive_fractions_are_the_cores():
     assert ends != pytest.approx(pooled, rel=1e-6)
     for scope in a.index:
         assert a.loc[scope, "ci_low"] <= a.loc[scope, "sink_fraction"] <= a.loc[scope, "ci_high"]
+        # the interval of the denominator (decides whether a share is defined at all)
+        lo, hi = a.loc[scope, ["total_ci_low", "total_ci_high"]]
+        assert lo <= a.loc[scope, "mean_total_change"] <= hi and lo < hi
 
 
 def test_stratified_draws_resample_within_each_text():

@@ -517,18 +517,36 @@ def claims(
                 & (ef.scope == scope)
                 & (ef.text != "all")
             ]
+            texts_note = (
+                f"texts {_pct(per_text.sink_fraction.min())}-{_pct(per_text.sink_fraction.max())}"
+            )
+            # a share of a change whose interval holds 0 is a ratio to noise: no number
+            undefined = "total_ci_low" in e and e.total_ci_low <= 0 <= e.total_ci_high
             rows.append(
                 dict(
                     claim="entropy drop due to the sink",
                     model=model,
                     setting=f"across depth, {scope} layers",
                     paper=paper_e,
-                    ours=_pct(e.sink_fraction),
-                    ci=_ci_pct(e.ci_low, e.ci_high),
+                    ours="undefined" if undefined else _pct(e.sink_fraction),
+                    ci="" if undefined else _ci_pct(e.ci_low, e.ci_high),
                     n=sample_note,
                     verdict="not comparable",
-                    why="depth, not training checkpoints (none offline); texts "
-                    f"{_pct(per_text.sink_fraction.min())}-{_pct(per_text.sink_fraction.max())}",
+                    why=(
+                        "the entropy does not change across depth: mean change "
+                        f"{e.mean_total_change:+.2f} nats, 95% CI "
+                        f"[{e.total_ci_low:+.2f}, {e.total_ci_high:+.2f}] holds 0, so a share "
+                        f"of it is not defined ({_pct(e.sink_fraction)}; {texts_note})"
+                        if undefined
+                        else "depth, not training checkpoints (none offline); mean change "
+                        f"{e.mean_total_change:+.2f} nats"
+                        + (
+                            " (a rise: the share is of a rise, not of a drop)"
+                            if e.total_ci_low > 0
+                            else ""
+                        )
+                        + f"; {texts_note}"
+                    ),
                 )
             )
     small, large = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
@@ -763,7 +781,8 @@ def render_tables(results: Path) -> dict[str, str]:
             rows.append(
                 [
                     f"{NAMES.get(model, model)} ({SINK_NAMES[sink]})",
-                    f"{fl.mean_total_change:+.2f}",
+                    f"{fl.mean_total_change:+.2f} "
+                    f"[{fl.total_ci_low:+.2f}, {fl.total_ci_high:+.2f}]",
                     f"{_pct(fl.sink_fraction)} {_ci_pct(fl.ci_low, fl.ci_high)}",
                     f"{_pct(co.sink_fraction)} {_ci_pct(co.ci_low, co.ci_high)}",
                     ", ".join(f"{r.text} {_pct(r.sink_fraction)}" for r in texts.itertuples()),
@@ -772,7 +791,7 @@ def render_tables(results: Path) -> dict[str, str]:
     entropy_md = markdown_table(
         [
             "model (sink)",
-            "entropy change, first -> last (nats)",
+            "entropy change, first -> last (nats, 95% CI)",
             "sink share, first -> last",
             "sink share, consecutive layers pooled",
             "first -> last per text",
