@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -447,15 +448,27 @@ def test_python_blocks_of_the_docs_run(tmp_path: Path) -> None:
         pytest.skip("needs `attncoda fetch smollm2-135m austen`")
     blocks = [(w, b) for w, b in _blocks({"python"}) if w.startswith("docs/")]
     assert len(blocks) >= 4
-    for i, (where, code) in enumerate(blocks):
-        script = tmp_path / f"block{i}.py"
+
+    def run_block(i: int, code: str) -> subprocess.CompletedProcess[str]:
+        folder = tmp_path / f"block{i}"  # a folder each: blocks run side by side
+        folder.mkdir()
+        script = folder / "block.py"
         script.write_text("import torch\ntorch.set_num_threads(1)\n" + code, encoding="utf-8")
-        res = subprocess.run(
+        return subprocess.run(
             [sys.executable, str(script)],
             capture_output=True,
             text=True,
             timeout=600,
-            cwd=tmp_path,
+            cwd=folder,
             env={**os.environ, "MPLBACKEND": "Agg"},
         )
-        assert res.returncode == 0, f"{where}, block {i}:\n{code}\n{res.stderr[-3000:]}"
+
+    # one-thread blocks, two at a time: the slowest test of CI took twice as long serially
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [pool.submit(run_block, i, code) for i, (_, code) in enumerate(blocks)]
+    failed = [
+        f"{where}, block {i}:\n{code}\n{run.result().stderr[-3000:]}"
+        for i, ((where, code), run) in enumerate(zip(blocks, runs, strict=True))
+        if run.result().returncode != 0
+    ]
+    assert not failed, "\n\n".join(failed)
