@@ -32,6 +32,7 @@ import numpy as np
 import xarray as xr
 
 from . import _analysis as an
+from ._atomic import atomic_output, check_output
 from ._errors import InputError
 from ._view import _show, token_labels
 
@@ -153,6 +154,12 @@ def save_figure(
     """Write ``fig`` (a Figure, or an Axes: its figure) once per format, as ``path`` with each
     suffix; return the paths.
 
+    Each file is written crash-safely (an interrupted save leaves the previous file, if any,
+    whole); a file of the same name is replaced, as :meth:`matplotlib.figure.Figure.savefig`
+    would. A suffix of ``path`` is dropped only if it is an image format (``grid.png`` and
+    ``grid`` give the same files); any other dot stays in the name
+    (``qwen2.5-coder-0.5b_heads`` gives ``qwen2.5-coder-0.5b_heads.png``).
+
     Examples
     --------
     >>> import tempfile, pathlib, attncoda as ac
@@ -169,14 +176,33 @@ def save_figure(
             fig = fig.figure
     if not isinstance(fig, Figure):
         raise InputError(f"save_figure takes a matplotlib Figure or Axes, got {_describe(fig)}")
-    stem = Path(path)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    out = []
-    for fmt in formats:
-        target = stem.with_suffix("." + fmt.lstrip("."))
-        fig.savefig(target, dpi=dpi, format=fmt.lstrip("."))
-        out.append(target)
-    return out
+    if isinstance(formats, str) or not all(isinstance(f, str) and f.strip(".") for f in formats):
+        raise InputError(
+            f"formats must be a list of format names like ['png', 'svg'], got {formats!r}"
+        )
+    names = [f.strip(".").lower() for f in formats]
+    unknown = sorted(set(names) - set(fig.canvas.get_supported_filetypes()))
+    if unknown:
+        raise InputError(
+            f"save_figure cannot write {unknown}; use some of "
+            f"{sorted(fig.canvas.get_supported_filetypes())}"
+        )
+    stem = Path(path).expanduser()
+    if stem.suffix.lstrip(".").lower() in fig.canvas.get_supported_filetypes():
+        stem = stem.with_suffix("")
+    # checked before anything is written: one format refused leaves no other one written
+    targets = [stem.with_name(f"{stem.name}.{fmt}") for fmt in names]
+    for target in targets:
+        check_output(target, overwrite=True, is_ours=_replaceable, what="figure")
+    for fmt, target in zip(names, targets, strict=True):
+        with atomic_output(target, overwrite=True, is_ours=_replaceable, what="figure") as tmp:
+            fig.savefig(tmp, dpi=dpi, format=fmt)
+    return targets
+
+
+def _replaceable(_path: Path) -> str | None:
+    """A figure replaces a file of its own name (as savefig does); a folder is refused."""
+    return None
 
 
 def plot_sink_grid(

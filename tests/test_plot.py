@@ -257,3 +257,45 @@ def test_accessor_forwards_ax_tokens_and_norm(ds):
     assert out is fig and heat.images
     _, (ax,) = _figure_of()
     assert ds.coda.plot.sink_grid(ax=ax, norm="log") is ax
+
+
+# ------------------------------------------------------------------------------ save_figure
+
+
+def test_save_figure_keeps_dots_in_names_and_drops_only_an_image_suffix(tmp_path):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    # two models whose names differ after a dot: one file each (was: both 'qwen2.png')
+    a = ac.save_figure(fig, tmp_path / "qwen2.5-coder-0.5b_js")
+    b = ac.save_figure(fig, tmp_path / "qwen2.5-coder-1.5b_js")
+    assert [p.name for p in a + b] == [
+        "qwen2.5-coder-0.5b_js.png",
+        "qwen2.5-coder-0.5b_js.svg",
+        "qwen2.5-coder-1.5b_js.png",
+        "qwen2.5-coder-1.5b_js.svg",
+    ]
+    assert [p.name for p in ac.save_figure(fig, tmp_path / "grid.PNG", ["pdf"])] == ["grid.pdf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [p.name for p in a + b] + ["grid.pdf"]
+    )  # nothing else: no staging debris
+
+
+def test_save_figure_replaces_its_file_whole_and_refuses_bad_targets(tmp_path):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    (tmp_path / "old.png").write_bytes(b"not a png")
+    (png,) = ac.save_figure(fig, tmp_path / "old", ["png"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "taken.svg").mkdir()
+    with pytest.raises(ac.OutputExistsError, match="folder"):
+        ac.save_figure(fig, tmp_path / "taken")
+    assert not (tmp_path / "taken.png").exists()  # checked before the first format is written
+    with pytest.raises(ac.InputError, match="cannot write"):
+        ac.save_figure(fig, tmp_path / "x", ["png", "docx"])
+    with pytest.raises(ac.InputError, match="formats"):
+        ac.save_figure(fig, tmp_path / "x", "png")
+    assert not list(tmp_path.glob("x*"))
