@@ -203,3 +203,25 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
     # an incomplete set of cells is not analysed
     (cells / "twin:llama" / first[0].name).unlink()
     assert protocol.load_cells(cells, "twin:llama", "first", ["one"], 12, 3)[0] is None
+
+
+def test_each_rate_of_the_readme_flips_table_sits_under_its_own_metric():
+    from case_studies.conventions import study
+
+    results = study.STUDY.results
+    table = study.render_tables(results)["flips"].splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    fr = pd.read_csv(results / "flip_rates.csv")
+    fr = fr[(fr.text == "all") & (fr.pair == "kept/dropped") & (fr.scope == "all")]
+    by_label = {study.METRIC_LABELS[m]: m for m in ev.METRICS}
+    checked = 0
+    for line in table[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] != "MiniLM-L6 (first token)":
+            continue
+        for name, cell in zip(header[2:], cells[2:], strict=True):
+            rate = fr[(fr.model == "minilm-l6") & (fr.sink_key == "first")]
+            rate = rate[rate.metric == by_label[name]].flip_rate.iloc[0]
+            assert cell.replace("*", "").split()[0] == f"{100 * rate:.0f}%", name
+            checked += 1
+    assert checked == len(ev.METRICS)

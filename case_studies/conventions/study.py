@@ -681,6 +681,17 @@ def _frame(results: Path, name: str) -> pd.DataFrame:
     return ac.read_table(path) if path.is_file() else pd.DataFrame()
 
 
+#: How the README names each metric of :data:`attncoda.METRICS`.
+METRIC_LABELS = {
+    "aitchison": "Aitchison",
+    "cosine": "cosine",
+    "js": "JS",
+    "tv": "TV",
+    "kl": "KL",
+    "entropy": "entropy",
+}
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables, from the result files in ``results`` (``table`` renders them)."""
     cl = _frame(results, "claims")
@@ -722,9 +733,10 @@ def render_tables(results: Path) -> dict[str, str]:
             txt = _pct(r.flip_rate)
             cells.append(f"{'**' + txt + '**' if inside else txt} {_ci_pct(r.ci_low, r.ci_high)}")
         rows.append([f"MiniLM-L6 pairs, sink {PAIR_SINK_LABELS[choice]}", "pairs", *cells])
+    # the headers come from the same tuple as the cells (they were typed in another order once,
+    # which put every rate under its neighbour's name)
     flips_md = markdown_table(
-        ["model (sink)", "windows x texts", "cosine", "JS", "TV", "KL", "entropy", "Aitchison"],
-        rows,
+        ["model (sink)", "windows x texts", *(METRIC_LABELS.get(m, m) for m in ev.METRICS)], rows
     )
     art = _frame(results, "clustering_artifact")
     rows = []
