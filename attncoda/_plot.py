@@ -181,14 +181,12 @@ def save_figure(
             f"formats must be a list of format names like ['png', 'svg'], got {formats!r}"
         )
     names = [f.strip(".").lower() for f in formats]
-    unknown = sorted(set(names) - set(fig.canvas.get_supported_filetypes()))
+    supported = fig.canvas.get_supported_filetypes()
+    unknown = sorted(set(names) - set(supported))
     if unknown:
-        raise InputError(
-            f"save_figure cannot write {unknown}; use some of "
-            f"{sorted(fig.canvas.get_supported_filetypes())}"
-        )
+        raise InputError(f"save_figure cannot write {unknown}; use some of {sorted(supported)}")
     stem = Path(path).expanduser()
-    if stem.suffix.lstrip(".").lower() in fig.canvas.get_supported_filetypes():
+    if stem.suffix.lstrip(".").lower() in supported:
         stem = stem.with_suffix("")
     # checked before anything is written: one format refused leaves no other one written
     targets = [stem.with_name(f"{stem.name}.{fmt}") for fmt in names]

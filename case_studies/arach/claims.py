@@ -344,7 +344,8 @@ def run_claims(
 
     Cells run in priority order: for the issue's list (:data:`CORE_CONFIGS`), both perplexity
     texts of every configuration (the cheaper kind), then the three cloze sources; then the same
-    for the rest of the SmolLM2 sweep; configurations in :func:`claim_configs` order. A cell that is complete and made from the same tokens is skipped.
+    for the rest of the SmolLM2 sweep; configurations in :func:`claim_configs` order. A cell
+    that is complete and made from the same tokens is skipped.
 
     Parameters
     ----------

@@ -223,12 +223,12 @@ def entropy(
         s, t = _sums(att)
         reps = np.array([s[i].sum() / t[i].sum() for i in draws])
         boots[scope] = reps
-        n_rows = int(att["n_rows"].isel(transition=0).sum())
         # rows of each window (over heads) in one transition: t / rows is the window's mean
         # change summed over transitions, the denominator of the fraction; when its interval
         # holds 0 the fraction is a ratio to noise and the claim table says so
         rows_w = att["n_rows"].isel(transition=0).sum("head").transpose("sample").values
         rows_w = np.asarray(rows_w, float)
+        n_rows = int(rows_w.sum())
         t_lo, t_hi = _ci(np.array([t[i].sum() / rows_w[i].sum() for i in draws]))
         for text in ["all", *dict.fromkeys(texts.tolist())]:
             sel = np.ones(len(texts), bool) if text == "all" else texts == text
