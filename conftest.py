@@ -4,16 +4,20 @@
 ``hooks/zoo.py`` by its path, as a second module ``hooks.zoo`` beside ``attncoda.hooks.zoo``
 (with its own registry of attention functions and plug-ins). Here every doctest module under
 ``hooks/`` is collected from the installed module instead: same items, one copy of the code.
+
+Docstring examples write where a user would, ``tempfile.mkdtemp()``; while one runs, that is a
+folder of pytest's own temporary tree, so the suite leaves nothing behind in the system's.
 """
 
 from __future__ import annotations
 
 import importlib
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest.doctest import DoctestModule
+from _pytest.doctest import DoctestItem, DoctestModule
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 
@@ -38,3 +42,13 @@ def pytest_collect_file(file_path: Path, parent: Any) -> Any:
         else item
         for item in collected
     ]
+
+
+@pytest.fixture(autouse=True)
+def _doctest_temporary_files_under_pytest(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if isinstance(request.node, DoctestItem):
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("doctest")))

@@ -460,7 +460,8 @@ def test_python_blocks_of_the_docs_run(tmp_path: Path) -> None:
             text=True,
             timeout=600,
             cwd=folder,
-            env={**os.environ, "MPLBACKEND": "Agg"},
+            # a block's tempfile.mkdtemp() lands in its folder, which pytest cleans up
+            env={**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(folder)},
         )
 
     # one-thread blocks, two at a time: the slowest test of CI took twice as long serially
