@@ -227,3 +227,32 @@ def test_tables_render_from_a_run_folder_and_show_partial_runs_as_partial(tiny, 
     assert "channel" in study.channel_layer_answer(models) or "layer" in study.channel_layer_answer(
         models
     )
+
+
+@pytest.mark.parametrize(
+    ("content_ratio", "verdict"),
+    [(500.0, "not specific: a content score also costs >100x"), (20.0, "specific: every")],
+)
+def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(content_ratio, verdict):
+    """Beside the >100x row, the content scores at the same k and order: a reader learns
+    whether the sink-blind full-row scores are special or any early-layer-first order is."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(2.5, 3.5, size=12)  # per-window mean NLL
+
+    def cell(score: str, ratio: float) -> tuple[E.Cell, dict]:
+        loss = base + math.log(ratio) + rng.normal(0, 0.01, size=12)
+        return E.Cell("global", "zero", score, 0, 8), {
+            "nll": (loss * 64).tolist(),
+            "n_tokens": [64] * 12,
+        }
+
+    cells = {E.BASE: {"nll": (base * 64).tolist(), "n_tokens": [64] * 12}}
+    cells.update([cell("entropy", 300.0), cell("max_attention", 200.0), cell("sink_share", 1.5)])
+    cells.update(cell(s, content_ratio) for s in study.CONTENT)
+    meta = {"ks": [0, 8], "n_units": 40, "protocol": {}, "cells": []}
+    claims = study.claims_table({"m": study.ModelEvidence("m", meta, cells)})
+    row = next(line for line in claims.splitlines() if "specific to the full-row" in line)
+    assert verdict in row
+    for s in study.CONTENT:
+        shown = float(row.split(f"{s}: ")[1].split("x [")[0])
+        assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)

@@ -422,6 +422,8 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
 
 #: The sink-blind full-row scores: the "wrong channel" of the >100x claim.
 FULL_ROW = ("entropy", "max_attention")
+#: The content-channel scores: is the >100x specific to the full-row ones?
+CONTENT = ("content_entropy", "content_aitchison", "content_clr_dispersion")
 _CONTROL_NAMES = {
     "global": "own order",
     "within_layer": "same number per layer",
@@ -705,6 +707,26 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                     _verdict_100x(r),
                 ]
             )
+            content = {
+                s: ratio_interval(m.cells, Cell("global", "zero", s, 0, cl.k))
+                for s in CONTENT
+                if m.has(Cell("global", "zero", s, 0, cl.k))
+            }
+            if content:
+                rows.append(
+                    [
+                        name,
+                        "... specific to the full-row scores? The content scores, same k, own order",
+                        "—",
+                        "; ".join(f"{s}: {v}" for s, v in content.items()),
+                        n,
+                        "not specific: a content score also costs >100x"
+                        if any(v.low > 100 for v in content.values())
+                        else "specific: every content score below 100x"
+                        if all(v.high < 100 for v in content.values())
+                        else "inconclusive",
+                    ]
+                )
             kept = "; ".join(
                 f"{_CONTROL_NAMES[c]}: {v}" for c, v in cl.ratio.items() if c != "global"
             )
