@@ -326,6 +326,57 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
 # the command line
 
 
+# --------------------------------------------------------------------------------------------
+# resumable runs: one time limit, one spelling
+
+
+def _minutes(text: str) -> float:
+    """A non-negative, finite number of minutes (argparse refuses anything else: exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a non-negative number of minutes: {text!r}")
+    return value
+
+
+def _seconds_as_minutes(text: str) -> float:
+    try:
+        return _minutes(text) / 60
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"not a non-negative number of seconds: {text!r}"
+        ) from None
+
+
+def add_time_limit(parser: argparse.ArgumentParser, *, seconds_alias: bool = False) -> None:
+    """``--time-limit MINUTES`` on a resumable study's ``run``: no new cell starts once that
+    much time has passed (the cell under way finishes); 0 computes nothing new and only
+    rewrites the outputs from the cells already done. ``seconds_alias`` keeps an older
+    spelling, ``--stop-after SECONDS``, working (hidden) for commands recorded in manifests.
+    """
+    parser.add_argument(
+        "--time-limit",
+        type=_minutes,
+        metavar="MINUTES",
+        help="start no new cell after this many minutes; 0 only rewrites the outputs from the "
+        "cells already done (rerun the same command to continue)",
+    )
+    if seconds_alias:
+        parser.add_argument(
+            "--stop-after", dest="time_limit", type=_seconds_as_minutes, help=argparse.SUPPRESS
+        )
+
+
+def seconds_left(args: argparse.Namespace, started: float) -> float | None:
+    """Seconds of ``args.time_limit`` left since ``started`` (a ``time.perf_counter()``),
+    never below 0; ``None`` without a limit."""
+    if args.time_limit is None:
+        return None
+    return max(0.0, args.time_limit * 60 - (time.perf_counter() - started))
+
+
 @dataclass
 class Study:
     """One case study: how to run it, render its README tables, and check its quick mode."""

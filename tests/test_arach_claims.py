@@ -99,7 +99,7 @@ def _run(root: Path, **kwargs):
 def test_cells_resume_skip_complete_ones_and_redo_damaged_or_stale_ones(tmp_path):
     root = tmp_path / "claims"
     n_cells = len(CONFIGS) * (len(claims.PPL_TEXTS) + len(claims.CLOZE_SOURCES))
-    assert _run(root, stop_after=0.0) == {"done": 0, "skipped": 0, "left": n_cells}
+    assert _run(root, time_limit_s=0.0) == {"done": 0, "skipped": 0, "left": n_cells}
     first = _run(root)
     assert first == {"done": n_cells, "skipped": 0, "left": 0}
     cells = sorted(root.glob("twin/*/*.json"))
@@ -194,6 +194,8 @@ def test_plans_and_configurations_refuse_bad_values():
     [
         ["run", "--stop-after", "-1"],
         ["run", "--stop-after", "nan"],
+        ["run", "--time-limit", "-1"],
+        ["run", "--time-limit", "inf"],
         ["run", "--models", "minilm-l6"],
     ],
 )

@@ -28,6 +28,39 @@ def _study_of(name: str) -> _study.Study:
 # the machinery
 
 
+def test_resumable_studies_share_one_time_limit_in_minutes(monkeypatch, tmp_path) -> None:
+    """Pruning and ARACH both take ``--time-limit MINUTES`` (0: only rewrite the outputs);
+    ARACH's older ``--stop-after SECONDS``, recorded in committed manifests, still means the
+    same limit."""
+    import argparse
+
+    seen: dict[str, float | None] = {}
+    for name in ("pruning", "arach"):
+        study = _study_of(name)
+        monkeypatch.setattr(
+            study, "run", lambda out, args, prov, n=name: seen.update({n: args.time_limit})
+        )
+        monkeypatch.setattr(_study.Provenance, "write", lambda self, folder: None)
+        monkeypatch.setattr(study, "write_readme", lambda: [])
+        for argv, minutes in ((["--time-limit", "1.5"], 1.5), (["--time-limit", "0"], 0.0)):
+            assert _study.main(study, ["run", *argv, "--out", str(tmp_path)]) == 0
+            assert seen.pop(name) == minutes
+    assert (
+        _study.main(_study_of("arach"), ["run", "--stop-after", "90", "--out", str(tmp_path)]) == 0
+    )
+    assert seen.pop("arach") == 1.5
+    with pytest.raises(SystemExit):  # pruning never had the seconds spelling
+        _study.main(_study_of("pruning"), ["run", "--stop-after", "90"])
+    args = argparse.Namespace(time_limit=None)
+    assert _study.seconds_left(args, 0.0) is None
+    args.time_limit = 0.5
+    import time
+
+    now = time.perf_counter()
+    assert 29.0 < _study.seconds_left(args, now) <= 30.0
+    assert _study.seconds_left(args, now - 3600) == 0.0
+
+
 def test_render_replaces_only_marked_blocks_and_detects_stale_ones() -> None:
     text = (
         "intro\n<!-- table: a -->\n| x |\n|---|\n| 1 |\n<!-- /table -->\nmiddle 7\n"

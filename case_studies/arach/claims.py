@@ -16,7 +16,7 @@ same two quantities, paired (the same weights and the same tokens with ARACH off
 Every (model, configuration, task) is one **cell**, a JSON file written atomically as soon as it
 is done (:func:`run_claims`); a rerun skips every cell that is complete and made from the same
 tokens, and redoes a cell that is missing, unreadable or stale. So a long run can be stopped
-(``stop_after``, Ctrl-C, a crash) and continued later with the same command.
+(``time_limit_s``, Ctrl-C, a crash) and continued later with the same command.
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ def run_claims(
     *,
     plan: ClaimPlan | None = None,
     configs: Sequence[Config] | None = None,
-    stop_after: float | None = None,
+    time_limit_s: float | None = None,
     threads: int | None = 1,
     progress: Callable[[str], None] | None = print,
     record_tokens: Callable[[str, torch.Tensor], Any] | None = None,
@@ -356,7 +356,7 @@ def run_claims(
     plan : ClaimPlan, optional
     configs : sequence of Config, optional
         Default :func:`claim_configs` of the model.
-    stop_after : float, optional
+    time_limit_s : float, optional
         Seconds after which no new cell starts (the run resumes later where it stopped).
     threads : int, optional, default 1
         ``torch.set_num_threads`` during the run (restored).
@@ -372,7 +372,7 @@ def run_claims(
 
     Examples
     --------
-    >>> run_claims("smollm2-135m", "results/claims", stop_after=3600)  # doctest: +SKIP
+    >>> run_claims("smollm2-135m", "results/claims", time_limit_s=3600)  # doctest: +SKIP
     """
     plan = plan or ClaimPlan()
     configs = list(configs) if configs is not None else claim_configs(model_name, plan.sweep)
@@ -385,8 +385,8 @@ def run_claims(
         load_model = assets.load_model
     if threads is not None:
         require_int(threads, "threads", low=1, high=os.cpu_count() or 1)
-    if stop_after is not None:
-        require_real(stop_after, "stop_after", low=0)
+    if time_limit_s is not None:
+        require_real(time_limit_s, "time_limit_s", low=0)
     root = Path(root)
     ac.check_output(root / model_name, kind="folder", overwrite=True, is_ours=lambda _p: None)
     say = progress or (lambda _msg: None)
@@ -423,7 +423,7 @@ def run_claims(
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
                 counts["skipped"] += 1
                 continue
-            if stop_after is not None and time.perf_counter() - t0 > stop_after:
+            if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
                 counts["left"] += 1
                 continue
             start = time.perf_counter()

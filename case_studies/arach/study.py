@@ -20,7 +20,6 @@ one crash-safe output folder. ``python -m case_studies.arach.run`` is its comman
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -48,7 +47,7 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import AttncodaError, InputError, require_int, require_real
 
-from .._study import Golden, Study
+from .._study import Golden, Study, add_time_limit, seconds_left
 from .._study import main as study_main
 from .claims import (
     CLAIM_MODELS,
@@ -567,19 +566,15 @@ MINUS = "\u2212"
 
 def _run_study(out: Path, args: Any, prov: Any) -> None:
     """The claim study (:mod:`case_studies.arach.claims`) of ``args.models`` into ``out/claims``,
-    resumable: complete cells are kept, and no new cell starts after ``--stop-after`` seconds."""
+    resumable: complete cells are kept, and no new cell starts after ``--time-limit`` minutes."""
     plan = ClaimPlan()
     root = out / "claims"
     t0 = time.perf_counter()
     for name in args.models:
         for asset in (name, "austen", "mobydick", "wikipedia"):
             prov.asset(asset)
-        left = (
-            None
-            if args.stop_after is None
-            else max(0.0, args.stop_after - (time.perf_counter() - t0))
-        )
-        counts = run_claims(name, root, plan=plan, stop_after=left, record_tokens=prov.tokens)
+        left = seconds_left(args, t0)
+        counts = run_claims(name, root, plan=plan, time_limit_s=left, record_tokens=prov.tokens)
         prov.settings.setdefault("cells", {})[name] = counts
     write_claim_outputs(root, n_boot=plan.n_boot, seed=plan.seed)
     prov.settings.update(plan=dataclasses.asdict(plan), models=list(args.models), threads=1)
@@ -672,17 +667,6 @@ def _quick(out: Path, prov: Any) -> None:
     )
 
 
-def _seconds(text: str) -> float:
-    """A non-negative, finite number of seconds (argparse refuses anything else: exit 2)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"not a non-negative number of seconds: {text!r}")
-    return value
-
-
 def _arguments(parser: Any) -> None:
     parser.add_argument(
         "--models",
@@ -691,12 +675,7 @@ def _arguments(parser: Any) -> None:
         choices=list(CLAIM_MODELS),
         help="models of the claim study, run in this order (default: all three)",
     )
-    parser.add_argument(
-        "--stop-after",
-        type=_seconds,
-        metavar="SECONDS",
-        help="start no new cell after this many seconds (rerun the same command to continue)",
-    )
+    add_time_limit(parser, seconds_alias=True)
 
 
 def _signed(x: float, digits: int) -> str:

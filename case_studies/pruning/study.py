@@ -46,7 +46,16 @@ from attncoda.hooks.scores import ATTENTION_SCORES
 
 import attncoda as ac
 
-from .._study import Golden, Provenance, Study, markdown_table, provenance_table, read_manifest
+from .._study import (
+    Golden,
+    Provenance,
+    Study,
+    add_time_limit,
+    markdown_table,
+    provenance_table,
+    read_manifest,
+    seconds_left,
+)
 from .._study import main as study_main
 from .evidence import (
     BASE,
@@ -279,24 +288,15 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
         prov.settings.update(protocol=dataclasses.asdict(PROTOCOL), folders=list(args.folders))
     started = time.perf_counter()
     for name in args.models:
-        left = None
-        if args.time_limit is not None:
-            left = args.time_limit * 60 - (time.perf_counter() - started)
-            if left <= 0:
-                break
+        left = seconds_left(args, started)
+        if left == 0 and not (out / EVIDENCE_DIR / name / "meta.json").is_file():
+            continue  # out of time, and nothing of this model to rewrite
         run_evidence(name, out / EVIDENCE_DIR / name, EVIDENCE[name], prov, time_limit_s=left)
 
 
 def _quick(out: Path, prov: Provenance) -> None:
     """The evidence protocol at :data:`QUICK_EVIDENCE`'s sizes on SmolLM2-135M, into ``out``."""
     run_evidence("smollm2-135m", out, QUICK_EVIDENCE, prov)
-
-
-def _minutes(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of minutes, got {text!r}")
-    return value
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -308,12 +308,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         help="models to run the evidence protocol on, into results/evidence/MODEL; cells "
         "already done are skipped (default: all three)",
     )
-    parser.add_argument(
-        "--time-limit",
-        type=_minutes,
-        metavar="MINUTES",
-        help="start no new cell after this many minutes (rerun the same command to continue)",
-    )
+    add_time_limit(parser)
     parser.add_argument(
         "--folders",
         nargs="*",
