@@ -172,6 +172,30 @@ def test_summary_pairs_every_configuration_with_the_plain_model(tmp_path):
     assert ppl["low"] <= ppl["diff"] <= ppl["high"]
 
 
+def test_the_readme_summary_is_built_from_the_cells_and_says_what_is_missing(tmp_path, monkeypatch):
+    """The "result so far" lines: every number comes from summarise's rows; a model without
+    cells says "not run yet"; a missing cell shows as an incomplete claim row, not a gap."""
+    monkeypatch.setattr(claims, "CLAIM_MODELS", ("twin", "absent"))
+    monkeypatch.setattr(claims, "CORE_CONFIGS", CONFIGS)
+    root = tmp_path / "claims"
+    _run(root)
+    rows = claims.summarise(root, n_boot=50)
+    text = claims.claim_summary(root, n_boot=50)
+    twin, absent = text.splitlines()
+    assert absent == "- **absent** (0 of 15 cells): not run yet."
+    assert twin.startswith("- **twin** (15 of 15 cells): cloze on 9 items: plain ")
+    cloze = [r for r in rows if r["measure"] == "cloze"]
+    assert f"plain {cloze[0]['off'] * 100:.1f}%" in twin
+    assert claims._span(cloze, 100, 1) + " points over 2 of 2 configurations" in twin
+    ppl = [r for r in rows if r["measure"] == "ppl-wikipedia"]
+    assert f"plain {ppl[0]['off']:.2f}, ARACH − plain {claims._span(ppl, 1, 2)}" in twin
+    assert "not complete" not in twin
+    claims.cell_path(root, "twin", CONFIGS[2], "cloze-austen").unlink()
+    twin = claims.claim_summary(root, n_boot=50).splitlines()[0]
+    assert "(14 of 15 cells)" in twin and "over 1 of 2 configurations" in twin
+    assert twin.endswith("claim rows not complete yet: 1 of 6.")
+
+
 def test_plans_and_configurations_refuse_bad_values():
     with pytest.raises(ac.InputError, match="ppl_tokens"):
         claims.ClaimPlan(ppl_tokens=10, context=64)

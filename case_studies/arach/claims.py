@@ -765,7 +765,89 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
             sweep,
         ),
         "claims-cost": cost_table(root),
+        "claims-summary": claim_summary(root, n_boot=n_boot, seed=seed),
     }
+
+
+def _verdict_counts(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``"4 contradicted, 1 not resolved"``: the verdicts of some rows, by kind."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        kind = verdict(r).split(":")[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    order = ("reproduced (direction)", "contradicted", "not resolved")
+    return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
+
+
+def _span(rows: Sequence[Mapping[str, Any]], scale: float, digits: int) -> str:
+    """``"−6.9 to −1.8"``: the smallest and largest ARACH − plain over some rows."""
+    lo, hi = min(r["diff"] for r in rows) * scale, max(r["diff"] for r in rows) * scale
+    return (
+        _s(lo, digits)
+        if _s(lo, digits) == _s(hi, digits)
+        else f"{_s(lo, digits)} to {_s(hi, digits)}"
+    )
+
+
+def claim_summary(root: Path, *, n_boot: int = 2000, seed: int = 0) -> str:
+    """The README's "result so far", one bullet per model, every number from the cells under
+    ``root``: what is done, the plain model, the range of ARACH − plain over the issue's
+    configurations with the intervals' half-widths, and the verdicts (the sweep's too)."""
+    rows = summarise(root, n_boot=n_boot, seed=seed) if Path(root).is_dir() else []
+    cells = load_cells(root) if Path(root).is_dir() else {}
+    core = {c.name for c in CORE_CONFIGS[1:]}
+    lines = []
+    for model in CLAIM_MODELS:
+        done = sum(1 for (m, _, _) in cells if m == model)
+        planned = len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES))
+        head = f"- **{model}** ({done} of {planned} cells)"
+        if not done:
+            lines.append(f"{head}: not run yet.")
+            continue
+        mine = [r for r in rows if r["model"] == model and r["config"] in core]
+        parts = []
+        cloze = [r for r in mine if r["measure"] == "cloze"]
+        if cloze:
+            half = [(r["high"] - r["low"]) * 50 for r in cloze]
+            parts.append(
+                f"cloze on {cloze[0]['n']:,} items: plain {cloze[0]['off'] * 100:.1f}%, ARACH − "
+                f"plain {_span(cloze, 100, 1)} points over {len(cloze)} of "
+                f"{len(core)} configurations (95% CI half-widths {min(half):.1f}-{max(half):.1f}; "
+                f"{_verdict_counts(cloze)})"
+            )
+        for text in PPL_TEXTS:
+            ppl = [r for r in mine if r["measure"] == f"ppl-{text}"]
+            if ppl:
+                parts.append(
+                    f"perplexity of {MEASURE_LABEL[f'ppl-{text}'].split(', ')[1]} on "
+                    f"{ppl[0]['n']:,} tokens: plain {ppl[0]['off']:.2f}, ARACH − plain "
+                    f"{_span(ppl, 1, 2)} over {len(ppl)} configurations ({_verdict_counts(ppl)})"
+                )
+        missing = [
+            f"{c.name} {m}"
+            for c in CORE_CONFIGS[1:]
+            for m in ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+            if not any(r["config"] == c.name and r["measure"] == m for r in mine)
+        ]
+        text = f"{head}: " + ("; ".join(parts) if parts else "no claim row complete yet")
+        if missing:
+            text += f"; claim rows not complete yet: {len(missing)} of {3 * len(core)}"
+        if model == SWEEP_MODEL:
+            swept = [
+                r
+                for r in rows
+                if r["model"] == model
+                and r["config"] not in core
+                and r["measure"] in ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+            ]
+            extra = 3 * (len(claim_configs(model)) - len(CORE_CONFIGS))
+            if swept:
+                text += (
+                    f"; the rest of the offset sweep: {len(swept)} of {extra} rows "
+                    f"({_verdict_counts(swept)})"
+                )
+        lines.append(text + ".")
+    return "\n".join(lines)
 
 
 def cost_table(root: Path) -> str:
