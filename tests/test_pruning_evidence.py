@@ -256,3 +256,30 @@ def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(cont
     for s in study.CONTENT:
         shown = float(row.split(f"{s}: ")[1].split("x [")[0])
         assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)
+
+
+def test_the_mean_ablation_lines_pair_each_score_mean_with_zero():
+    """The README's mean-ablation lines come from the cells: both ablations of every mean
+    score at the second k, in its own order; a score without both cells is left out."""
+    base = np.full(12, 3.0)
+
+    def rec(ratio: float) -> dict:
+        return {"nll": ((base + math.log(ratio)) * 64).tolist(), "n_tokens": [64] * 12}
+
+    cells = {
+        E.BASE: rec(1.0),
+        E.Cell("global", "zero", "entropy", 0, 8): rec(240.0),
+        E.Cell("global", "mean", "entropy", 0, 8): rec(2.5),
+        E.Cell("global", "zero", "sink_share", 0, 8): rec(1.5),
+    }
+    protocol = {"mean_scores": ["sink_share", "entropy"]}
+    meta = {"ks": [0, 4, 8], "n_units": 40, "protocol": protocol, "cells": []}
+    text = study.mean_ablation_answer({"m": study.ModelEvidence("m", meta, cells)})
+    assert (
+        text
+        == "- **m** (k=8 (20%), own order): entropy 2.5x [2.5, 2.5] mean vs 240x [240, 240] zero."
+    )
+    meta["ks"] = [0, 4]
+    assert study.mean_ablation_answer({"m": study.ModelEvidence("m", meta, cells)}) == (
+        "No mean-ablation cells yet."
+    )

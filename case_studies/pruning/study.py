@@ -853,6 +853,27 @@ def channel_layer_answer(models: dict[str, ModelEvidence]) -> str:
     return "\n".join(lines) if lines else "No evidence results yet."
 
 
+def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
+    """Per model, at 20% of the heads in each score's own order: mean ablation (each pruned
+    head's output replaced by its calibration mean) beside zero ablation, paired CIs."""
+    lines = []
+    for name, m in models.items():
+        if BASE not in m.cells or len(m.ks) < 2:
+            continue
+        k = m.ks[1]
+        pairs = []
+        for score in m.meta["protocol"]["mean_scores"]:
+            mean, zero = Cell("global", "mean", score, 0, k), Cell("global", "zero", score, 0, k)
+            if m.has(mean, zero):
+                pairs.append(
+                    f"{score} {ratio_interval(m.cells, mean)} mean vs "
+                    f"{ratio_interval(m.cells, zero)} zero"
+                )
+        if pairs:
+            lines.append(f"- **{name}** ({m.k_label(k)}, own order): " + "; ".join(pairs) + ".")
+    return "\n".join(lines) if lines else "No mean-ablation cells yet."
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables, from the result files in ``results`` (``table`` renders them)."""
     smol, gemma = results / "smollm2-135m", results / "gemma3-270m"
@@ -862,6 +883,7 @@ def render_tables(results: Path) -> dict[str, str]:
         "provenance-earlier": provenance_table(smol),
         "claims": claims_table(models),
         "channel-layer-answer": channel_layer_answer(models),
+        "mean-ablation": mean_ablation_answer(models),
         "evidence-coverage": coverage_table(models, results),
         "channel-layer": channel_layer_table(models),
         "closest-to-gradient": gradient_table(models),
