@@ -323,10 +323,6 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# the command line
-
-
-# --------------------------------------------------------------------------------------------
 # resumable runs: one time limit, one spelling
 
 
@@ -375,6 +371,10 @@ def seconds_left(args: argparse.Namespace, started: float) -> float | None:
     if args.time_limit is None:
         return None
     return max(0.0, args.time_limit * 60 - (time.perf_counter() - started))
+
+
+# --------------------------------------------------------------------------------------------
+# the command line
 
 
 @dataclass
