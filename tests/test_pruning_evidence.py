@@ -230,10 +230,16 @@ def test_tables_render_from_a_run_folder_and_show_partial_runs_as_partial(tiny, 
 
 
 @pytest.mark.parametrize(
-    ("content_ratio", "verdict"),
-    [(500.0, "not specific: a content score also costs >100x"), (20.0, "specific: every")],
+    ("full_row", "content_ratio", "verdict"),
+    [
+        (300.0, 500.0, "not specific: a content score also costs >100x"),
+        (300.0, 20.0, "specific: every"),
+        (3.0, 2.5, "no >100x in either channel"),
+    ],
 )
-def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(content_ratio, verdict):
+def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(
+    full_row, content_ratio, verdict
+):
     """Beside the >100x row, the content scores at the same k and order: a reader learns
     whether the sink-blind full-row scores are special or any early-layer-first order is."""
     rng = np.random.default_rng(0)
@@ -247,12 +253,23 @@ def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(cont
         }
 
     cells = {E.BASE: {"nll": (base * 64).tolist(), "n_tokens": [64] * 12}}
-    cells.update([cell("entropy", 300.0), cell("max_attention", 200.0), cell("sink_share", 1.5)])
+    sink = 1.5 if full_row > 100 else 4.5  # Gemma-3's pattern: the sink share prunes worse
+    cells.update(
+        [cell("entropy", full_row), cell("max_attention", full_row / 1.5), cell("sink_share", sink)]
+    )
     cells.update(cell(s, content_ratio) for s in study.CONTENT)
     meta = {"ks": [0, 8], "n_units": 40, "protocol": {}, "cells": []}
-    claims = study.claims_table({"m": study.ModelEvidence("m", meta, cells)})
+    evidence = {"m": study.ModelEvidence("m", meta, cells)}
+    claims = study.claims_table(evidence)
     row = next(line for line in claims.splitlines() if "specific to the full-row" in line)
     assert verdict in row
+    gap = next(line for line in claims.splitlines() if "The gap is the channel" in line)
+    answer = study.channel_layer_answer(evidence)
+    if full_row < sink:
+        assert "contradicted: entropy prunes better than the sink share" in gap
+        assert "no channel penalty" in answer
+    else:
+        assert "contradicted" not in gap and "no channel penalty" not in answer
     for s in study.CONTENT:
         shown = float(row.split(f"{s}: ")[1].split("x [")[0])
         assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)

@@ -563,6 +563,12 @@ class ChannelLayer:
         ) and bool({"within_layer", "skip_0_2"} & set(self.gap))
 
     @property
+    def reversed(self) -> bool:
+        """The full-row score's own order costs *less* than the sink share's (CI below 1)."""
+        own = self.gap.get("global")
+        return own is not None and own.high < 1
+
+    @property
     def layer_effect(self) -> bool:
         return any(r.low > 1 for r in self.layer.values())
 
@@ -717,6 +723,8 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                         n,
                         "not specific: a content score also costs >100x"
                         if any(v.low > 100 for v in content.values())
+                        else "no >100x in either channel"
+                        if r.high < 100 and all(v.high < 100 for v in content.values())
                         else "specific: every content score below 100x"
                         if all(v.high < 100 for v in content.values())
                         else "inconclusive",
@@ -728,7 +736,9 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
             if kept:
                 still = [v for c, v in cl.ratio.items() if c != "global"]
                 verdict = (
-                    "the >100x needs the early-layer order"
+                    "no >100x to explain: below 100x in its own order"
+                    if r.high < 100
+                    else "the >100x needs the early-layer order"
                     if all(v.high < 100 for v in still)
                     else "the >100x survives a layer control"
                     if any(v.low > 100 for v in still)
@@ -747,7 +757,9 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
             if cl.gap:
                 gaps = "; ".join(f"{_CONTROL_NAMES[c]}: {v}" for c, v in cl.gap.items())
                 effect = (
-                    "both"
+                    "reversed"
+                    if cl.reversed
+                    else "both"
                     if cl.channel_effect and cl.layer_effect
                     else "channel"
                     if cl.channel_effect
@@ -756,6 +768,8 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                     else "neither resolved"
                 )
                 verdict = {
+                    "reversed": f"contradicted: {cl.score} prunes better than the sink share "
+                    "in its own order",
                     "both": f"both: {cl.layer_share()} of the gap's log is layer position, "
                     "the rest survives both controls (channel)",
                     "channel": "reproduced: a channel effect",
@@ -840,7 +854,9 @@ def channel_layer_answer(models: dict[str, ModelEvidence]) -> str:
                 + "."
             )
         effect = (
-            f"both a layer effect and a channel effect ({cl.layer_share()} of the log gap to "
+            f"no channel penalty: {cl.score} prunes better than the sink share in its own order"
+            if cl.reversed
+            else f"both a layer effect and a channel effect ({cl.layer_share()} of the log gap to "
             "the sink share is layer position)"
             if cl.channel_effect and cl.layer_effect
             else "a channel effect (the gap survives both layer controls)"
