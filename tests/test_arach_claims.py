@@ -180,7 +180,7 @@ def test_the_readme_summary_is_built_from_the_cells_and_says_what_is_missing(tmp
     root = tmp_path / "claims"
     _run(root)
     rows = claims.summarise(root, n_boot=50)
-    text = claims.claim_summary(root, n_boot=50)
+    text = claims.claim_summary(rows, claims.load_cells(root))
     twin, absent = text.splitlines()
     assert absent == "- **absent** (0 of 15 cells): not run yet."
     assert twin.startswith("- **twin** (15 of 15 cells): cloze on 9 items: plain ")
@@ -191,7 +191,8 @@ def test_the_readme_summary_is_built_from_the_cells_and_says_what_is_missing(tmp
     assert f"plain {ppl[0]['off']:.2f}, ARACH − plain {claims._span(ppl, 1, 2)}" in twin
     assert "not complete" not in twin
     claims.cell_path(root, "twin", CONFIGS[2], "cloze-austen").unlink()
-    twin = claims.claim_summary(root, n_boot=50).splitlines()[0]
+    rows = claims.summarise(root, n_boot=50)
+    twin = claims.claim_summary(rows, claims.load_cells(root)).splitlines()[0]
     assert "(14 of 15 cells)" in twin and "over 1 of 2 configurations" in twin
     assert twin.endswith("claim rows not complete yet: 1 of 6.")
 

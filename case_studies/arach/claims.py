@@ -692,6 +692,7 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
     from .._study import markdown_table
 
     rows = summarise(root, n_boot=n_boot, seed=seed) if Path(root).is_dir() else []
+    done = load_cells(root) if Path(root).is_dir() else {}
     index = {(r["model"], r["config"], r["measure"]): r for r in rows}
     main, filtered, sweep = [], [], []
     paper_cloze = f"{PAPER['cloze'][1]:.2f} → {PAPER['cloze'][2]:.2f} (+3.53)"
@@ -765,7 +766,7 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
             sweep,
         ),
         "claims-cost": cost_table(root),
-        "claims-summary": claim_summary(root, n_boot=n_boot, seed=seed),
+        "claims-summary": claim_summary(rows, done),
     }
 
 
@@ -789,13 +790,15 @@ def _span(rows: Sequence[Mapping[str, Any]], scale: float, digits: int) -> str:
     )
 
 
-def claim_summary(root: Path, *, n_boot: int = 2000, seed: int = 0) -> str:
-    """The README's "result so far", one bullet per model, every number from the cells under
-    ``root``: what is done, the plain model, the range of ARACH − plain over the issue's
-    configurations with the intervals' half-widths, and the verdicts (the sweep's too)."""
-    rows = summarise(root, n_boot=n_boot, seed=seed) if Path(root).is_dir() else []
-    cells = load_cells(root) if Path(root).is_dir() else {}
+def claim_summary(
+    rows: Sequence[Mapping[str, Any]], cells: Mapping[tuple[str, str, str], Any]
+) -> str:
+    """The README's "result so far", one bullet per model, from :func:`summarise`'s ``rows``
+    and :func:`load_cells`' ``cells``: what is done, the plain model, the range of ARACH − plain
+    over the issue's configurations with the intervals' half-widths, and the verdicts (the
+    sweep's too)."""
     core = {c.name for c in CORE_CONFIGS[1:]}
+    measures = ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
     lines = []
     for model in CLAIM_MODELS:
         done = sum(1 for (m, _, _) in cells if m == model)
@@ -823,24 +826,17 @@ def claim_summary(root: Path, *, n_boot: int = 2000, seed: int = 0) -> str:
                     f"{ppl[0]['n']:,} tokens: plain {ppl[0]['off']:.2f}, ARACH − plain "
                     f"{_span(ppl, 1, 2)} over {len(ppl)} configurations ({_verdict_counts(ppl)})"
                 )
-        missing = [
-            f"{c.name} {m}"
-            for c in CORE_CONFIGS[1:]
-            for m in ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
-            if not any(r["config"] == c.name and r["measure"] == m for r in mine)
-        ]
+        missing = len(core) * len(measures) - sum(r["measure"] in measures for r in mine)
         text = f"{head}: " + ("; ".join(parts) if parts else "no claim row complete yet")
         if missing:
-            text += f"; claim rows not complete yet: {len(missing)} of {3 * len(core)}"
+            text += f"; claim rows not complete yet: {missing} of {len(core) * len(measures)}"
         if model == SWEEP_MODEL:
             swept = [
                 r
                 for r in rows
-                if r["model"] == model
-                and r["config"] not in core
-                and r["measure"] in ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+                if r["model"] == model and r["config"] not in core and r["measure"] in measures
             ]
-            extra = 3 * (len(claim_configs(model)) - len(CORE_CONFIGS))
+            extra = len(measures) * (len(claim_configs(model)) - len(CORE_CONFIGS))
             if swept:
                 text += (
                     f"; the rest of the offset sweep: {len(swept)} of {extra} rows "
