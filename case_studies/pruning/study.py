@@ -572,6 +572,18 @@ class ChannelLayer:
     def layer_effect(self) -> bool:
         return any(r.low > 1 for r in self.layer.values())
 
+    @property
+    def effect(self) -> str:
+        """``"reversed"``, ``"both"``, ``"channel"``, ``"layer"`` or ``"neither resolved"``:
+        what the gaps under the layer controls say (the claim row and the answer word it)."""
+        if self.reversed:
+            return "reversed"
+        if self.channel_effect and self.layer_effect:
+            return "both"
+        if self.channel_effect:
+            return "channel"
+        return "layer" if self.layer_effect else "neither resolved"
+
     def layer_share(self) -> str:
         """How much of the own-order gap's log the layer controls remove (the larger of the
         controlled gaps kept), e.g. ``"84%"``; ``"n/a"`` without a gap to share."""
@@ -756,17 +768,6 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                 )
             if cl.gap:
                 gaps = "; ".join(f"{_CONTROL_NAMES[c]}: {v}" for c, v in cl.gap.items())
-                effect = (
-                    "reversed"
-                    if cl.reversed
-                    else "both"
-                    if cl.channel_effect and cl.layer_effect
-                    else "channel"
-                    if cl.channel_effect
-                    else "layer"
-                    if cl.layer_effect
-                    else "neither resolved"
-                )
                 verdict = {
                     "reversed": f"contradicted: {cl.score} prunes better than the sink share "
                     "in its own order",
@@ -775,7 +776,7 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
                     "channel": "reproduced: a channel effect",
                     "layer": "contradicted: a layer-position effect",
                     "neither resolved": "inconclusive",
-                }[effect]
+                }[cl.effect]
                 rows.append(
                     [
                         name,
@@ -853,18 +854,16 @@ def channel_layer_answer(models: dict[str, ModelEvidence]) -> str:
                 + "; ".join(f"{_CONTROL_NAMES[c]} {v}" for c, v in cl.gap.items())
                 + "."
             )
-        effect = (
-            f"no channel penalty: {cl.score} prunes better than the sink share in its own order"
-            if cl.reversed
-            else f"both a layer effect and a channel effect ({cl.layer_share()} of the log gap to "
-            "the sink share is layer position)"
-            if cl.channel_effect and cl.layer_effect
-            else "a channel effect (the gap survives both layer controls)"
-            if cl.channel_effect
-            else "a layer effect (the gap to the sink share does not survive the layer controls)"
-            if cl.layer_effect
-            else "not resolved by this sample"
-        )
+        effect = {
+            "reversed": f"no channel penalty: {cl.score} prunes better than the sink share in "
+            "its own order",
+            "both": f"both a layer effect and a channel effect ({cl.layer_share()} of the log gap "
+            "to the sink share is layer position)",
+            "channel": "a channel effect (the gap survives both layer controls)",
+            "layer": "a layer effect (the gap to the sink share does not survive the layer "
+            "controls)",
+            "neither resolved": "not resolved by this sample",
+        }[cl.effect]
         lines.append(f"{text} Answer: **{effect}**.")
     return "\n".join(lines) if lines else "No evidence results yet."
 
