@@ -225,3 +225,27 @@ def test_each_rate_of_the_readme_flips_table_sits_under_its_own_metric():
             assert cell.replace("*", "").split()[0] == f"{100 * rate:.0f}%", name
             checked += 1
     assert checked == len(ev.METRICS)
+
+
+def test_the_readme_summary_reads_every_number_from_the_result_files(tmp_path):
+    import shutil
+
+    from case_studies.conventions import study
+
+    assert study.claims_summary(tmp_path).startswith("- No claim table yet")
+    results = tmp_path / "results"
+    shutil.copytree(study.STUDY.results, results, ignore=shutil.ignore_patterns("figures"))
+    before = study.claims_summary(results)
+    cl = pd.read_csv(results / "claims.csv")
+    outside = cl[cl.claim.str.startswith("verdict flips") & (cl.verdict != "reproduced")]
+    for r in outside.itertuples():
+        assert f"{r.ours} {r.ci} ({r.verdict})" in before
+    # a model whose entropy rises across depth is named as such, with its own numbers
+    ef = pd.read_csv(results / "entropy_fraction.csv")
+    mine = (ef.model == "smollm2-135m") & (ef.sink_key == "first")
+    ef.loc[mine, ["mean_total_change", "total_ci_low", "total_ci_high"]] = [0.42, 0.40, 0.44]
+    ef.to_csv(results / "entropy_fraction.csv", index=False)
+    after = study.claims_summary(results)
+    assert "SmolLM2-135M +0.42 nats [+0.40, +0.44]" in after
+    rises = after.split("*rises* across depth in ", 1)[1].split(", so", 1)[0]
+    assert "SmolLM2-135M" in rises and "SmolLM2-135M" not in before.split("*rises*", 1)[1]

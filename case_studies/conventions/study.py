@@ -692,6 +692,165 @@ METRIC_LABELS = {
 }
 
 
+def _names(models: Sequence[str]) -> str:
+    names = [NAMES.get(m, m) for m in models]
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def _artifact_numbers(stats: pd.DataFrame, model: str, sink: str) -> str:
+    """``|rho| v [lo, hi], ARI k=2 v [lo, hi]`` of one (model, sink) artifact test."""
+    a = stats[(stats.model == model) & (stats.sink_key == sink)].set_index("stat")
+    return ", ".join(
+        f"{label} {a.loc[stat].value:.2f} [{a.loc[stat].ci_low:.2f}, {a.loc[stat].ci_high:.2f}]"
+        for stat, label in (("rho_kept", "|rho(MDS-1, sink share)|"), ("ari_k2", "ARI k=2"))
+        if stat in a.index
+    )
+
+
+def claims_summary(results: Path) -> str:
+    """The README's "what the claim table says": one bullet per claim, every number read from
+    the result files in ``results`` (typed prose drifted from the tables once a run changed)."""
+    cl = _frame(results, "claims")
+    summ = _frame(results, "summary")
+    if not len(cl) or not len(summ):
+        return "- No claim table yet: run the study."
+    first = summ[summ.sink_key == "first"]
+    done = first[first.status == "complete"]
+    lines = []
+    if len(done):
+        s = done.iloc[0]
+        lines.append(
+            f"- **Sample.** {len(done)} of {len(first)} models complete, each on "
+            f"{int(s.texts)} texts x {int(s.windows) // int(s.texts)} windows of "
+            f"{int(s.tokens_per_window)} tokens ({int(s.windows)} windows per model)"
+            + (
+                f"; pending: {_names(first[first.status != 'complete'].model.tolist())}."
+                if len(done) < len(first)
+                else "."
+            )
+        )
+    # verdict flips: how many rates land in the published range, which do not, text spread
+    flips = cl[cl.claim.str.startswith("verdict flips") & (cl.verdict != "not run")]
+    if len(flips):
+        fr = _frame(results, "flip_rates")
+        inside = flips[flips.verdict == "reproduced"]
+        lo, hi = ev.PUBLISHED_FLIPS
+        outside = [
+            f"{NAMES.get(r.model, r.model)} {METRIC_LABELS[r.claim.rsplit(', ', 1)[1]]} "
+            f"{r.ours} {r.ci} "
+            f"({r.verdict})"
+            for r in flips[flips.verdict != "reproduced"].itertuples()
+        ]
+        per_text = fr[
+            (fr.sink_key == "first")
+            & ~fr.text.isin(["all", "wikipedia-pairs"])
+            & (fr.pair == "kept/dropped")
+            & (fr.scope == "all")
+            & fr.metric.isin(ev.CLAIM_METRICS)
+            & fr.model.isin(done.model)
+        ]
+        spread = per_text.groupby(["model", "metric"]).flip_rate.agg(lambda x: x.max() - x.min())
+        lines.append(
+            f"- **Verdict flips** (`kept` vs `dropped`; "
+            f"{', '.join(METRIC_LABELS[m] for m in ev.CLAIM_METRICS)}): "
+            f"{len(inside)} of {len(flips)} model-metric rates lie inside the published "
+            f"{_pct(lo)}-{_pct(hi)}"
+            + (f"; outside: {'; '.join(outside)}" if outside else "")
+            + (
+                f". The texts of one model and metric differ by at most "
+                f"{100 * spread.max():.0f} points."
+                if len(spread)
+                else "."
+            )
+        )
+    # the clustering artifact on single segments, grouped by verdict
+    art = cl[cl.claim == "clustering artifact (JS + MDS)"]
+    art = art[art.verdict != "not run"]
+    stats = _frame(results, "clustering_artifact")
+    if len(art):
+        parts = []
+        for verdict, g in art.groupby("verdict", sort=False):
+            detail = (
+                ""
+                if verdict == "reproduced"
+                else " ("
+                + "; ".join(
+                    f"{NAMES.get(r.model, r.model)}: "
+                    f"{_artifact_numbers(stats, r.model, 'first')}; {r.why.split(': ', 1)[-1]}"
+                    for r in g.itertuples()
+                )
+                + ")"
+            )
+            parts.append(f"*{verdict}* on {_names(g.model.tolist())}{detail}")
+        lines.append(f"- **Clustering artifact, single segments**: {'; '.join(parts)}.")
+    # the BERT pair pipeline: where MiniLM's rows go, then each sink choice's verdict
+    pairs = _frame(results, "pairs")
+    pairs = pairs[pairs.status == "complete"] if len(pairs) else pairs
+    if len(pairs):
+        tok = _frame(results, "pairs_sink_tokens")
+        where = ""
+        if len(tok):
+            top = tok.sort_values("share_of_rows", ascending=False).iloc[0]
+            where = (
+                f"{100 * top.share_of_rows:.1f}% of MiniLM's rows attend most (mean over heads) to "
+                f"{top.most_attended}; "
+            )
+        choices = []
+        for p in pairs.itertuples():
+            rho = _artifact_numbers(stats, "minilm-l6", p.sink_choice)
+            choices.append(
+                f"sink = {PAIR_SINK_LABELS[p.sink_choice]} (mean sink share "
+                f"{100 * p.mean_sink_share:.1f}%): artifact {p.artifact} ({rho}; {p.why})"
+            )
+        lines.append(
+            f"- **BERT pair pipeline** ({int(pairs.pairs.iloc[0])} two-segment Wikipedia pairs "
+            f"on MiniLM): {where}" + "; ".join(choices) + "."
+        )
+    # entropy attribution across depth: direction, both splits, and ill-conditioned ratios
+    ent = cl[(cl.claim == "entropy drop due to the sink") & (cl.verdict != "not run")]
+    if len(ent):
+        ef = _frame(results, "entropy_fraction")
+        parts, rises = [], []
+        for model in dict.fromkeys(ent.model):
+            e = ef[(ef.model == model) & (ef.sink_key == "first")].set_index(["scope", "text"])
+            fl, co = e.loc[("first->last", "all")], e.loc[("consecutive, pooled", "all")]
+            texts = e.loc["first->last"].drop(index="all").sink_fraction
+            part = (
+                f"{NAMES.get(model, model)} {fl.mean_total_change:+.2f} nats "
+                f"[{fl.total_ci_low:+.2f}, {fl.total_ci_high:+.2f}], sink share "
+                f"{_pct(fl.sink_fraction)} / {_pct(co.sink_fraction)}"
+            )
+            if texts.max() - texts.min() > 1:  # a spread over 100 points: a ratio to ~0
+                part += (
+                    f" (per text {_pct(texts.min())} to {_pct(texts.max())}: a ratio to a small "
+                    "change, not a usable share)"
+                )
+            parts.append(part)
+            if fl.total_ci_low > 0:
+                rises.append(model)
+        text = (
+            "- **Entropy across depth** (mean change first -> last layer with its 95% CI; the "
+            "sink's share first -> last / consecutive layers pooled): " + "; ".join(parts) + "."
+        )
+        if rises:
+            text += (
+                f" The entropy *rises* across depth in {_names(rises)}, so there the share is "
+                "of a rise, not of the paper's collapse."
+            )
+        lines.append(text)
+    scale = cl[(cl.claim == "entropy sink share across scale (one family)")]
+    scale = scale[scale.verdict != "not run"]
+    if len(scale):
+        lines.append(
+            "- **Across scale** (Qwen2.5-Coder 1.5B minus 0.5B, one family, across depth): "
+            + "; ".join(
+                f"{r.setting.split(', ', 1)[1]} {r.ours} {r.ci}" for r in scale.itertuples()
+            )
+            + "."
+        )
+    return "\n".join(lines)
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables, from the result files in ``results`` (``table`` renders them)."""
     cl = _frame(results, "claims")
@@ -817,6 +976,7 @@ def render_tables(results: Path) -> dict[str, str]:
     )
     return {
         "claims": claims_md,
+        "claims-summary": claims_summary(results),
         "flips": flips_md,
         "clustering": clustering_md,
         "entropy": entropy_md,
