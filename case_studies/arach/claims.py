@@ -634,7 +634,9 @@ MEASURE_LABEL = {
 }
 
 
-def _s(x: float, digits: int) -> str:
+def signed(x: float, digits: int) -> str:
+    """``+0.169`` / ``−0.019`` / ``+0.000``: a sign always, a typographic minus, and a value
+    that rounds to zero is ``+`` (the README tables' number format for differences)."""
     text = f"{x:+.{digits}f}"
     if text[1:].strip("0.") == "":
         return "+" + text[1:]
@@ -677,7 +679,7 @@ def _fmt_row(row: Mapping[str, Any]) -> list[str]:
         k, d = 1.0, 2
         ours = f"{row['off']:.2f} → {row['on']:.2f}"
         n = f"{row['n']} tokens ({row['blocks']} windows)"
-    ci = f"{_s(row['diff'] * k, d)} [{_s(row['low'] * k, d)}, {_s(row['high'] * k, d)}]"
+    ci = f"{signed(row['diff'] * k, d)} [{signed(row['low'] * k, d)}, {signed(row['high'] * k, d)}]"
     return [ours, ci, n]
 
 
@@ -784,9 +786,9 @@ def _span(rows: Sequence[Mapping[str, Any]], scale: float, digits: int) -> str:
     """``"−6.9 to −1.8"``: the smallest and largest ARACH − plain over some rows."""
     lo, hi = min(r["diff"] for r in rows) * scale, max(r["diff"] for r in rows) * scale
     return (
-        _s(lo, digits)
-        if _s(lo, digits) == _s(hi, digits)
-        else f"{_s(lo, digits)} to {_s(hi, digits)}"
+        signed(lo, digits)
+        if signed(lo, digits) == signed(hi, digits)
+        else f"{signed(lo, digits)} to {signed(hi, digits)}"
     )
 
 

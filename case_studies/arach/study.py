@@ -51,11 +51,13 @@ from .._study import Golden, Study, add_time_limit, seconds_left
 from .._study import main as study_main
 from .claims import (
     CLAIM_MODELS,
+    MINUS,
     ClaimPlan,
     Config,
     claim_tables,
     cloze_token_ids,
     run_claims,
+    signed,
     summarise,
 )
 
@@ -561,7 +563,6 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 MODELS = ("smollm2-135m", "gemma3-270m")
 TEXTS = {"mobydick": "Moby-Dick", "austen": "Emma"}
-MINUS = "\u2212"
 
 
 def _run_study(out: Path, args: Any, prov: Any) -> None:
@@ -678,22 +679,12 @@ def _arguments(parser: Any) -> None:
     add_time_limit(parser, seconds_alias=True)
 
 
-def _signed(x: float, digits: int) -> str:
-    """``+0.169`` / ``−0.019`` / ``+0.000`` (a value that rounds to zero is ``+``)."""
-    text = f"{x:+.{digits}f}"
-    if text[1:].strip("0.") == "":
-        return "+" + text[1:]
-    return text.replace("-", MINUS)
-
-
 def _b(offset: float) -> str:
     return f"{offset:g}".replace("-", MINUS)
 
 
 def _ci(r: Mapping[str, Any], digits: int = 2) -> str:
-    return (
-        f"{_signed(r['diff'], digits)} [{_signed(r['low'], digits)}, {_signed(r['high'], digits)}]"
-    )
+    return f"{signed(r['diff'], digits)} [{signed(r['low'], digits)}, {signed(r['high'], digits)}]"
 
 
 def render_tables(results: Path) -> dict[str, str]:
@@ -757,7 +748,7 @@ def render_tables(results: Path) -> dict[str, str]:
                     f"{row['off']:.3f}",
                     f"{row['on']:.3f}",
                     _ci(row, 3),
-                    _signed(row["mean_dlogprob"], 3),
+                    signed(row["mean_dlogprob"], 3),
                 ]
             )
         a = r["audit"]
@@ -771,9 +762,9 @@ def render_tables(results: Path) -> dict[str, str]:
                 f"{a['mean_sink_off']:.3f} → {a['mean_sink_on']:.3f}",
                 f"{a['mean_hub_on']:.3f}",
                 f"{a['mean_content_entropy_off']:.3f} → {a['mean_content_entropy_on']:.3f}",
-                f"{_signed(a['mean_dH_total'], 3)} = {_signed(a['mean_dH_between'], 3)} "
+                f"{signed(a['mean_dH_total'], 3)} = {signed(a['mean_dH_between'], 3)} "
                 f"{'+' if within >= 0 else MINUS} {abs(within):.3f}",
-                _signed(a["corr_sink_off_vs_drop"], 2),
+                signed(a["corr_sink_off_vs_drop"], 2),
             ]
         )
     return {
