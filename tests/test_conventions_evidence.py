@@ -184,6 +184,9 @@ def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
 
     cells = tmp_path / "cells"
     args = ("twin:llama", ["one"], size, cells)
+    # a spent time limit starts nothing (and leaves nothing behind)
+    assert protocol.measure_texts(*args, time_limit_s=0, corpus=corpus) == 0
+    assert not cells.exists() or not any(cells.rglob("*"))
     assert protocol.measure_texts(*args, stop_after=1, corpus=corpus) == 1
     first = sorted(cells.rglob("*.nc"))
     assert len(first) == 1

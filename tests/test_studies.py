@@ -29,13 +29,13 @@ def _study_of(name: str) -> _study.Study:
 
 
 def test_resumable_studies_share_one_time_limit_in_minutes(monkeypatch, tmp_path) -> None:
-    """Pruning and ARACH both take ``--time-limit MINUTES`` (0: only rewrite the outputs);
+    """The three resumable studies take ``--time-limit MINUTES`` (0: only rewrite the outputs);
     ARACH's older ``--stop-after SECONDS``, recorded in committed manifests, still means the
     same limit."""
     import argparse
 
     seen: dict[str, float | None] = {}
-    for name in ("pruning", "arach"):
+    for name in ("pruning", "arach", "conventions"):
         study = _study_of(name)
         monkeypatch.setattr(
             study, "run", lambda out, args, prov, n=name: seen.update({n: args.time_limit})

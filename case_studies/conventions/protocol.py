@@ -202,6 +202,13 @@ def _cell_attrs(**kw: Any) -> dict[str, Any]:
     return {**{k: v for k, v in kw.items()}, "commit": git_state()["commit"]}
 
 
+def _out_of_time(started: float, time_limit_s: float | None, what: str) -> bool:
+    if time_limit_s is None or time.perf_counter() - started < time_limit_s:
+        return False
+    log(f"{what}: time limit reached; the same command continues from here")
+    return True
+
+
 def measure_texts(
     model: str,
     texts: Sequence[str],
@@ -209,12 +216,15 @@ def measure_texts(
     cells: Path,
     *,
     stop_after: int | None = None,
+    time_limit_s: float | None = None,
     corpus: Callable[[str], str] | None = None,
 ) -> int:
     """Compute every missing single-segment cell of ``model``; return how many were written.
 
-    ``stop_after`` stops after that many new cells (to split a long run, and to test resuming);
-    ``corpus`` maps a text name to its text (default: the registered corpus asset).
+    ``stop_after`` stops after that many new cells (to test resuming); ``time_limit_s`` starts
+    no new block of windows once that many seconds have passed (the block under way finishes),
+    to split a long run over sessions; ``corpus`` maps a text name to its text (default: the
+    registered corpus asset).
     """
     import torch  # heavy, optional: only when measuring
     from attncoda.hooks import capture, zoo  # imports torch: only when used
@@ -229,6 +239,7 @@ def measure_texts(
     if not todo:
         log(f"{model}: all {len(texts)} texts done")
         return 0
+    started = time.perf_counter()
     read = corpus or corpus_text
     model_obj, tokenizer = zoo.load(model)
     written = 0
@@ -237,6 +248,8 @@ def measure_texts(
         if text not in ids_by_text:
             ids_by_text[text] = windows(tokenizer, read(text), size.windows, size.length)
     for text, b in dict.fromkeys((t, b) for t, b, _ in todo):
+        if _out_of_time(started, time_limit_s, model):
+            return written
         lo, hi = b * size.block, min(size.windows, (b + 1) * size.block)
         ids = ids_by_text[text][lo:hi]
         start = time.perf_counter()
@@ -284,8 +297,15 @@ def _tokens_sha(ids: Any) -> str:
     return str(tokens_sha256(ids))
 
 
-def measure_pairs(size: Size, cells: Path, *, stop_after: int | None = None) -> int:
-    """Compute every missing cell of the two-segment MiniLM pipeline; return how many."""
+def measure_pairs(
+    size: Size,
+    cells: Path,
+    *,
+    stop_after: int | None = None,
+    time_limit_s: float | None = None,
+) -> int:
+    """Compute every missing cell of the two-segment MiniLM pipeline; return how many
+    (``stop_after``, ``time_limit_s``: as in :func:`measure_texts`)."""
     import torch  # heavy, optional: only when measuring
     from attncoda.hooks import capture, zoo  # imports torch: only when used
 
@@ -300,10 +320,13 @@ def measure_pairs(size: Size, cells: Path, *, stop_after: int | None = None) -> 
     if not todo:
         log("minilm-l6 pairs: all done")
         return 0
+    started = time.perf_counter()
     model_obj, tokenizer = zoo.load(model)
     enc = segment_pairs(tokenizer, corpus_text("wikipedia"), size.pairs, size.pair_length)
     written = 0
     for b in dict.fromkeys(b for b, _ in todo):
+        if _out_of_time(started, time_limit_s, "minilm-l6 pairs"):
+            return written
         lo, hi = b * size.pair_block, min(size.pairs, (b + 1) * size.pair_block)
         ids, types = enc["input_ids"][lo:hi], enc["token_type_ids"][lo:hi]
         start = time.perf_counter()

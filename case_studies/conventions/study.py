@@ -29,7 +29,7 @@ from attncoda.hooks import assets
 
 import attncoda as ac
 
-from .._study import Golden, Provenance, Study, markdown_table
+from .._study import Golden, Provenance, Study, add_time_limit, markdown_table
 from .._study import main as study_main
 from . import evidence as ev
 from .protocol import (
@@ -647,17 +647,30 @@ def run(
     texts: Sequence[str] | None = None,
     cells: Path | None = None,
     measure: bool = True,
+    time_limit_s: float | None = None,
     prov: Provenance | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Measure the missing cells (unless ``measure=False``), then write every table."""
+    """Measure the missing cells (unless ``measure=False``), then write every table.
+
+    ``time_limit_s`` starts no new block of windows after that many seconds (0 measures
+    nothing); the tables then cover the (model, sink) pairs whose cells are all there.
+    """
     texts = list(texts if texts is not None else registered_texts())
     cells = cells if cells is not None else default_cells()
+    if time_limit_s is not None:
+        ac.require_real(time_limit_s, "time_limit_s", low=0)
     wall = time.perf_counter()
+
+    def left() -> float | None:
+        return (
+            None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - wall))
+        )
+
     if measure:
         for model in models:
-            measure_texts(model, texts, size, cells)
+            measure_texts(model, texts, size, cells, time_limit_s=left())
             if model == "minilm-l6":
-                measure_pairs(size, cells)
+                measure_pairs(size, cells, time_limit_s=left())
     tables = analyse(models, texts, size, cells, out, prov)
     for name, df in tables.items():
         ac.write_table(df, out / f"{name}.csv")
@@ -994,6 +1007,7 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
         texts=args.texts,
         cells=args.cells,
         measure=not args.tables_only,
+        time_limit_s=None if args.time_limit is None else args.time_limit * 60,
         prov=prov,
     )
 
@@ -1022,6 +1036,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure nothing; build the tables from the cells already there",
     )
+    add_time_limit(parser)
 
 
 #: The quick mode's files CI compares with ``golden/`` (timings and provenance are not results).
