@@ -365,6 +365,13 @@ def add_time_limit(parser: argparse.ArgumentParser, *, seconds_alias: bool = Fal
         )
 
 
+def time_is_up(started: float, time_limit_s: float | None) -> bool:
+    """Whether ``time_limit_s`` seconds have passed since ``started`` (a
+    ``time.perf_counter()``); never without a limit. The one check every resumable study makes
+    before it starts a cell."""
+    return time_limit_s is not None and time.perf_counter() - started >= time_limit_s
+
+
 def seconds_left(args: argparse.Namespace, started: float) -> float | None:
     """Seconds of ``args.time_limit`` left since ``started`` (a ``time.perf_counter()``),
     never below 0; ``None`` without a limit."""

@@ -47,6 +47,8 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import InputError, require_int, require_real
 
+from .._study import time_is_up
+
 __all__ = [
     "CELL_FORMAT",
     "CLAIM_MODELS",
@@ -423,7 +425,7 @@ def run_claims(
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
                 counts["skipped"] += 1
                 continue
-            if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            if time_is_up(t0, time_limit_s):
                 counts["left"] += 1
                 continue
             start = time.perf_counter()

@@ -27,7 +27,7 @@ from attncoda.hooks import assets
 
 import attncoda as ac
 
-from .._study import git_state
+from .._study import git_state, time_is_up
 from .sinks import comparisons_by_row_sink, head_argmax_share, row_argmax_sinks, segment_sep_sinks
 
 #: Smallest first: the order the full run measures them in.
@@ -203,7 +203,7 @@ def _cell_attrs(**kw: Any) -> dict[str, Any]:
 
 
 def _out_of_time(started: float, time_limit_s: float | None, what: str) -> bool:
-    if time_limit_s is None or time.perf_counter() - started < time_limit_s:
+    if not time_is_up(started, time_limit_s):
         return False
     log(f"{what}: time limit reached; the same command continues from here")
     return True

@@ -60,6 +60,8 @@ from attncoda.hooks.scores import (
 
 import attncoda as ac
 
+from .._study import time_is_up
+
 __all__ = [
     "CONTROLS",
     "EARLY_LAYERS",
@@ -395,7 +397,7 @@ def run_cells(
         return head_scores(model, calibration[:1], scores=["random"], seed=seed)
 
     for cell in todo:
-        if time_limit_s is not None and time.perf_counter() - started > time_limit_s:
+        if time_is_up(started, time_limit_s):
             break
         t0 = time.perf_counter()
         plan = cell_plan(cell, scores, n_units, random_scores=random_scores)
