@@ -484,6 +484,12 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
 # summaries (what the tables show)
 
 
+def planned_cells(model: str) -> int:
+    """Cells of ``model``'s full claim run: each configuration on every perplexity text and
+    cloze source."""
+    return len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES))
+
+
 def load_cells(root: Path) -> dict[tuple[str, str, str], dict]:
     """Every complete cell under ``root``: ``{(model, config name, task): cell}``."""
     out: dict[tuple[str, str, str], dict] = {}
@@ -498,15 +504,22 @@ def _window_ppl(x: np.ndarray) -> float:
     return float(np.exp(x.mean()))
 
 
-def summarise(root: Path, *, n_boot: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+def summarise(
+    root: Path,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    cells: Mapping[tuple[str, str, str], dict] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (model, configuration, measure) with the paired interval against the plain
     model on the same tokens.
 
     Measures: ``cloze`` (all items, accuracy), ``cloze-in-context`` (the filtered subset),
     ``ppl-mobydick``, ``ppl-wikipedia`` (perplexity; the bootstrap resamples whole windows). A
     cloze row needs all three sources' cells of both arms; otherwise the row is absent.
+    ``cells``: :func:`load_cells` of ``root`` when the caller has already read them.
     """
-    cells = load_cells(root)
+    cells = load_cells(root) if cells is None else cells
     models = sorted({m for m, _, _ in cells}, key=lambda m: (m not in CLAIM_MODELS, m))
     rows: list[dict[str, Any]] = []
     for model in models:
@@ -695,8 +708,8 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
     """
     from .._study import markdown_table
 
-    rows = summarise(root, n_boot=n_boot, seed=seed) if Path(root).is_dir() else []
     done = load_cells(root) if Path(root).is_dir() else {}
+    rows = summarise(root, n_boot=n_boot, seed=seed, cells=done) if done else []
     index = {(r["model"], r["config"], r["measure"]): r for r in rows}
     main, filtered, sweep = [], [], []
     paper_cloze = f"{PAPER['cloze'][1]:.2f} → {PAPER['cloze'][2]:.2f} (+3.53)"
@@ -769,7 +782,7 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
             ],
             sweep,
         ),
-        "claims-cost": cost_table(root),
+        "claims-cost": cost_table(done),
         "claims-summary": claim_summary(rows, done),
     }
 
@@ -806,7 +819,7 @@ def claim_summary(
     lines = []
     for model in CLAIM_MODELS:
         done = sum(1 for (m, _, _) in cells if m == model)
-        planned = len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES))
+        planned = planned_cells(model)
         head = f"- **{model}** ({done} of {planned} cells)"
         if not done:
             lines.append(f"{head}: not run yet.")
@@ -850,18 +863,16 @@ def claim_summary(
     return "\n".join(lines)
 
 
-def cost_table(root: Path) -> str:
-    """Measured seconds per cell (median over the cells run) and a model's full-run estimate."""
+def cost_table(cells: Mapping[tuple[str, str, str], dict]) -> str:
+    """Measured seconds per cell (median over :func:`load_cells`' ``cells`` run) and a model's
+    full-run estimate."""
     from .._study import markdown_table
 
-    cells = load_cells(root) if Path(root).is_dir() else {}
     out = []
     for model in CLAIM_MODELS:
         mine = [c for (m, _, _), c in cells.items() if m == model]
         if not mine:
-            out.append(
-                [model, "", "", "", "", "0 / " + str(5 * len(claim_configs(model))), "not run yet"]
-            )
+            out.append([model, "", "", "", "", f"0 / {planned_cells(model)}", "not run yet"])
             continue
         med: dict[tuple[bool, str], float] = {}
         for plain in (True, False):
@@ -892,7 +903,7 @@ def cost_table(root: Path) -> str:
                     f"{med[key]:.0f}" if key in med else "?"
                     for key in ((True, "ppl"), (False, "ppl"), (True, "cloze"), (False, "cloze"))
                 ),
-                f"{len(mine)} / {5 * len(configs)}",
+                f"{len(mine)} / {planned_cells(model)}",
                 f"{total / 3600:.1f} h"
                 + ("" if known else " (lower bound: a cell kind not yet timed)"),
             ]
