@@ -591,7 +591,7 @@ def write_claim_outputs(
         ac.write_table(rows, root / "claims.csv")
     if figures:
         for model in sorted({r["model"] for r in rows}):
-            plot_claims(rows, model, root / f"{model}-sweep.png")
+            plot_claims(rows, model, root / f"{model}-by-offset.png")
     return rows
 
 
