@@ -210,6 +210,20 @@ def test_the_100x_verdict_follows_the_interval():
     assert study._verdict_100x(E.RatioInterval(120, 60, 200, 24, 1)).startswith("inconclusive")
 
 
+def test_the_layer_share_of_the_gap_is_between_none_and_all_of_it():
+    def share(own, *controlled):
+        gap = {"global": E.RatioInterval(own, own, own, 24, 1)}
+        for c, r in zip(("within_layer", "skip_0_2"), controlled, strict=False):
+            gap[c] = E.RatioInterval(r, r, r, 24, 1)
+        return study.ChannelLayer("entropy", 5, {}, gap, {}).layer_share()
+
+    assert share(100.0, 10.0, 1.0) == "50%"  # the larger controlled gap is what is kept
+    assert share(100.0, 0.5, 0.8) == "100%"  # gaps below 1 under both controls: all layer
+    assert share(3.17, 3.18, 2.68) == "0%"  # Qwen2.5: a control widens the gap: none, not -0%
+    assert share(0.9, 2.0) == "n/a"  # no gap in the own order
+    assert share(5.0) == "n/a"  # no control run yet
+
+
 def test_tables_render_from_a_run_folder_and_show_partial_runs_as_partial(tiny, tmp_path):
     model, calibration, evaluation = tiny
     results = tmp_path / "results"

@@ -828,11 +828,17 @@ def claim_summary(
         parts = []
         cloze = [r for r in mine if r["measure"] == "cloze"]
         if cloze:
-            half = [(r["high"] - r["low"]) * 50 for r in cloze]
+            half = [f"{(r['high'] - r['low']) * 50:.1f}" for r in cloze]
+            lo_half, hi_half = min(half, key=float), max(half, key=float)
+            halves = (
+                f"half-width {lo_half}"
+                if lo_half == hi_half
+                else f"half-widths {lo_half}-{hi_half}"
+            )
             parts.append(
                 f"cloze on {cloze[0]['n']:,} items: plain {cloze[0]['off'] * 100:.1f}%, ARACH − "
                 f"plain {_span(cloze, 100, 1)} points over {len(cloze)} of "
-                f"{len(core)} configurations (95% CI half-widths {min(half):.1f}-{max(half):.1f}; "
+                f"{len(core)} configurations (95% CI {halves}; "
                 f"{_verdict_counts(cloze)})"
             )
         for text in PPL_TEXTS:

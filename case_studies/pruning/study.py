@@ -586,13 +586,14 @@ class ChannelLayer:
 
     def layer_share(self) -> str:
         """How much of the own-order gap's log the layer controls remove (the larger of the
-        controlled gaps kept), e.g. ``"84%"``; ``"n/a"`` without a gap to share."""
+        controlled gaps kept), e.g. ``"84%"``; ``"0%"`` where a control keeps the whole gap or
+        widens it; ``"n/a"`` without a gap to share."""
         own = self.gap.get("global")
         controlled = [v.ratio for c, v in self.gap.items() if c != "global"]
         if own is None or not controlled or own.ratio <= 1:
             return "n/a"
         kept = max(math.log(max(r, 1.0)) for r in controlled) / math.log(own.ratio)
-        return f"{1 - kept:.0%}"
+        return f"{max(0.0, 1 - kept):.0%}"  # a wider controlled gap is none of it, not "-3%"
 
 
 def channel_layer(m: ModelEvidence) -> ChannelLayer | None:
