@@ -365,6 +365,47 @@ def add_time_limit(parser: argparse.ArgumentParser, *, seconds_alias: bool = Fal
         )
 
 
+@dataclass(frozen=True)
+class Shard:
+    """Part ``index`` of ``count`` of a resumable study's cells: the cells at positions
+    ``index - 1``, ``index - 1 + count``, ... of its fixed plan. ``count`` processes run with
+    ``--shard 1/N`` ... ``--shard N/N`` split one model's cells between N cores with no
+    coordination and no cell done twice (each process skips cells already on disk too, so a
+    shard can start after an unsharded run, or be continued by one)."""
+
+    index: int
+    count: int
+
+    def owns(self, position: int) -> bool:
+        """Whether the cell at ``position`` (0-based) of the plan is this shard's."""
+        return position % self.count == self.index - 1
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def _shard(text: str) -> Shard:
+    """``K/N`` with 1 <= K <= N (argparse refuses anything else: exit 2)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(
+            f"not a shard K/N with 1 <= K <= N (e.g. 1/2 and 2/2 for two processes): {text!r}"
+        )
+    return Shard(int(match[1]), int(match[2]))
+
+
+def add_shard(parser: argparse.ArgumentParser) -> None:
+    """``--shard K/N`` on a resumable study's ``run`` (:class:`Shard`); without it a run
+    computes every missing cell."""
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="K/N",
+        help="compute only the K-th of every N cells of the plan; run N processes with 1/N ... "
+        "N/N to use N cores (each skips cells already done; rerun without it to finish)",
+    )
+
+
 def time_is_up(started: float, time_limit_s: float | None) -> bool:
     """Whether ``time_limit_s`` seconds have passed since ``started`` (a
     ``time.perf_counter()``); never without a limit. The one check every resumable study makes

@@ -385,7 +385,8 @@ def plot_sweep(result: PruneSweep, path: str | Path | None = None) -> Any:
     ----------
     result : PruneSweep
     path : str or Path, optional
-        Where to save the figure (format from the suffix); the figure is returned either way.
+        Where to save the figure (format from the suffix, PNG without an image suffix; written
+        crash-safely by :func:`attncoda.save_figure`); the figure is returned either way.
 
     Returns
     -------
@@ -430,8 +431,10 @@ def plot_sweep(result: PruneSweep, path: str | Path | None = None) -> Any:
     title = f"{result.meta.get('model_id', '')}: perplexity after pruning the k least important"
     fig.suptitle(f"{title} {'heads' if unit == 'head' else 'KV groups'} by each score", fontsize=10)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=130)
+    if path is not None:  # crash-safe, like every attncoda figure
+        suffix = Path(path).suffix.lstrip(".").lower()
+        fmt = suffix if suffix in fig.canvas.get_supported_filetypes() else "png"
+        ac.save_figure(fig, path, formats=[fmt], dpi=130)
     return fig
 
 

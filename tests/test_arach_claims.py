@@ -121,6 +121,29 @@ def test_cells_resume_skip_complete_ones_and_redo_damaged_or_stale_ones(tmp_path
         assert json.loads(p.read_text())["values"] == json.loads(kept[p])["values"]
 
 
+def test_two_shards_share_the_cells_and_an_unsharded_rerun_finds_none_left(tmp_path):
+    from case_studies._study import Shard
+
+    root = tmp_path / "claims"
+    n_cells = len(CONFIGS) * (len(claims.PPL_TEXTS) + len(claims.CLOZE_SOURCES))
+    first = _run(root, shard=Shard(2, 2))
+    assert first == {
+        "done": n_cells // 2,
+        "skipped": 0,
+        "left": 0,
+        "other_shards": n_cells - n_cells // 2,
+    }
+    second = _run(root, shard=Shard(1, 2))
+    assert second == {
+        "done": n_cells - n_cells // 2,
+        "skipped": n_cells // 2,
+        "left": 0,
+        "other_shards": 0,
+    }
+    assert len(list(root.glob("twin/*/*.json"))) == n_cells
+    assert _run(root) == {"done": 0, "skipped": n_cells, "left": 0}
+
+
 def test_the_issue_list_completes_before_the_sweep_starts(tmp_path):
     # a stopped run must leave the core configurations whole (perplexity and cloze), not every
     # configuration's perplexity and no cloze at all

@@ -105,6 +105,43 @@ def test_sweep_tables_hold_full_precision(tmp_path):
     np.testing.assert_array_equal(back.scores.random.values, res.scores.random.values)
 
 
+def test_the_sweep_figure_is_saved_crash_safely_in_the_format_of_its_suffix(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    model = zoo.tiny_twin("llama")
+    ids = zoo.tiny_batch(model, batch=2, length=12, seed=4)["input_ids"]
+    res = P.sweep_pruning(model, ids[:1], {"t": ids[1:]}, scores=["random"], fractions=[0.5])
+    P.plot_sweep(res, tmp_path / "sweep.pdf")
+    assert (tmp_path / "sweep.pdf").read_bytes()[:5] == b"%PDF-"
+    P.plot_sweep(res, tmp_path / "qwen2.5-coder")  # a dot that is not an image suffix
+    assert (tmp_path / "qwen2.5-coder.png").read_bytes()[:4] == b"\x89PNG"
+    old = (tmp_path / "sweep.pdf").read_bytes()
+
+    def interrupted(self, fname, **kwargs):
+        Path(fname).write_bytes(b"%PDF- half a fig")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        P.plot_sweep(res, tmp_path / "sweep.pdf")
+    assert (tmp_path / "sweep.pdf").read_bytes() == old  # the previous figure, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["qwen2.5-coder.png", "sweep.pdf"]
+
+
+def test_every_figure_is_written_through_save_figure():
+    """One crash-safe writer for figures: a bare ``savefig`` in the library, the CLI or a study
+    would leave a half-written file when interrupted (and two processes could interleave)."""
+    sources = [
+        p
+        for folder in ("attncoda", "hooks", "case_studies", "benchmarks")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p != ROOT / "attncoda" / "_plot.py"
+    ]
+    assert len(sources) > 40
+    bare = [str(p.relative_to(ROOT)) for p in sources if ".savefig(" in p.read_text("utf-8")]
+    assert bare == []
+
+
 def test_the_library_never_imports_case_studies_nor_switches_the_backend():
     library = [*sorted((ROOT / "attncoda").glob("*.py")), *sorted((ROOT / "hooks").glob("*.py"))]
     assert len(library) > 20

@@ -164,6 +164,41 @@ def test_a_time_limit_stops_between_cells_and_the_next_call_continues(tiny, tmp_
     assert len(done) == len(json.loads((folder / "meta.json").read_text())["cells"])
 
 
+def test_shards_split_the_cells_between_processes_and_together_equal_one_run(tiny, tiny_run):
+    """``--shard 1/2`` and ``2/2`` compute disjoint halves of the plan; together every cell,
+    each once, with the numbers one unsharded run gives."""
+    model, calibration, evaluation = tiny
+    whole, _ = tiny_run
+    folder = whole.parent / "sharded"
+    from case_studies._study import Shard
+
+    seen: list[list[str]] = []
+    for index in (1, 2):
+        lines: list[str] = []
+        E.run_cells(
+            model,
+            calibration,
+            evaluation,
+            folder,
+            PROTOCOL,
+            shard=Shard(index, 2),
+            progress=lines.append,
+        )
+        seen.append([line.split(":")[0] for line in lines])
+    plan = [
+        c.label
+        for c in E.plan_cells(PROTOCOL, json.loads((folder / "meta.json").read_text())["ks"])
+    ]
+    assert seen == [plan[0::2], plan[1::2]]
+    expected, got = E.load_cells(whole), E.load_cells(folder)
+    assert set(got) == set(expected)
+    for cell in expected:
+        assert np.allclose(got[cell]["nll"], expected[cell]["nll"], rtol=1e-6), cell.label
+    lines = []
+    E.run_cells(model, calibration, evaluation, folder, PROTOCOL, progress=lines.append)
+    assert lines == []  # an unsharded rerun finds nothing left
+
+
 # ------------------------------------------------------------------------------- statistics
 
 

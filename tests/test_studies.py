@@ -51,6 +51,16 @@ def test_resumable_studies_share_one_time_limit_in_minutes(monkeypatch, tmp_path
     assert seen.pop("arach") == 1.5
     with pytest.raises(SystemExit):  # pruning never had the seconds spelling
         _study.main(_study_of("pruning"), ["run", "--stop-after", "90"])
+    for name in ("pruning", "arach"):  # the two studies long enough to split between cores
+        study = _study_of(name)
+        monkeypatch.setattr(study, "run", lambda out, args, prov: seen.update(shard=args.shard))
+        assert _study.main(study, ["run", "--shard", "2/3", "--out", str(tmp_path)]) == 0
+        assert seen.pop("shard") == _study.Shard(2, 3)
+        assert str(_study.Shard(2, 3)) == "2/3"
+        for bad in ("0/2", "3/2", "1/0", "half", "1/2/3", "-1/2"):
+            with pytest.raises(SystemExit) as refused:
+                _study.main(study, ["run", "--shard", bad, "--out", str(tmp_path)])
+            assert refused.value.code == 2
     args = argparse.Namespace(time_limit=None)
     assert _study.seconds_left(args, 0.0) is None
     args.time_limit = 0.5

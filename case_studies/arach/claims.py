@@ -47,7 +47,7 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import InputError, require_int, require_real
 
-from .._study import time_is_up
+from .._study import Shard, time_is_up
 
 __all__ = [
     "CELL_FORMAT",
@@ -336,6 +336,7 @@ def run_claims(
     plan: ClaimPlan | None = None,
     configs: Sequence[Config] | None = None,
     time_limit_s: float | None = None,
+    shard: Shard | None = None,
     threads: int | None = 1,
     progress: Callable[[str], None] | None = print,
     record_tokens: Callable[[str, torch.Tensor], Any] | None = None,
@@ -360,6 +361,8 @@ def run_claims(
         Default :func:`claim_configs` of the model.
     time_limit_s : float, optional
         Seconds after which no new cell starts (the run resumes later where it stopped).
+    shard : Shard, optional
+        Compute only this shard's cells of the priority order (other processes run the rest).
     threads : int, optional, default 1
         ``torch.set_num_threads`` during the run (restored).
     progress, record_tokens
@@ -370,7 +373,8 @@ def run_claims(
     Returns
     -------
     dict
-        ``{"done": cells computed, "skipped": complete cells kept, "left": cells not started}``.
+        ``{"done": cells computed, "skipped": complete cells kept, "left": cells not started}``
+        (with ``shard``, ``"other_shards"``: missing cells of the other shards).
 
     Examples
     --------
@@ -411,7 +415,7 @@ def run_claims(
             ids = cloze_token_ids(tok, its)
             record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
             tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
-        counts = {"done": 0, "skipped": 0, "left": 0}
+        counts = {"done": 0, "skipped": 0, "left": 0, **({"other_shards": 0} if shard else {})}
         # the list (CORE_CONFIGS) completes, perplexity then cloze, before the sweep
         # starts; configuration-major within each kind, so the first configurations finish first
         core = [c for c in configs if c in CORE_CONFIGS]
@@ -420,10 +424,13 @@ def run_claims(
         for group in (core, rest):
             order += [(t, c) for c in group for t in tasks if t.name.startswith("ppl")]
             order += [(t, c) for c in group for t in tasks if t.name.startswith("cloze")]
-        for task, config in order:
+        for position, (task, config) in enumerate(order):
             path = cell_path(root, model_name, config, task.name)
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
                 counts["skipped"] += 1
+                continue
+            if shard is not None and not shard.owns(position):
+                counts["other_shards"] += 1
                 continue
             if time_is_up(t0, time_limit_s):
                 counts["left"] += 1

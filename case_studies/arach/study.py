@@ -47,7 +47,7 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import AttncodaError, InputError, require_int, require_real
 
-from .._study import Golden, Study, add_time_limit, seconds_left
+from .._study import Golden, Study, add_shard, add_time_limit, seconds_left
 from .._study import main as study_main
 from .claims import (
     CLAIM_MODELS,
@@ -447,7 +447,7 @@ def plot_audit(ds: Any, out_dir: str | Path, *, title: str = "") -> list[Path]:
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     files.append(out / "audit_layers.png")
-    fig.savefig(files[-1], dpi=120)
+    ac.save_figure(fig, files[-1], formats=["png"], dpi=120)
 
     fig = Figure(figsize=(9, 3.8))
     axes = fig.subplots(1, 2, sharey=True)
@@ -465,7 +465,7 @@ def plot_audit(ds: Any, out_dir: str | Path, *, title: str = "") -> list[Path]:
     fig.suptitle(title)
     fig.tight_layout()
     files.append(out / "audit_heads.png")
-    fig.savefig(files[-1], dpi=120)
+    ac.save_figure(fig, files[-1], formats=["png"], dpi=120)
 
     fig = Figure(figsize=(9, 4.0))
     ax = fig.subplots()
@@ -493,7 +493,7 @@ def plot_audit(ds: Any, out_dir: str | Path, *, title: str = "") -> list[Path]:
     ax.set_title(f"{title} sink / hub / content shares".strip())
     fig.tight_layout()
     files.append(out / "audit_groups.png")
-    fig.savefig(files[-1], dpi=120)
+    ac.save_figure(fig, files[-1], formats=["png"], dpi=120)
 
     fig = Figure(figsize=(8, 3.6))
     ax = fig.subplots()
@@ -508,7 +508,7 @@ def plot_audit(ds: Any, out_dir: str | Path, *, title: str = "") -> list[Path]:
     ax.legend(fontsize=8, frameon=False)
     fig.tight_layout()
     files.append(out / "audit_entropy.png")
-    fig.savefig(files[-1], dpi=120)
+    ac.save_figure(fig, files[-1], formats=["png"], dpi=120)
     return files
 
 
@@ -549,7 +549,7 @@ def _plot_sweep(
     fig.suptitle(f"{title}: paired differences, 95% bootstrap intervals")
     fig.tight_layout()
     path = out / "sweep.png"
-    fig.savefig(path, dpi=120)
+    ac.save_figure(fig, path, formats=["png"], dpi=120)
     return path
 
 
@@ -575,7 +575,9 @@ def _run_study(out: Path, args: Any, prov: Any) -> None:
         for asset in (name, "austen", "mobydick", "wikipedia"):
             prov.asset(asset)
         left = seconds_left(args, t0)
-        counts = run_claims(name, root, plan=plan, time_limit_s=left, record_tokens=prov.tokens)
+        counts = run_claims(
+            name, root, plan=plan, time_limit_s=left, shard=args.shard, record_tokens=prov.tokens
+        )
         prov.settings.setdefault("cells", {})[name] = counts
     write_claim_outputs(root, n_boot=plan.n_boot, seed=plan.seed)
     prov.settings.update(plan=dataclasses.asdict(plan), models=list(args.models), threads=1)
@@ -630,7 +632,7 @@ def plot_claims(rows: list[dict[str, Any]], model: str, path: Path) -> Path | No
         axes[0].legend(fontsize=7, frameon=False)
     fig.suptitle(f"{model}: ARACH − plain, paired 95% bootstrap intervals")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ac.save_figure(fig, path, formats=["png"], dpi=110)
     return path
 
 
@@ -677,6 +679,7 @@ def _arguments(parser: Any) -> None:
         help="models of the claim study, run in this order (default: all three)",
     )
     add_time_limit(parser, seconds_alias=True)
+    add_shard(parser)
 
 
 def _b(offset: float) -> str:

@@ -60,7 +60,7 @@ from attncoda.hooks.scores import (
 
 import attncoda as ac
 
-from .._study import time_is_up
+from .._study import Shard, time_is_up
 
 __all__ = [
     "CONTROLS",
@@ -303,6 +303,7 @@ def run_cells(
     protocol: Evidence,
     *,
     only: Iterable[Cell] | None = None,
+    shard: Shard | None = None,
     time_limit_s: float | None = None,
     progress: Callable[[str], None] | None = None,
     record: Mapping[str, Any] | None = None,
@@ -327,6 +328,8 @@ def run_cells(
     protocol : Evidence
     only : iterable of Cell, optional
         Compute only these cells (the unpruned one always).
+    shard : Shard, optional
+        Compute only this shard's part of the plan (another process computes the rest).
     time_limit_s : float, optional
         Start no new cell after this many seconds (the run is continued by calling again).
     progress : callable, optional
@@ -371,8 +374,11 @@ def run_cells(
     _write_json(folder / "meta.json", meta)
     done: list[Cell] = []
     todo: list[Cell] = []
-    for c in cells:
-        (done if _read_cell(c.path(folder), tokens, len(ids)) else todo).append(c)
+    for i, c in enumerate(cells):
+        if _read_cell(c.path(folder), tokens, len(ids)):
+            done.append(c)
+        elif shard is None or shard.owns(i):
+            todo.append(c)
     if not todo:
         return done
     scores_path = folder / "head_scores.csv"
@@ -639,5 +645,5 @@ def plot_evidence(
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        ac.save_figure(fig, path, formats=["png"], dpi=120)
     return fig

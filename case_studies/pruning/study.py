@@ -49,7 +49,9 @@ import attncoda as ac
 from .._study import (
     Golden,
     Provenance,
+    Shard,
     Study,
+    add_shard,
     add_time_limit,
     markdown_table,
     provenance_table,
@@ -233,9 +235,10 @@ def run_evidence(
     protocol: Evidence,
     prov: Provenance,
     *,
+    shard: Shard | None = None,
     time_limit_s: float | None = None,
 ) -> list[Cell]:
-    """The evidence protocol on one model into ``folder``: every missing cell
+    """The evidence protocol on one model into ``folder``: every missing cell (of ``shard``)
     (:func:`~case_studies.pruning.evidence.run_cells`, resumable), then ``window_nll.csv`` (one
     row per cell and window, the cells done so far) and the folder's ``manifest.json``."""
     import torch  # heavy; only a run needs it
@@ -254,6 +257,7 @@ def run_evidence(
         evaluation,
         folder,
         protocol,
+        shard=shard,
         time_limit_s=time_limit_s,
         progress=lambda line: print(f"{name}: {line}", flush=True),
         record={"commit": prov.git["commit"], "dirty": prov.git["dirty"]},
@@ -291,7 +295,14 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
         left = seconds_left(args, started)
         if left == 0 and not (out / EVIDENCE_DIR / name / "meta.json").is_file():
             continue  # out of time, and nothing of this model to rewrite
-        run_evidence(name, out / EVIDENCE_DIR / name, EVIDENCE[name], prov, time_limit_s=left)
+        run_evidence(
+            name,
+            out / EVIDENCE_DIR / name,
+            EVIDENCE[name],
+            prov,
+            shard=args.shard,
+            time_limit_s=left,
+        )
 
 
 def _quick(out: Path, prov: Provenance) -> None:
@@ -309,6 +320,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "already done are skipped (default: all three)",
     )
     add_time_limit(parser)
+    add_shard(parser)
     parser.add_argument(
         "--folders",
         nargs="*",

@@ -381,7 +381,7 @@ def _figure_curves(out: Path, runs: list[dict[str, Any]]) -> None:
     axes[1].set(xlabel="step", ylabel="tau_att", title="Guardian temperature")
     fig.tight_layout()
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "figures" / "training_curves.png", dpi=120)
+    ac.save_figure(fig, out / "figures" / "training_curves.png", formats=["png"], dpi=120)
     plt.close(fig)
 
 
@@ -418,7 +418,7 @@ def _figure_audit(out: Path, result: dict[str, Any], seed: int) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / "figures" / f"audit_seed{seed}.png", dpi=120)
+    ac.save_figure(fig, out / "figures" / f"audit_seed{seed}.png", formats=["png"], dpi=120)
     plt.close(fig)
 
 
