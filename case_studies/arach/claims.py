@@ -804,14 +804,15 @@ def _verdict_counts(rows: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
 
 
+def _one_or_range(lo: str, hi: str, sep: str) -> str:
+    """``lo`` when both printed ends agree, else ``lo``, ``sep``, ``hi``."""
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
 def _span(rows: Sequence[Mapping[str, Any]], scale: float, digits: int) -> str:
     """``"−6.9 to −1.8"``: the smallest and largest ARACH − plain over some rows."""
     lo, hi = min(r["diff"] for r in rows) * scale, max(r["diff"] for r in rows) * scale
-    return (
-        signed(lo, digits)
-        if signed(lo, digits) == signed(hi, digits)
-        else f"{signed(lo, digits)} to {signed(hi, digits)}"
-    )
+    return _one_or_range(signed(lo, digits), signed(hi, digits), " to ")
 
 
 def claim_summary(
@@ -837,11 +838,8 @@ def claim_summary(
         if cloze:
             half = [f"{(r['high'] - r['low']) * 50:.1f}" for r in cloze]
             lo_half, hi_half = min(half, key=float), max(half, key=float)
-            halves = (
-                f"half-width {lo_half}"
-                if lo_half == hi_half
-                else f"half-widths {lo_half}-{hi_half}"
-            )
+            plural = "s" if lo_half != hi_half else ""
+            halves = f"half-width{plural} {_one_or_range(lo_half, hi_half, '-')}"
             parts.append(
                 f"cloze on {cloze[0]['n']:,} items: plain {cloze[0]['off'] * 100:.1f}%, ARACH − "
                 f"plain {_span(cloze, 100, 1)} points over {len(cloze)} of "
