@@ -150,9 +150,20 @@ class Provenance:
         }
 
     def write(self, folder: Path) -> Path:
-        path = folder / MANIFEST
-        path.write_text(json.dumps(self.as_dict(), indent=1, sort_keys=False) + "\n")
-        return path
+        return write_text(
+            folder / MANIFEST, json.dumps(self.as_dict(), indent=1, sort_keys=False) + "\n"
+        )
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Replace a file a study owns (a manifest, a README, a JSON or markdown result) crash-safely:
+    an interrupt, a crash or another process writing it at the same time (``--shard``) leaves
+    the whole old file or the whole new one, never a mix."""
+    import attncoda as ac
+
+    with ac.atomic_output(path, overwrite=True, kind="file", is_ours=lambda _path: None) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -463,7 +474,7 @@ class Study:
         text = self.readme.read_text(encoding="utf-8")
         tables = self.rendered_tables()
         changed = stale_tables(text, tables)
-        self.readme.write_text(render_readme(text, tables), encoding="utf-8")
+        write_text(self.readme, render_readme(text, tables))
         return changed
 
 
@@ -518,7 +529,7 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
                     f"{study.readme}: table {name!r} differs from {study.results}", file=sys.stderr
                 )
             return 1 if stale else 0
-        study.readme.write_text(render_readme(text, tables), encoding="utf-8")
+        write_text(study.readme, render_readme(text, tables))
         print(
             f"{study.readme}: {len(tables)} tables rendered ({', '.join(stale) or 'none'} changed)"
         )

@@ -24,9 +24,14 @@ from typing import Any, Literal
 
 import torch
 
+import attncoda as ac
+
 from .rpa import RPAConfig, RPAError, RPAPrior
 
 __all__ = ["Checkpoint", "RunFolder", "load_checkpoint", "save_checkpoint"]
+
+#: The ``format`` field of every checkpoint :func:`save_checkpoint` writes.
+FORMAT = "attncoda-rpa-checkpoint-1"
 
 #: Which weights a final checkpoint holds: the last weights, their EMA, or the SWA-select choice.
 Weights = Literal["raw", "ema", "swa"]
@@ -109,7 +114,11 @@ class Checkpoint:
 def save_checkpoint(
     path: str | os.PathLike[str], model: Any, prior: RPAPrior | None = None, **meta: Any
 ) -> Path:
-    """Save a model built from a config, its prior and JSON-able metadata (atomically).
+    """Save a model built from a config, its prior and JSON-able metadata.
+
+    The file is written crash-safely (:func:`attncoda.atomic_output`: an interrupt leaves the
+    previous file whole and no debris). An existing file at ``path`` is replaced only if it is
+    an attncoda RPA checkpoint; anything else is refused (:class:`attncoda.OutputExistsError`).
 
     Examples
     --------
@@ -122,9 +131,8 @@ def save_checkpoint(
     3
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
-        "format": "attncoda-rpa-checkpoint-1",
+        "format": FORMAT,
         "model_config": json.dumps(model.config.to_dict()),
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "meta": json.dumps(meta),
@@ -133,10 +141,23 @@ def save_checkpoint(
         payload["prior"] = {k: v.detach().cpu() for k, v in prior.state_dict().items()}
         payload["prior_config"] = json.dumps(asdict(prior.config))
         payload["prior_sizes"] = [prior.hidden_size, prior.n_layers, prior.max_positions]
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    with ac.atomic_output(
+        path, overwrite=True, kind="file", is_ours=_not_a_checkpoint, what="checkpoint"
+    ) as tmp:
+        torch.save(payload, tmp)
     return path
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """Why ``path`` is not a file :func:`save_checkpoint` may replace (None: it is one of its
+    checkpoints)."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # any unreadable file: not provably ours
+        return "it is not an attncoda RPA checkpoint"
+    if isinstance(payload, dict) and payload.get("format") == FORMAT:
+        return None
+    return "it is not an attncoda RPA checkpoint"
 
 
 def load_checkpoint(
@@ -149,7 +170,7 @@ def load_checkpoint(
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     payload = torch.load(path, map_location=map_location, weights_only=True)
-    if payload.get("format") != "attncoda-rpa-checkpoint-1":
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise RPAError(f"{path} is not an attncoda RPA checkpoint")
     cfg_dict = json.loads(payload["model_config"])
     model_type = cfg_dict.pop("model_type")

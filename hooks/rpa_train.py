@@ -58,7 +58,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,6 +69,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+import attncoda as ac
 from attncoda import InputError
 
 from .evaluate import next_token_loss
@@ -840,6 +841,8 @@ def train(
     config: TrainConfig,
     *,
     out_dir: str | Path | None = None,
+    overwrite: bool = False,
+    on_complete: Callable[[RunFolder, TrainResult], Any] | None = None,
     progress: bool = True,
     desc: str = "train",
 ) -> TrainResult:
@@ -852,7 +855,10 @@ def train(
     (:class:`~attncoda.hooks.rpa_checkpoints.RunFolder`) gets the checkpoints
     (``checkpoints/stepNNNNNN.pt``), the final weights (``final_raw.pt`` / ``final_ema.pt`` /
     ``final_swa.pt``, and ``final.pt``: the last of these that applies), held-out audit ids
-    (``audit_ids.pt``), the config and the result (``result.json``).
+    (``audit_ids.pt``), the config and the result (``result.json``). The folder is checked
+    before training starts (new, empty, or with ``overwrite`` a run folder attncoda wrote) and
+    is built beside its place, then swapped in whole when training ends: an interrupted run
+    leaves the previous folder, if any, untouched and no partial run behind.
 
     Parameters
     ----------
@@ -863,6 +869,12 @@ def train(
     data : TokenData
     config : TrainConfig
     out_dir : str or os.PathLike, optional
+    overwrite : bool, default False
+        Replace an existing ``out_dir`` that holds an earlier run (never a folder with files
+        attncoda did not write).
+    on_complete : callable, optional
+        ``on_complete(run, result)`` is called with the staged run folder before it is swapped
+        in, to add files of the caller's (a summary); they become part of the run.
     progress : bool
         Show a tqdm progress bar.
     desc : str
@@ -883,8 +895,31 @@ def train(
     >>> sorted(res.val_ce)
     ['raw']
     """
-    cfg = config
-    run = RunFolder(out_dir) if out_dir is not None else None
+    if out_dir is None:
+        if on_complete is not None:
+            raise InputError("on_complete adds files to the run folder: pass out_dir as well")
+        return _train(model, prior, data, config, None, progress=progress, desc=desc)
+    with ac.atomic_output(
+        out_dir, overwrite=overwrite, kind="folder", stamp="rpa-run", what="out_dir"
+    ) as staged:
+        run = RunFolder(staged)
+        result = _train(model, prior, data, config, run, progress=progress, desc=desc)
+        if on_complete is not None:
+            on_complete(run, result)
+    return result
+
+
+def _train(
+    model: Any,
+    prior: RPAPrior | None,
+    data: TokenData,
+    cfg: TrainConfig,
+    run: RunFolder | None,
+    *,
+    progress: bool,
+    desc: str,
+) -> TrainResult:
+    """:func:`train`'s loop; ``run`` (a staged folder) gets the files."""
     if cfg.guardian is not None and prior is None:
         raise InputError("the Guardian controls the RPA prior: pass a prior or guardian=None")
     lengths = cfg.context_game.lengths if cfg.context_game is not None else (cfg.context,)

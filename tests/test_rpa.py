@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -602,6 +603,93 @@ def test_baseline_training_has_no_plugin(tmp_path):
     assert model.config._attn_implementation == "sdpa"
     with pytest.raises(ValueError, match="Guardian"):
         rpa_train.train(model, None, pattern_data(), full_config(), progress=False)
+
+
+def test_a_run_folder_is_checked_before_training_and_swapped_in_whole(tmp_path, monkeypatch):
+    """``out_dir`` is refused before any training when it holds files of the user's; a run
+    replaces an earlier run only with ``overwrite``; an interrupted run leaves the earlier one
+    untouched and no staging debris; ``on_complete``'s files become part of the run."""
+    import attncoda as ac
+
+    cfg = full_config(
+        seed=0,
+        steps=4,
+        checkpoints=1,
+        guardian=None,
+        context_game=None,
+        swa_select=None,
+        control_every=2,
+    )
+    model = zoo.tiny_twin("llama", seed=0)
+    users = tmp_path / "mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("keep me")
+    steps: list[int] = []
+    monkeypatch.setattr(rpa_train, "evaluate", lambda *a, **k: steps.append(1) or 1.0)
+    with pytest.raises(ac.OutputExistsError, match=r"notes\.txt"):
+        rpa_train.train(
+            model, None, pattern_data(), cfg, out_dir=users, overwrite=True, progress=False
+        )
+    assert steps == [] and sorted(p.name for p in users.iterdir()) == ["notes.txt"]
+    monkeypatch.undo()
+
+    out = tmp_path / "run"
+    added = lambda run, res: run.summary.write_text(json.dumps(res.val_ce))  # noqa: E731
+    first = rpa_train.train(
+        model, None, pattern_data(), cfg, out_dir=out, on_complete=added, progress=False
+    )
+    assert json.loads((out / "summary.json").read_text()) == pytest.approx(first.val_ce)
+    stamp = json.loads((out / ".attncoda.json").read_text())
+    assert "summary.json" in stamp["files"] and "final.pt" in stamp["files"]
+    kept = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ac.OutputExistsError, match="overwrite"):
+        rpa_train.train(model, None, pattern_data(), cfg, out_dir=out, progress=False)
+
+    def interrupted(run, res):
+        assert (run.path / "final.pt").is_file()  # the new run was complete in its staging
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rpa_train.train(
+            model,
+            None,
+            pattern_data(),
+            cfg,
+            out_dir=out,
+            overwrite=True,
+            on_complete=interrupted,
+            progress=False,
+        )
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]  # no debris
+    rpa_train.train(model, None, pattern_data(), cfg, out_dir=out, overwrite=True, progress=False)
+    assert not (out / "summary.json").exists()  # the earlier run was replaced whole
+    with pytest.raises(ValueError, match="out_dir"):
+        rpa_train.train(model, None, pattern_data(), cfg, on_complete=added, progress=False)
+
+
+def test_save_checkpoint_replaces_only_a_checkpoint_and_leaves_no_debris(tmp_path, monkeypatch):
+    import attncoda as ac
+
+    model = zoo.tiny_twin("llama", seed=0)
+    path = rpa_checkpoints.save_checkpoint(tmp_path / "c.pt", model, step=1)
+    rpa_checkpoints.save_checkpoint(path, model, step=2)  # a checkpoint is replaced
+    assert rpa_checkpoints.load_checkpoint(path).meta == {"step": 2}
+    (tmp_path / "weights.pt").write_bytes(b"someone else's file")
+    with pytest.raises(ac.OutputExistsError, match="not an attncoda RPA checkpoint"):
+        rpa_checkpoints.save_checkpoint(tmp_path / "weights.pt", model, step=3)
+    assert (tmp_path / "weights.pt").read_bytes() == b"someone else's file"
+
+    def interrupted(obj, f, *a, **k):
+        Path(f).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rpa_checkpoints.save_checkpoint(path, model, step=4)
+    monkeypatch.undo()
+    assert rpa_checkpoints.load_checkpoint(path).meta == {"step": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "weights.pt"]
 
 
 # --------------------------------------------------------------------------------------------

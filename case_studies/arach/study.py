@@ -47,7 +47,7 @@ from attncoda.hooks.evaluate import (
 import attncoda as ac
 from attncoda import AttncodaError, InputError, require_int, require_real
 
-from .._study import Golden, Study, add_shard, add_time_limit, seconds_left
+from .._study import Golden, Study, add_shard, add_time_limit, seconds_left, write_text
 from .._study import main as study_main
 from .claims import (
     CLAIM_MODELS,
@@ -409,7 +409,7 @@ def _run(
         files.append(_plot_sweep(cloze_rows, ppl_rows, plan, out, model_name))
         results["figures"] = [f.name for f in files]
     results["seconds"] = round(time.perf_counter() - t0, 1)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_text(out / "results.json", json.dumps(results, indent=1))
     for name, rows in (("ppl.csv", ppl_rows + ablation_rows), ("cloze.csv", cloze_rows)):
         if rows:
             ac.write_table(rows, out / name)

@@ -60,7 +60,7 @@ from attncoda.hooks.scores import (
 
 import attncoda as ac
 
-from .._study import Shard, time_is_up
+from .._study import Shard, time_is_up, write_text
 
 __all__ = [
     "CONTROLS",
@@ -252,9 +252,7 @@ def _read_cell(path: Path, tokens: str, n_windows: int) -> dict[str, Any] | None
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``path`` crash-safely (staged beside it, swapped in whole); a file already there
     is one this protocol wrote (a damaged cell, the run's own ``meta.json``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with ac.atomic_output(path, overwrite=True, kind="file", is_ours=lambda _: None) as tmp:
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def write_head_scores(scores: Any, path: Path) -> None:

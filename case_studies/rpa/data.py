@@ -25,6 +25,10 @@ import torch
 from attncoda.hooks import assets
 from attncoda.hooks.rpa_train import TokenData
 
+import attncoda as ac
+
+from .._study import write_text
+
 TRAIN_BOOKS = ("sensesensibility", "prideprejudice", "mansfieldpark", "emma", "northangerabbey")
 HELD_OUT = "persuasion"
 TOKENIZER = "smollm2-135m"
@@ -76,10 +80,8 @@ def _tokenize_books(cache_dir: Path) -> dict[str, np.ndarray]:
         enc = tok(paras, add_special_tokens=False)["input_ids"]
         ids = [t for p in enc for t in (*p, sep)]
         out[name] = np.asarray(ids, dtype=np.int32)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **out)
-    tmp.replace(path)
+    with ac.atomic_output(path, overwrite=True, is_ours=lambda _path: None) as tmp:
+        np.savez(tmp, **out)  # tmp keeps the name, so savez adds no second .npz
     return out
 
 
@@ -121,8 +123,7 @@ def load_austen(
         unk_va = float(np.mean(held_m == vocab - 1))
         vocab_size = vocab
         meta = {"kept_smollm2_ids": keep.tolist()}
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        (Path(cache_dir) / f"vocab{vocab}.json").write_text(json.dumps(meta))
+        write_text(Path(cache_dir) / f"vocab{vocab}.json", json.dumps(meta))
     else:
         train_m, held_m = train.astype(np.int64), held.astype(np.int64)
         unk_tr = unk_va = 0.0

@@ -51,6 +51,7 @@ from attncoda.hooks.rpa_checkpoints import RunFolder
 
 import attncoda as ac
 
+from .._study import write_text
 from .data import load_austen
 
 STAGES = ("baseline", "rpa", "guardian")
@@ -210,6 +211,9 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     if args.tokens_per_step:
         size = replace(size, tokens_per_step=args.tokens_per_step)
     out = Path(args.out)
+    run = run_dir(out, stage, seed)
+    # before any work: a rerun replaces a run folder attncoda wrote, never a folder of the user's
+    ac.check_output(run.path, overwrite=True, kind="folder", what="run folder")
     austen = load_austen(context=size.context, vocab=size.vocab, cache_dir=out / "data")
     data = austen.data
     if args.eval_chunks:  # smoke runs: fewer control / validation chunks (numbers not comparable)
@@ -221,37 +225,45 @@ def train_one(stage: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     if stage not in ("baseline", "schedules"):
         prior = rpa.RPAPrior.for_model(model, rpa.RPAConfig(), seed=seed + 10_000)
     cfg = stage_config(stage, size, seed, args)
-    run = run_dir(out, stage, seed)
+    summary: dict[str, Any] = {}
+
+    def write_summary(staged: RunFolder, res: rpa_train.TrainResult) -> None:
+        # into the staged run folder: the summary arrives with the run, or neither does
+        n_params = sum(p.numel() for p in model.parameters())
+        summary.update(
+            {
+                "stage": stage,
+                "seed": seed,
+                "size": args.size,
+                "val_ce": res.val_ce,
+                "seconds": res.seconds,
+                "tokens": res.tokens,
+                "model_parameters": n_params,
+                "prior_parameters": sum(p.numel() for p in prior.parameters()) if prior else 0,
+                "final_tau": float(prior.tau[0]) if prior is not None else None,
+                "swa_used": res.swa_used,
+                "swa_accepted": len(res.swa_accepted),
+                "context_mixture": {str(k): v for k, v in res.context_mixture.items()},
+                "data": austen.describe(),
+                "eval_chunks": args.eval_chunks,
+                "tf32": args.tf32,
+                "train_config": cfg.to_json(),
+                "size_config": asdict(size),
+            }
+        )
+        staged.summary.write_text(json.dumps(summary, indent=2))
+
     res = rpa_train.train(
         model,
         prior,
         data,
         cfg,
         out_dir=run.path,
+        overwrite=True,
+        on_complete=write_summary,
         progress=not args.quiet,
         desc=f"{stage} seed {seed}",
     )
-    n_params = sum(p.numel() for p in model.parameters())
-    summary = {
-        "stage": stage,
-        "seed": seed,
-        "size": args.size,
-        "val_ce": res.val_ce,
-        "seconds": res.seconds,
-        "tokens": res.tokens,
-        "model_parameters": n_params,
-        "prior_parameters": sum(p.numel() for p in prior.parameters()) if prior else 0,
-        "final_tau": float(prior.tau[0]) if prior is not None else None,
-        "swa_used": res.swa_used,
-        "swa_accepted": len(res.swa_accepted),
-        "context_mixture": {str(k): v for k, v in res.context_mixture.items()},
-        "data": austen.describe(),
-        "eval_chunks": args.eval_chunks,
-        "tf32": args.tf32,
-        "train_config": cfg.to_json(),
-        "size_config": asdict(size),
-    }
-    run.summary.write_text(json.dumps(summary, indent=2))
     if not args.quiet:
         ce = ", ".join(f"{k} {v:.4f}" for k, v in res.val_ce.items())
         print(f"{stage} seed {seed}: validation CE {ce} ({res.seconds / 60:.1f} min)", flush=True)
@@ -271,7 +283,7 @@ def report(args: argparse.Namespace) -> str:
     runs = collect(out)
     if not runs:
         raise SystemExit(f"no runs under {out / 'runs'}; run `ablation` or `train` first")
-    (out / "results.json").write_text(json.dumps(runs, indent=2))
+    write_text(out / "results.json", json.dumps(runs, indent=2))
     seeds = sorted({r["seed"] for r in runs})
     by = {(r["stage"], r["seed"]): r for r in runs}
     lines = [
@@ -339,7 +351,7 @@ def report(args: argparse.Namespace) -> str:
     md = "\n".join(
         ["## Validation cross-entropy (nats/token, held-out Persuasion)", "", *lines, *extra, ""]
     )
-    (out / "ablation.md").write_text(md)
+    write_text(out / "ablation.md", md)
     _figure_curves(out, runs)
     write_runs_table(out)
     write_control_curves(out)
@@ -644,7 +656,7 @@ def audit_seed(out: Path, seed: int) -> tuple[dict[str, Any], str]:
     if not result:
         raise SystemExit(f"no runs for seed {seed} under {out / 'runs'}")
     md = "\n".join(parts)
-    (out / "audit" / f"audit_seed{seed}.md").write_text(md)
+    write_text(out / "audit" / f"audit_seed{seed}.md", md)
     write_audit_tables(out, result, seed)
     _figure_audit(out, result, seed)
     return result, md
