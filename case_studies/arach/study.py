@@ -392,7 +392,8 @@ def _run(
     record(f"{model_name}/audit passages (emma)", torch.stack(samples))
     ds = audit(model, samples, arach=hub(base.offset))
     ds.attrs["model"] = model_name
-    ds.to_netcdf(out / "audit.nc")
+    with ac.atomic_output(out / "audit.nc", overwrite=True, is_ours=lambda _path: None) as tmp:
+        ds.to_netcdf(tmp)
     results["audit"] = audit_findings(ds)
     results["audit_per_layer"] = {
         name: ds[name].mean("head").values.round(4).tolist()
@@ -662,7 +663,7 @@ def _quick(out: Path, prov: Any) -> None:
         record_tokens=prov.tokens,
     )
     write_claim_outputs(out / "claims", n_boot=quick.n_boot, seed=quick.seed, figures=False)
-    (out / "claims.csv").write_bytes((out / "claims" / "claims.csv").read_bytes())
+    write_text(out / "claims.csv", (out / "claims" / "claims.csv").read_text(encoding="utf-8"))
     prov.settings.update(
         plan=dataclasses.asdict(EvalPlan.quick()),
         claim_plan=dataclasses.asdict(quick),

@@ -191,7 +191,8 @@ def _cached(
         figs = out / "figures"
         figs.mkdir(parents=True, exist_ok=True)
         for f in sorted((folder / "figures").glob("*")):
-            shutil.copy2(f, figs / f.name)
+            with ac.atomic_output(figs / f.name, overwrite=True, is_ours=lambda _p: None) as tmp:
+                shutil.copy2(f, tmp)
     return tables, boots
 
 
