@@ -148,16 +148,19 @@ def save_checkpoint(
     return path
 
 
+def _is_checkpoint(payload: Any) -> bool:
+    """Whether a loaded file is what :func:`save_checkpoint` writes."""
+    return isinstance(payload, dict) and payload.get("format") == FORMAT
+
+
 def _not_a_checkpoint(path: Path) -> str | None:
     """Why ``path`` is not a file :func:`save_checkpoint` may replace (None: it is one of its
     checkpoints)."""
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # any unreadable file: not provably ours
-        return "it is not an attncoda RPA checkpoint"
-    if isinstance(payload, dict) and payload.get("format") == FORMAT:
-        return None
-    return "it is not an attncoda RPA checkpoint"
+        payload = None
+    return None if _is_checkpoint(payload) else "it is not an attncoda RPA checkpoint"
 
 
 def load_checkpoint(
@@ -170,7 +173,7 @@ def load_checkpoint(
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     payload = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not _is_checkpoint(payload):
         raise RPAError(f"{path} is not an attncoda RPA checkpoint")
     cfg_dict = json.loads(payload["model_config"])
     model_type = cfg_dict.pop("model_type")

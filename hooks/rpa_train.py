@@ -895,15 +895,23 @@ def train(
     >>> sorted(res.val_ce)
     ['raw']
     """
+    cfg = config  # checked before the run folder is staged: a refused config writes nothing
+    if cfg.guardian is not None and prior is None:
+        raise InputError("the Guardian controls the RPA prior: pass a prior or guardian=None")
+    lengths = cfg.context_game.lengths if cfg.context_game is not None else (cfg.context,)
+    if max(lengths) > cfg.context:
+        raise InputError("context-game lengths must not exceed the evaluation context")
+    if cfg.tokens_per_step < max(lengths):
+        raise InputError("tokens_per_step must be at least the longest context")
     if out_dir is None:
         if on_complete is not None:
             raise InputError("on_complete adds files to the run folder: pass out_dir as well")
-        return _train(model, prior, data, config, None, progress=progress, desc=desc)
+        return _train(model, prior, data, cfg, None, progress=progress, desc=desc)
     with ac.atomic_output(
         out_dir, overwrite=overwrite, kind="folder", stamp="rpa-run", what="out_dir"
     ) as staged:
         run = RunFolder(staged)
-        result = _train(model, prior, data, config, run, progress=progress, desc=desc)
+        result = _train(model, prior, data, cfg, run, progress=progress, desc=desc)
         if on_complete is not None:
             on_complete(run, result)
     return result
@@ -920,13 +928,6 @@ def _train(
     desc: str,
 ) -> TrainResult:
     """:func:`train`'s loop; ``run`` (a staged folder) gets the files."""
-    if cfg.guardian is not None and prior is None:
-        raise InputError("the Guardian controls the RPA prior: pass a prior or guardian=None")
-    lengths = cfg.context_game.lengths if cfg.context_game is not None else (cfg.context,)
-    if max(lengths) > cfg.context:
-        raise InputError("context-game lengths must not exceed the evaluation context")
-    if cfg.tokens_per_step < max(lengths):
-        raise InputError("tokens_per_step must be at least the longest context")
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     device = next(model.parameters()).device
@@ -948,7 +949,6 @@ def _train(
     ckpt_steps = checkpoint_steps(cfg.steps, cfg.checkpoints, cfg.checkpoint_spacing)
     control = data.control[: cfg.control_chunks]
     if run is not None:
-        run.path.mkdir(parents=True, exist_ok=True)
         torch.save(data.validation[:8].clone(), run.audit_ids)
         run.train_config.write_text(json.dumps(cfg.to_json(), indent=2))
     if prior is not None:

@@ -664,6 +664,11 @@ def test_a_run_folder_is_checked_before_training_and_swapped_in_whole(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]  # no debris
     rpa_train.train(model, None, pattern_data(), cfg, out_dir=out, overwrite=True, progress=False)
     assert not (out / "summary.json").exists()  # the earlier run was replaced whole
+    with pytest.raises(ValueError, match="Guardian"):  # a refused config stages nothing
+        rpa_train.train(
+            model, None, pattern_data(), full_config(), out_dir=tmp_path / "g", progress=False
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]
     with pytest.raises(ValueError, match="out_dir"):
         rpa_train.train(model, None, pattern_data(), cfg, on_complete=added, progress=False)
 
