@@ -196,7 +196,7 @@ def test_summary_pairs_every_configuration_with_the_plain_model(tmp_path):
 
 
 def test_the_readme_summary_is_built_from_the_cells_and_says_what_is_missing(tmp_path, monkeypatch):
-    """The "result so far" lines: every number comes from summarise's rows; a model without
+    """The "Result" lines: every number comes from summarise's rows; a model without
     cells says "not run yet"; a missing cell shows as an incomplete claim row, not a gap."""
     monkeypatch.setattr(claims, "CLAIM_MODELS", ("twin", "absent"))
     monkeypatch.setattr(claims, "CORE_CONFIGS", CONFIGS)

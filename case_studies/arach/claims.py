@@ -818,7 +818,7 @@ def _span(rows: Sequence[Mapping[str, Any]], scale: float, digits: int) -> str:
 def claim_summary(
     rows: Sequence[Mapping[str, Any]], cells: Mapping[tuple[str, str, str], Any]
 ) -> str:
-    """The README's "result so far", one bullet per model, from :func:`summarise`'s ``rows``
+    """The README's "Result", one bullet per model, from :func:`summarise`'s ``rows``
     and :func:`load_cells`' ``cells``: what is done, the plain model, the range of ARACH − plain
     over the issue's configurations with the intervals' half-widths, and the verdicts (the
     sweep's too)."""
