@@ -347,8 +347,8 @@ def test_audit_rpa_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     ],
 )
 def test_hooks_module_has_examples(name: str) -> None:
-    """Every hooks module documents itself with examples; they run in the ordinary collection
-    (the root conftest imports hooks/ as attncoda.hooks), so here they are only counted."""
+    """Every hooks module documents itself with examples; they run in the ordinary doctest
+    collection, so here they are only counted."""
     import doctest
     import importlib
 

@@ -1,15 +1,14 @@
 """The layers go one way and the import graph has no cycles (import-linter contracts in
 pyproject.toml): the core <- ``attncoda.hooks`` <- the CLI, with ``case_studies`` on top.
 
-grimp, under import-linter, finds a package by walking its folder, so on an editable install it
-would see ``attncoda/`` without ``attncoda.hooks`` (installed from ``hooks/``). The check runs on
-a copy of the sources laid out as pip installs them: ``hooks/`` inside ``attncoda/``.
+The tree is the package: ``attncoda/hooks/`` and ``attncoda/cli/`` are plain subpackages, so
+import-linter (grimp) reads the graph straight from the checkout or an editable install, the same
+graph Python imports.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,21 +16,28 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SOURCES = shutil.ignore_patterns("__pycache__", "*.pyc", "results", "golden", "out", "*.md")
 
 
-def installed_layout(dest: Path) -> Path:
-    """Copy the packages into ``dest`` the way pip installs them; return ``dest``."""
-    shutil.copytree(ROOT / "attncoda", dest / "attncoda", ignore=_SOURCES)
-    shutil.copytree(ROOT / "hooks", dest / "attncoda" / "hooks", ignore=_SOURCES)
-    shutil.copytree(ROOT / "case_studies", dest / "case_studies", ignore=_SOURCES)
-    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
-    return dest
+def test_the_tree_is_one_package() -> None:
+    """No folder beside ``attncoda/`` is installed under its name (no ``package-dir`` mapping)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "package-dir" not in text
+    assert not (ROOT / "hooks").exists()
+    for sub in ("hooks", "cli"):
+        assert (ROOT / "attncoda" / sub / "__init__.py").is_file()
 
 
-def lint_imports(folder: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    return subprocess.run(
+def test_grimp_sees_hooks_and_cli_inside_attncoda() -> None:
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("attncoda", cache_dir=None)
+    modules = graph.modules
+    assert {"attncoda.hooks", "attncoda.hooks.zoo", "attncoda.cli"} <= modules
+    assert graph.find_modules_directly_imported_by("attncoda.hooks.zoo")
+
+
+def test_import_contracts_hold() -> None:
+    pytest.importorskip("importlinter")
+    res = subprocess.run(
         [
             sys.executable,
             "-c",
@@ -40,30 +46,11 @@ def lint_imports(folder: Path) -> subprocess.CompletedProcess[str]:
             "pyproject.toml",
             "--no-cache",
         ],
-        cwd=folder,
-        env=env,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=600,
     )
-
-
-def test_the_copy_is_what_python_imports(tmp_path: Path) -> None:
-    folder = installed_layout(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    res = subprocess.run(
-        [sys.executable, "-c", "import attncoda.hooks.zoo as z; print(z.__file__)"],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip().startswith(str(folder)), res.stdout
-
-
-def test_import_contracts_hold(tmp_path: Path) -> None:
-    pytest.importorskip("importlinter")
-    res = lint_imports(installed_layout(tmp_path))
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
