@@ -28,28 +28,8 @@ from ._analysis import (
     verdict_flips,
 )
 from ._atomic import atomic_output, check_output
-from ._coda import (
-    add_learned_sink,
-    aitchison_distance,
-    aitchison_norm,
-    alr,
-    alr_inv,
-    closure,
-    clr,
-    clr_inv,
-    group_basis,
-    ilr,
-    ilr_inv,
-    inner,
-    multi_replace,
-    paired_inner,
-    pairwise_aitchison,
-    perturb,
-    perturb_inv,
-    pivot_basis,
-    power,
-    sbp_basis,
-)
+from ._bases import group_basis, pivot_basis, sbp_basis
+from ._closure import add_learned_sink, closure
 from ._data import (
     DIMS,
     SUMMARY_VARIABLES,
@@ -98,6 +78,9 @@ from ._errors import (
     require_int,
     require_real,
 )
+from ._geometry import aitchison_distance, aitchison_norm, paired_inner, perturb, perturb_inv, power
+from ._logratio import alr, alr_inv, clr, clr_inv, ilr, ilr_inv
+from ._pairwise import inner, pairwise_aitchison
 from ._plot import (
     plot_dendrograms,
     plot_entropy_attribution,
@@ -111,6 +94,7 @@ from ._report import Analysis, ReportError, analyze, check_report, load_analysis
 from ._tables import read_table, write_table
 from ._version import __version__
 from ._view import HeadView, head_view
+from ._zeros import multi_replace
 
 __all__ = [
     "CONVENTIONS",

@@ -64,10 +64,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ._coda import row_gram
 from ._data import DIMS, SUMMARY_VARIABLES, SchemaError
 from ._decompose import attribute_entropy_change, binary_entropy, decompose
 from ._errors import EXIT_USAGE, AttncodaError, ShapeMismatchError
+from ._pairwise import row_gram
 
 __all__ = [
     "CONVENTIONS",
@@ -183,7 +183,7 @@ def _view_label(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# backend: matrix products through attncoda's one GEMM backend (:func:`._coda.row_gram`: torch
+# backend: matrix products through attncoda's one GEMM backend (:func:`._pairwise.row_gram`: torch
 # when installed, whose MKL is several times faster than the BLAS numpy wheels ship), elementwise
 # work in numpy (its SIMD log/exp are the fastest here); with a torch device (a GPU) both the
 # products and the per-pair js/tv passes run there
