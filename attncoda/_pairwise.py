@@ -2,7 +2,7 @@
 
 Every all-pairs computation goes through one matrix-product backend, :func:`row_gram` (torch's
 MKL when installed, else numpy), and :func:`gram_distances` turns Gram matrices into distances;
-:mod:`attncoda._decompose` and :mod:`attncoda._analysis` reuse both. Large inputs are computed in
+:mod:`attncoda._decompose` and :mod:`attncoda._backend` reuse them. Large inputs are computed in
 blocks sized by ``_BLOCK_BYTES`` and ``_SUMMED_BLOCK_BYTES``.
 """
 
