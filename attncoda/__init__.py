@@ -8,6 +8,7 @@ maths, the xarray schema and capture.
 
 from . import testing as testing
 from ._accessor import CodaAccessor
+from ._aitchison_split import AitchisonSplit, aitchison_split, pairwise_aitchison_split
 from ._atomic import atomic_output, check_output
 from ._attribution import attribute_entropy
 from ._bases import group_basis, pivot_basis, sbp_basis
@@ -34,22 +35,14 @@ from ._data import (
     save,
     validate_dataset,
 )
-from ._decompose import (
-    AitchisonSplit,
+from ._decompose import SinkContent, decompose
+from ._entropy import binary_entropy, binary_entropy_from_logs, entropy
+from ._entropy_change import (
     EntropyChange,
-    GroupDecomposition,
     GroupedEntropyChange,
-    SinkContent,
-    aitchison_split,
     attribute_entropy_change,
     attribute_grouped_entropy_change,
-    binary_entropy,
-    binary_entropy_from_logs,
-    decompose,
-    entropy,
     entropy_change,
-    group_decompose,
-    pairwise_aitchison_split,
 )
 from ._errors import (
     EXIT_FAILURE,
@@ -74,6 +67,7 @@ from ._errors import (
 )
 from ._flips import FlipCount, flip_rates, verdict_flips
 from ._geometry import aitchison_distance, aitchison_norm, paired_inner, perturb, perturb_inv, power
+from ._groups import GroupDecomposition, group_decompose
 from ._logratio import alr, alr_inv, clr, clr_inv, ilr, ilr_inv
 from ._pairwise import inner, pairwise_aitchison
 from ._plot import (

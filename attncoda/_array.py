@@ -8,7 +8,9 @@ in one place is what lets every transform accept the same ``axis=``, ``mask=`` a
 The compositional core is split by idea: :mod:`attncoda._closure` (closure, the learned sink),
 :mod:`attncoda._zeros` (zero replacement), :mod:`attncoda._logratio` (clr, alr, ilr and their
 inverses), :mod:`attncoda._bases` (ilr bases), :mod:`attncoda._geometry` (the Aitchison geometry
-of matched rows), :mod:`attncoda._pairwise` (all pairs of rows) and :mod:`attncoda._decompose`.
+of matched rows), :mod:`attncoda._pairwise` (all pairs of rows), and the sink/content side:
+:mod:`attncoda._decompose`, :mod:`attncoda._entropy`, :mod:`attncoda._groups`,
+:mod:`attncoda._aitchison_split` and :mod:`attncoda._entropy_change`.
 Names and argument order follow :mod:`skbio.stats.composition` (``clr(x, axis=-1,
 validate=True)``), with three additions:
 

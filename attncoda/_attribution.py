@@ -10,7 +10,8 @@ import numpy as np
 import xarray as xr
 
 from ._conventions import AnalysisError, DatasetMismatchError
-from ._decompose import attribute_entropy_change, binary_entropy
+from ._entropy import binary_entropy
+from ._entropy_change import attribute_entropy_change
 from ._profiles import _summaries
 
 __all__ = [
