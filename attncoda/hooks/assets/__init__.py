@@ -124,16 +124,3 @@ CACHE_ENV = _cache.CACHE_ENV
 
 #: The registry of pinned assets, by name, in a stable order (models first).
 ASSETS = _registry.ASSETS
-
-# Errors print under the path users import them from (attncoda.hooks.assets.AssetNotFoundError).
-for _error in (
-    AssetBuildError,
-    AssetDamagedError,
-    AssetDownloadError,
-    AssetError,
-    AssetNotFoundError,
-    ChecksumError,
-    UnknownAssetError,
-):
-    _error.__module__ = __name__
-del _error
