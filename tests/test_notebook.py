@@ -203,7 +203,8 @@ def test_readme_and_getting_started_run_twice_in_a_row(tmp_path: Path) -> None:
         env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.splitlines()[-2:] == ["run 1 ok", "run 2 ok"]
+    lines = run.stdout.splitlines()
+    assert lines.count("run 1 ok") == 1 and lines[-1] == "run 2 ok", run.stdout[-2000:]
     assert (tmp_path / "head.html").is_file() and (tmp_path / "emma.nc").is_file()
 
 
@@ -221,5 +222,5 @@ def test_the_notebook_shows_every_figure_with_smollm2(tmp_path: Path) -> None:
     want = [c for c in nb["cells"] if c.get("metadata", {}).get("attncoda")]
     assert check_shown(node) == len(want) >= 10
     # the README's printed tokens are SmolLM2's
-    printed = "".join(o.get("text", "") for c in node.cells for o in c.outputs)
+    printed = "".join(o.get("text", "") for c in node.cells for o in c.get("outputs", []))
     assert "' Jane'" in printed

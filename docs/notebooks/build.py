@@ -31,7 +31,7 @@ FIGURES: list[tuple[str | None, str]] = [
     ("html", "ds.coda"),
     ("html", "ds.coda.plot"),
     ("markdown", "## Results as tables\n\nA layer x head result of a capture, as pandas shows it."),
-    ("html", "ds.coda.head_profiles().sink_share.round(3).to_pandas()"),
+    ("html", "ds.coda.head_profiles().sink_share.round(2).to_pandas()"),
     ("markdown", "## Every figure\n\nEach shows itself, with no `%matplotlib` line."),
     ("image", "ds.coda.plot.sink_grid()"),
     ("image", "ds.coda.plot.sink_vs_content()"),
