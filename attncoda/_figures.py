@@ -15,18 +15,38 @@ Imported only when a figure is drawn (it imports matplotlib).
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 from matplotlib.axes import Axes as _MplAxes
 from matplotlib.figure import Figure as _MplFigure
 
-__all__ = ["Axes", "Figure"]
+__all__ = ["Axes", "Figure", "inline_png"]
+
+
+def inline_png(fig: Any) -> bytes | None:
+    """PNG bytes of ``fig`` for a notebook (100 dpi, trimmed to what is drawn), or None when
+    pyplot manages the figure: pyplot's backend shows it, and a second image would repeat it.
+
+    Drawn in memory (no file: :func:`attncoda.save_figure` writes files).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> inline_png(ac.plot_sink_grid(ac.testing.synthetic_rows()).figure)[:4]
+    b'\\x89PNG'
+    """
+    if getattr(fig.canvas, "manager", None) is not None:
+        return None
+    buf = io.BytesIO()
+    fig.canvas.print_figure(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
 
 
 class Figure(_MplFigure):
     """A :class:`matplotlib.figure.Figure` that Jupyter shows as an image."""
 
     def _repr_png_(self) -> bytes | None:
-        from ._plot import inline_png
-
         return inline_png(self)
 
 
@@ -34,6 +54,4 @@ class Axes(_MplAxes):
     """A :class:`matplotlib.axes.Axes` that Jupyter shows as the image of its figure."""
 
     def _repr_png_(self) -> bytes | None:
-        from ._plot import inline_png
-
         return inline_png(self.figure)

@@ -202,26 +202,6 @@ def save_figure(
     return targets
 
 
-def inline_png(fig: Any) -> bytes | None:
-    """PNG bytes of ``fig`` for a notebook (100 dpi, trimmed to what is drawn), or None when
-    pyplot manages the figure: pyplot's backend shows it, and a second image would repeat it.
-
-    Examples
-    --------
-    >>> import attncoda as ac
-    >>> from attncoda._plot import inline_png
-    >>> inline_png(ac.plot_sink_grid(ac.testing.synthetic_rows()).figure)[:4]
-    b'\\x89PNG'
-    """
-    import io
-
-    if getattr(fig.canvas, "manager", None) is not None:
-        return None
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
-
-
 def _replaceable(_path: Path) -> str | None:
     """A figure replaces a file of its own name (as savefig does); a folder is refused."""
     return None

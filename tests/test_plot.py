@@ -188,7 +188,7 @@ def test_a_figure_drawn_into_pyplot_axes_is_left_to_pyplot():
     image for them; and drawing into them never gives pyplot's Axes a display method."""
     code = (
         "import matplotlib.pyplot as plt, attncoda as ac\n"
-        "from attncoda._plot import inline_png as png_of\n"
+        "from attncoda._figures import inline_png as png_of\n"
         "ds = ac.testing.synthetic_rows()\n"
         "fig, ax = plt.subplots()\n"
         "out = ac.plot_sink_grid(ds, ax=ax)\n"
