@@ -178,6 +178,8 @@ for run in (1, 2):
         ]
         if ours:
             raise SystemExit(f"run {run}, {name}: " + "; ".join(str(w.message) for w in ours))
+        for w in caught:  # not attncoda's: said, for whoever reads the log
+            print(f"note: {w.category.__name__} from {w.filename}: {w.message}")
     print("run", run, "ok")
 """
 
@@ -202,6 +204,7 @@ def test_readme_and_getting_started_run_twice_in_a_row(tmp_path: Path) -> None:
         cwd=tmp_path,
         env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"},
     )
+    print(*(x for x in run.stdout.splitlines() if x.startswith("note:")), sep="\n")
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
     assert lines.count("run 1 ok") == 1 and lines[-1] == "run 2 ok", run.stdout[-2000:]
