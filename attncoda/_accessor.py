@@ -22,7 +22,9 @@ Examples
 from __future__ import annotations
 
 import functools
+import html
 import inspect
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -71,8 +73,71 @@ class _DatasetMethod:
         return self.method if obj is None else types.MethodType(self.method, obj)
 
 
-class PlotAccessor:
+def _summary(doc: str | None, width: int = 96) -> str:
+    """The first sentence of a docstring's summary paragraph as plain text, cut to ``width``."""
+    para = " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    para = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`<]+?)`", r"\1", para)  # :func:`~attncoda.x` -> x
+    para = para.replace("``", "")
+    sentence = re.split(r"(?<=[.;])\s", para, maxsplit=1)[0]
+    if len(sentence) > width:
+        sentence = sentence[: width - 1].rsplit(" ", 1)[0] + "\u2026"
+    return sentence
+
+
+class _Listed:
+    """An accessor that lists what it offers: ``repr(ds.coda)`` and, in Jupyter, a table.
+
+    The list is read from the class: every public method and property with the first sentence
+    of its docstring, in the order the class defines them.
+    """
+
+    #: how a user reaches the accessor
+    _path = ""
+
+    def _offers(self) -> list[tuple[str, str]]:
+        members: dict[str, Any] = {}
+        for klass in reversed(type(self).__mro__):  # a subclass's own methods after its base's
+            members.update((k, v) for k, v in vars(klass).items() if not k.startswith("_"))
+        items = []
+        for name, member in members.items():
+            if isinstance(member, property):
+                items.append((name, _summary(member.__doc__)))
+                continue
+            fn = member.method if isinstance(member, _DatasetMethod) else member
+            if not callable(fn):
+                continue
+            takes = len(inspect.signature(fn).parameters) > 1  # more than self
+            items.append((f"{name}({'...' if takes else ''})", _summary(member.__doc__)))
+        return items
+
+    def _headline(self) -> str:
+        return f"{self._path}: {_summary(type(self).__doc__)}"
+
+    def __repr__(self) -> str:
+        items = self._offers()
+        width = max(len(call) for call, _ in items)
+        lines = [f"  {call:<{width}}  {text}" for call, text in items]
+        tail = f"  help({self._path}.NAME) says more"
+        return "\n".join([self._headline(), *lines, tail])
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td style='text-align:left'><code>{html.escape(f'{self._path}.{call}')}</code>"
+            "</td>"
+            f"<td style='text-align:left'>{html.escape(text)}</td></tr>"
+            for call, text in self._offers()
+        )
+        return (
+            f"<div class='attncoda-accessor'><p>{html.escape(self._headline())}</p><table>{rows}"
+            f"</table><p><code>help({html.escape(self._path)}.NAME)</code> says more</p></div>"
+        )
+
+
+class PlotAccessor(_Listed):
     """Figures of a dataset: ``ds.coda.plot.NAME(...)`` is ``attncoda.plot_NAME(ds, ...)``.
+
+    ``ds.coda.plot`` lists them (its repr; a table in Jupyter), as ``ds.coda`` lists the
+    analyses; in Jupyter each returned figure shows itself.
 
     Parameters
     ----------
@@ -80,7 +145,15 @@ class PlotAccessor:
         What the figure function takes: a capture, :func:`attncoda.head_profiles`,
         :func:`attncoda.cluster_heads`, :func:`attncoda.flip_rates` or
         :func:`attncoda.attribute_entropy` output.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> print(repr(ac.testing.synthetic_rows().coda.plot).splitlines()[1])
+      sink_grid(...)            Layer x head grid of each head's mean sink share.
     """
+
+    _path = "ds.coda.plot"
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds
@@ -94,7 +167,7 @@ class PlotAccessor:
 
 
 @xr.register_dataset_accessor("coda")
-class CodaAccessor:
+class CodaAccessor(_Listed):
     """Analysis of attention rows under named conventions (``kept``, ``dropped``, ``split``).
 
     ``ds.coda.NAME(...)`` is ``attncoda.NAME(ds, ...)`` for :func:`~attncoda.head_profiles`,
@@ -111,6 +184,8 @@ class CodaAccessor:
         A capture in attncoda's schema (rows and/or summaries), or the output of an analysis
         (for its figures).
     """
+
+    _path = "ds.coda"
 
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds

@@ -2,7 +2,7 @@
 
 Every function draws into ``ax=`` when given (a matplotlib Axes of your figure, e.g. from
 ``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure` built without
-:mod:`matplotlib.pyplot` (so no GUI backend is ever selected and nothing is shown). What they
+:mod:`matplotlib.pyplot` (so no GUI backend is ever selected and nothing pops up). What they
 return, as pandas and seaborn do:
 
 - single-panel figures (:func:`plot_sink_grid`, :func:`plot_sink_vs_content`,
@@ -11,14 +11,15 @@ return, as pandas and seaborn do:
 - multi-panel figures (:func:`plot_rows`, :func:`plot_dendrograms`) return the **Figure**; their
   ``ax=`` takes one Axes per panel.
 
+In Jupyter a returned Axes or Figure shows as its picture, with no ``%matplotlib`` line: the
+figures attncoda creates are matplotlib's classes plus ``_repr_png_``. Drawn into axes of your
+pyplot figure (``ax=``), the figure is pyplot's to show, and is shown once.
+
 Heatmaps take ``norm=``: ``"linear"`` (default), ``"log"`` (attention weights and shares span
 orders of magnitude) or any :class:`matplotlib.colors.Normalize`. Token axes are labelled with
 the dataset's ``token`` coordinate when it has one (``tokens=`` overrides it).
 :func:`save_figure` writes a Figure or an Axes' figure as PNG and SVG through the Agg/SVG
 canvases. matplotlib is imported only when a figure is drawn.
-
-In a notebook, pass axes of a pyplot figure (``fig, ax = plt.subplots()``), or show a returned
-Axes' figure with ``ax.figure``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ __all__ = [
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure
+    """A new figure that Jupyter shows inline (see :mod:`attncoda._figures`)."""
+    from ._figures import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
@@ -81,7 +83,9 @@ def _axes(ax: Any, width: float, height: float, name: str) -> Any:
     """The Axes to draw on: ``ax`` (checked), or the one Axes of a new figure."""
     if ax is not None:
         return _check_axes(ax, 1, name)[0]
-    return _figure(width, height).add_subplot()
+    from ._figures import Axes
+
+    return _figure(width, height).add_subplot(axes_class=Axes)
 
 
 def _norm(norm: Any, values: np.ndarray, vmin: float | None, vmax: float | None) -> Any:

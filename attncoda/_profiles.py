@@ -90,14 +90,19 @@ def _content_clr_by_offset(ds: xr.Dataset, sink: Any, max_offset: int) -> xr.Dat
     )
 
 
-def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 8) -> xr.Dataset:
+def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = None) -> xr.Dataset:
     """Per-head profiles over samples and queries.
 
     Means over the rows that have a sink and content (the first query of a causal model, whose
     only key is the sink, is left out) of the sink share, sink log-odds, balance, entropy and
     content entropy, from the summaries when present (else computed from the rows with
-    :func:`attncoda.decompose`); with rows, also the mean clr of the content subcomposition by
-    relative position ``offset = key - query`` (a previous-token head peaks at ``-1``).
+    :func:`attncoda.decompose`). Every variable is a layer x head table; print one as a table
+    with ``.round(2).to_pandas()`` (Jupyter shows the DataFrame as an HTML table).
+
+    With rows and ``max_offset=k``, also ``content_clr``: where in the sequence a head's content
+    attention goes, as the mean clr of the content subcomposition at each relative key position
+    ``offset = key - query`` from ``-k`` to ``k`` (a previous-token head peaks at ``-1``). An
+    offset no row has is NaN: in a causal model every positive offset.
 
     Parameters
     ----------
@@ -105,20 +110,29 @@ def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 
         Summaries and/or rows.
     sink : optional
         Key position of each sample's sink (needs rows); default the ``sink_index`` coordinate.
-    max_offset : int or None, default 8
-        Offsets ``-max_offset..max_offset`` for ``content_clr``; None skips it.
+    max_offset : int, optional
+        Add ``content_clr`` over offsets ``-max_offset..max_offset`` (needs rows); default none.
 
     Returns
     -------
     xarray.Dataset
-        Dims ``layer, head`` (``offset`` for ``content_clr``); ``n_rows``.
+        Dims ``layer, head``: the summary variables and ``n_rows`` (rows averaged); with
+        ``max_offset``, ``content_clr`` over ``layer, head, offset``.
 
     Examples
     --------
     >>> import attncoda as ac
-    >>> p = ac.head_profiles(ac.testing.synthetic_rows(n_layers=2, n_heads=3))
+    >>> ds = ac.testing.synthetic_rows(n_layers=2, n_heads=3)
+    >>> p = ac.head_profiles(ds)
     >>> sorted(p.sizes.items())
-    [('head', 3), ('layer', 2), ('offset', 17)]
+    [('head', 3), ('layer', 2)]
+    >>> print(p.sink_share.round(2).to_pandas())  # doctest: +NORMALIZE_WHITESPACE
+    head      0     1     2
+    layer
+    0      0.01  0.29  0.85
+    1      0.01  0.35  0.75
+    >>> ac.head_profiles(ds, max_offset=2).content_clr.dims
+    ('layer', 'head', 'offset')
     """
     summ = _summaries(ds, sink)
     valid = summ["content_entropy"].notnull() & summ["sink_share"].notnull()

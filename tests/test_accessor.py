@@ -47,3 +47,52 @@ def test_decompose_with_another_sink_records_it() -> None:
 def test_view_is_head_view() -> None:
     ds = ac.testing.synthetic_rows(length=5)
     assert ds.coda.view(layer=0, head=1).svg == ac.head_view(ds, layer=0, head=1).svg
+
+
+# ------------------------------------------------------------------ what the accessors offer
+
+
+def _public(cls: type) -> list[str]:
+    names: dict[str, None] = {}
+    for klass in reversed(cls.__mro__):
+        names.update((n, None) for n in vars(klass) if not n.startswith("_"))
+    return list(names)
+
+
+@pytest.mark.parametrize("path", ["coda", "coda.plot"])
+def test_accessors_list_every_method_with_its_summary(path: str) -> None:
+    ds = ac.testing.synthetic_rows()
+    acc = ds.coda if path == "coda" else ds.coda.plot
+    lines = repr(acc).splitlines()
+    page = acc._repr_html_()
+    assert lines[0].startswith(f"ds.{path}: ") and lines[-1] == f"  help(ds.{path}.NAME) says more"
+    public = _public(type(acc))
+    assert [line.split()[0].split("(")[0] for line in lines[1:-1]] == public
+    assert page.count("<tr>") == len(public)
+    for name in public:
+        member = getattr(type(acc), name)
+        doc = (member.fget if isinstance(member, property) else member).__doc__
+        line = next(x for x in lines if x.split()[0].split("(")[0] == name)
+        text = line.split("  ", 2)[-1].strip()
+        assert text.split()[:2] == doc.split()[:2], (name, text)  # its docstring's summary
+        assert f"<code>ds.{path}.{name}" in page
+
+
+def test_the_list_is_generated_and_escaped() -> None:
+    ds = ac.testing.synthetic_rows()
+
+    class Mine(ac.CodaAccessor):
+        """Mine: mine <b>only</b>."""
+
+        _path = "ds.mine"
+
+        def shiny(self) -> None:
+            """Shine <b>bright</b> & clear, with :func:`~attncoda.clr`. A second sentence."""
+
+    text, page = repr(Mine(ds)), Mine(ds)._repr_html_()
+    assert "  shiny()  " in text and text.splitlines()[-2].endswith(
+        "Shine <b>bright</b> & clear, with clr."
+    )
+    assert "head_profiles(...)" in text  # the base's methods first
+    assert "Shine &lt;b&gt;bright&lt;/b&gt; &amp; clear" in page and "<b>" not in page
+    assert "ds.mine: Mine: mine &lt;b&gt;only&lt;/b&gt;." in page

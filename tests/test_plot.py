@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 
@@ -106,7 +107,7 @@ def test_plot_accessor_methods_mirror_the_plot_functions(ds, name):
 def test_figures_never_load_pyplot():
     code = (
         "import sys, attncoda as ac; ds = ac.testing.synthetic_rows();"
-        "ac.plot_sink_grid(ds); ac.plot_rows(ds, layer=0, head=0);"
+        "ac.plot_sink_grid(ds)._repr_png_(); ac.plot_rows(ds, layer=0, head=0)._repr_png_();"
         "print('matplotlib.pyplot' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -158,6 +159,50 @@ def test_every_figure_draws_into_given_axes_and_returns_what_matplotlib_users_ex
     fresh = fn(data)
     assert isinstance(fresh, Axes if kind == "axes" else Figure)
     assert (fresh.figure if kind == "axes" else fresh) is not fig
+
+
+@pytest.mark.parametrize("name", sorted(RETURNS))
+def test_every_new_figure_shows_itself_in_jupyter(ds, name):
+    """The Axes or Figure returned has ``_repr_png_`` (IPython's display protocol): the picture
+    of its whole figure, with no pyplot; it stays a plain matplotlib object (pickles too)."""
+    import io
+    import pickle
+
+    from matplotlib.image import imread
+
+    data_of, _, kind = RETURNS[name]
+    out = getattr(ac, f"plot_{name}")(data_of(ds))
+    png = out._repr_png_()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    image = imread(io.BytesIO(png))
+    fig = out.figure if kind == "axes" else out
+    width, height = fig.get_size_inches() * 100  # at 100 dpi, trimmed or grown to what is drawn
+    assert 0.5 < image.shape[0] / height < 1.5 and 0.5 < image.shape[1] / width < 1.5
+    assert image[..., :3].std() > 0.05  # something is drawn
+    again = pickle.loads(pickle.dumps(out))
+    assert again._repr_png_()[:8] == png[:8]
+
+
+def test_a_figure_drawn_into_pyplot_axes_is_left_to_pyplot():
+    """No double display: pyplot shows its own figures (inline backend), so attncoda adds no
+    image for them; and drawing into them never gives pyplot's Axes a display method."""
+    code = (
+        "import matplotlib.pyplot as plt, attncoda as ac\n"
+        "from attncoda._figures import inline_png as png_of\n"
+        "ds = ac.testing.synthetic_rows()\n"
+        "fig, ax = plt.subplots()\n"
+        "out = ac.plot_sink_grid(ds, ax=ax)\n"
+        "print(out is ax, hasattr(out, '_repr_png_'), png_of(fig))\n"
+        "print(png_of(ac.plot_sink_grid(ds).figure)[:4])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
+    assert out.stdout.splitlines() == ["True False None", "b'\\x89PNG'"]
 
 
 @pytest.mark.parametrize(
