@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _error_code(exc)
         if code is None:
             return _internal(exc)
-        print_error(_one_line(str(exc) or type(exc).__name__))
+        print_error(_cli_spelling(_one_line(str(exc) or type(exc).__name__)))
         return code
 
 
@@ -156,6 +156,18 @@ def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> Non
 
 def _one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+def _cli_spelling(message: str) -> str:
+    """A library message as the command line says it: the library's errors name both spellings
+    of an option (``overwrite=True (--force)``); a command names only its own (``--force``).
+
+    Examples
+    --------
+    >>> _cli_spelling("'x.nc' exists; pass overwrite=True (--force) to replace it")
+    "'x.nc' exists; pass --force to replace it"
+    """
+    return message.replace("overwrite=True (--force)", "--force")
 
 
 def _internal(exc: BaseException) -> int:
