@@ -150,8 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-    """A warning during a command: one line on stderr, like an error, without a source line."""
-    print(f"{PROG}: warning: {_one_line(str(message))}", file=sys.stderr)
+    """A warning during a command: one line on stderr, like an error, without a source line;
+    above the progress bars, not inside one (``tqdm.write`` moves an active bar below it)."""
+    from tqdm import tqdm
+
+    tqdm.write(f"{PROG}: warning: {_one_line(str(message))}", file=sys.stderr)
 
 
 def _one_line(message: str) -> str:
