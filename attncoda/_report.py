@@ -449,10 +449,8 @@ def _analyze_into(
             bar("rows")
             _rows_section(res, rows, folder, figures)
             bar.done()
-        elif rows is not None:
-            res.summary.append(
-                "verdict flips: skipped (rows of at least 3 heads are needed to compare heads)"
-            )
+        else:
+            _sections_without_rows(res, rows)
     finally:
         bar.close()
     res.files = sorted(
@@ -461,6 +459,42 @@ def _analyze_into(
     res.files.append(MANIFEST)
     res.write(folder)
     return res
+
+
+#: The sections that need fp32 rows of at least 3 heads, and what each shows.
+ROW_SECTIONS = (
+    ("Do the conventions agree? Verdict flips", "the verdict flips compare heads' rows"),
+    ("Head clustering with and without the sink", "the head clustering compares heads' rows"),
+    ("Two heads, row by row", "the head views draw two heads' rows"),
+)
+
+#: How to get rows: the capture options and the analysis's (the CLI's spelling and Python's).
+ROWS_HINT = (
+    "capture rows too (attncoda capture MODEL ... --what both --layers 1,15,28; Python: "
+    "capture(model, what='both', layers=[...])) and analyze that capture, or pass a capture of "
+    "rows as --rows ROWS.nc (Python: analyze(ds, folder, rows=rows))"
+)
+
+
+def _sections_without_rows(res: Analysis, rows: xr.Dataset | None) -> None:
+    """Each section that needs rows, shown with one line saying why it is empty and which
+    capture option brings it; the same line in the terminal summary."""
+    why = (
+        "this capture holds summaries only"
+        if rows is None
+        else f"the rows hold {rows.sizes['layer'] * rows.sizes['head']} head(s), 3 are needed"
+    )
+    for heading, what in ROW_SECTIONS:
+        res.sections.append(
+            Section(
+                heading,
+                text=[f"Not computed: {what}, and {why}. To get this section, {ROWS_HINT}."],
+            )
+        )
+    res.summary.append(
+        f"verdict flips, head clustering, head views: not computed ({why}); to get them, "
+        f"{ROWS_HINT}"
+    )
 
 
 def _version() -> str:

@@ -173,9 +173,55 @@ def test_capture_analyze_report_on_a_twin(
     assert (out / "analysis.json").is_file() and (out / "sink_grid.png").is_file()
     assert main(["report", str(out), "-q"]) == 0
     assert (out / "report.html").is_file()
-    # a capture goes through analyze first
-    assert main(["report", str(cap), "--n-boot", "0", "-q"]) == 0
-    assert (tmp_path / "cap-report" / "report.html").is_file()
+    # a capture goes through analyze first, into the folder analyze writes by default
+    capsys.readouterr()
+    assert main(["report", str(cap), "--n-boot", "0"]) == 0
+    assert (tmp_path / "cap" / "report.html").is_file()
+    printed = capsys.readouterr().out
+    assert "next:" not in printed  # the report is written: nothing left to suggest
+    assert printed.strip().splitlines()[-1] == f"report: {tmp_path / 'cap' / 'report.html'}"
+
+
+def test_analyze_and_report_of_a_capture_share_one_folder_and_say_force(
+    tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = tmp_path / "runs" / "emma.nc"
+    argv = ["capture", "twin:llama", str(text_file), "--passages", "2", "--max-tokens", "12"]
+    assert main([*argv, "--out", str(cap), "-q"]) == 0
+    assert main(["analyze", str(cap), "--n-boot", "0", "-q", "--no-figures"]) == 0
+    assert (tmp_path / "runs" / "emma" / "analysis.json").is_file()
+    capsys.readouterr()
+    # the same folder: refused without --force, and the message is the command's spelling
+    assert main(["report", str(cap), "--n-boot", "0", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "--force" in err and "overwrite=True" not in err, err
+    assert main(["report", str(cap), "--n-boot", "0", "-q", "--force"]) == 0
+    assert (tmp_path / "runs" / "emma" / "report.html").is_file()
+
+
+def test_a_summaries_capture_names_the_sections_it_cannot_give(
+    tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cap = tmp_path / "summ.nc"
+    argv = ["capture", "twin:llama", str(text_file), "--passages", "2", "--max-tokens", "12"]
+    assert main([*argv, "--out", str(cap), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(cap), "--n-boot", "0", "-q", "--no-figures", "--report"]) == 0
+    printed = capsys.readouterr().out
+    hint = [line for line in printed.splitlines() if line.startswith("verdict flips")]
+    assert len(hint) == 1 and "not computed" in hint[0] and "--what both" in hint[0], printed
+    assert "--rows" in hint[0]
+    # the option names in the hint are the real ones
+    capture_help = build_parser()._subparsers._group_actions[0].choices["capture"].format_help()
+    assert "--what {summaries,rows,both}" in capture_help
+    page = (tmp_path / "summ" / "report.html").read_text(encoding="utf-8")
+    for heading in (
+        "Do the conventions agree? Verdict flips",
+        "Head clustering with and without the sink",
+        "Two heads, row by row",
+    ):
+        section = page.split(f"<h2>{heading}</h2>", 1)[1].split("</section>", 1)[0]
+        assert "Not computed" in section and "--what both" in section, heading
 
 
 def test_capture_selection_and_queries(tmp_path: Path, text_file: Path) -> None:
@@ -357,14 +403,59 @@ def test_hooks_module_has_examples(name: str) -> None:
     assert examples >= 1, name
 
 
-def test_warnings_print_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A library warning during a command (here: the sink is an ordinary token) is one line."""
+def test_warnings_print_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library warning during a command is one line (no source line), and a capture on the
+    default path gives none."""
+    import warnings
+
+    from attncoda.hooks import demo
+
     text = tmp_path / "t.txt"
     text.write_text("God said, let there be light, and there was light in all the land. " * 4)
-    out = tmp_path / "c.nc"
     argv = ["capture", "twin:llama", str(text), "--passages", "1", "--min-words", "5"]
-    assert main([*argv, "--max-tokens", "16", "--out", str(out), "-q"]) == 0
+    assert main([*argv, "--max-tokens", "16", "--out", str(tmp_path / "a.nc"), "-q"]) == 0
+    assert capsys.readouterr().err == ""  # the happy path: no warning
+    encode = demo.encode_passages
+
+    def warn_then_encode(*args, **kwargs):
+        warnings.warn("a library's warning\n  over two lines", UserWarning, stacklevel=1)
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "encode_passages", warn_then_encode)
+    assert main([*argv, "--max-tokens", "16", "--out", str(tmp_path / "b.nc"), "-q"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    warned = [line for line in err if line.startswith("attncoda: warning: the sink of sample 0")]
-    assert len(warned) == 1 and "sink=" in warned[0]
-    assert not any(line.startswith("  ") for line in err)  # no source line
+    assert err == ["attncoda: warning: a library's warning over two lines"]
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_the_readme_command_line_gives_no_warning(tmp_path: Path) -> None:
+    """The README's capture -> analyze -> report on SmolLM2-135M (a tokenizer adding no BOS),
+    with attncoda's sink warning made an error: the happy path warns about nothing."""
+    from attncoda.hooks import assets
+
+    if not (assets.is_fetched("smollm2-135m") and assets.is_fetched("austen")):
+        pytest.skip("needs `attncoda fetch smollm2-135m austen`")
+    base = [sys.executable, "-W", "error::attncoda.hooks.SinkTokenWarning", "-m", "attncoda.cli"]
+    for argv in (
+        ["capture", "smollm2-135m", "--corpus", "austen:emma", "--passages", "2"],
+        ["analyze", "emma.nc", "--out", "emma/", "--n-boot", "0"],
+        ["report", "emma/"],
+    ):
+        res = subprocess.run(
+            [
+                *base,
+                *argv,
+                *(["--max-tokens", "24", "--out", "emma.nc"] if argv[0] == "capture" else []),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+        assert res.returncode == 0, res.stderr
+        assert "warning" not in res.stderr.lower(), res.stderr
+    assert "sink_note" in ac.load(tmp_path / "emma.nc").attrs
+    assert (tmp_path / "emma" / "report.html").is_file()

@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("dask.distributed")
 
-from attncoda.hooks import capture, zoo  # noqa: E402
-from attncoda.hooks.distributed import CaptureJob, JobError, _windows, run_jobs  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
+from attncoda.hooks import capture, zoo  # noqa: E402
+from attncoda.hooks.distributed import CaptureJob, JobError, _windows, run_jobs  # noqa: E402
 from attncoda.testing import DieOnce  # noqa: E402
 
 WORDS = "the sink takes mass while content spreads over many keys and heads".split()
@@ -32,7 +32,7 @@ def shards(tmp_path):
 def client():
     with (
         distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         distributed.Client(cluster) as c,
     ):
@@ -166,3 +166,51 @@ def test_profiles_of_a_job_store_equal_in_memory(tmp_path, shards):
     loaded = lazy.load()
     xr.testing.assert_allclose(ac.head_profiles(lazy).compute(), ac.head_profiles(loaded))
     xr.testing.assert_allclose(ac.sink_rate(lazy).compute(), ac.sink_rate(loaded))
+
+
+class _Records:
+    """A logging handler that keeps the messages of one logger (the nanny's are not printed
+    through pytest's capture: distributed configures its own handlers)."""
+
+    def __init__(self, name):
+        import logging
+
+        self.messages = []
+        self.handler = logging.Handler()
+        self.handler.emit = lambda record: self.messages.append(record.getMessage())
+        self.logger = logging.getLogger(name)
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+
+def test_a_cluster_shows_progress_and_closes_without_killing_workers(tmp_path, shards, capfd):
+    jobs = [CaptureJob("twin:llama", p) for p in shards[:2]]
+    with _Records("distributed.nanny") as nanny:
+        with (
+            distributed.LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
+            distributed.Client(cluster) as c,
+        ):
+            out = run_jobs(jobs, tmp_path / "p.zarr", client=c, length=16, max_windows=2)
+    assert out["twin_llama"].sizes["sample"] == 4
+    err = capfd.readouterr().err
+    assert "plan (tokenise shards)" in err and "capture jobs: 100%" in err and "2/2" in err
+    killed = [m for m in nanny.messages if "killing" in m]
+    assert killed == [], killed  # every worker process exited within the nanny's grace period
+
+
+def test_progress_false_is_quiet(tmp_path, shards, capfd):
+    run_jobs(
+        [CaptureJob("twin:llama", shards[0])],
+        tmp_path / "q.zarr",
+        length=16,
+        max_windows=1,
+        progress=False,
+    )
+    assert capfd.readouterr().err == ""

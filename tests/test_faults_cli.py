@@ -19,6 +19,7 @@ import pytest
 
 import attncoda as ac
 from attncoda.cli import main
+from conftest import need
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +32,15 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad option was refused")
 
+    import transformers
+
     from attncoda.hooks import assets, zoo
 
     monkeypatch.setattr(zoo, "load", refuse)
+    monkeypatch.setattr(zoo, "tiny_twin", refuse)
     monkeypatch.setattr(assets, "load_model", refuse)
+    for auto in ("AutoModel", "AutoModelForCausalLM"):
+        monkeypatch.setattr(getattr(transformers, auto), "from_pretrained", refuse)
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -72,6 +78,15 @@ def _one_line_error(err: str, needle: str) -> None:
         (["--out", "{tmp}/x.csv"], "must end in .nc or .zarr"),
         (["--out", "/proc/attncoda-test.nc"], "cannot be written"),
         (["--out", "{text}/x.nc"], "not a folder"),
+        # checked against the twin's config (2 layers, 4 heads, 64 positions), not its weights
+        (["--layers", "9"], "--layers 9 is out of range: twin:llama has 2 layers"),
+        (["--layers=-3"], "--layers -3 is out of range"),
+        (["--layers", "0,-2"], "names one of the layers twice"),
+        (["--heads", "4"], "--heads 4 is out of range: twin:llama has 4 heads"),
+        (["--layers", "5:9"], "--layers 5:9 selects none of the 2 layers"),
+        (["--max-tokens", "65"], "--max-tokens 65 is beyond the 64 positions of twin:llama"),
+        (["--dtype", "fp8"], "invalid choice: 'fp8' (choose from 'float32', 'bfloat16'"),
+        (["--device", "gpu"], "--device 'gpu' is not a torch device"),
     ],
 )
 def test_capture_options_are_refused_before_the_model_loads(
@@ -126,13 +141,100 @@ def test_capture_replaces_its_own_output_only_with_force(tmp_path, text_file, ca
 def test_a_query_beyond_a_short_passage_fails_before_its_work(tmp_path, capsys):
     """--queries inside --max-tokens, but a passage is shorter: refused at that forward."""
     text = tmp_path / "short.txt"
-    text.write_text("\n\n".join(" ".join(f"w{j}" for j in range(45)) for _ in range(2)))
+    text.write_text("\n\n".join(" ".join(f"w{j}" for j in range(5)) for _ in range(2)))
     out = tmp_path / "cap.nc"
-    argv = ["capture", "twin:llama", str(text), "--min-words", "40", "--max-tokens", "4000"]
-    code, _, err = _run([*argv, "--queries", "3000", "--out", str(out), "-q"], capsys)
+    argv = ["capture", "twin:llama", str(text), "--min-words", "5", "--max-tokens", "60"]
+    code, _, err = _run([*argv, "--queries", "50", "--out", str(out), "-q"], capsys)
     assert code == 2
-    _one_line_error(err, "3000")
+    _one_line_error(err, "50")
     assert not out.exists()
+
+
+def test_a_cuda_device_without_cuda_is_refused_before_the_model_loads(
+    tmp_path, text_file, capsys, no_model_loads, monkeypatch
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for argv in (
+        ["capture", "twin:llama", str(text_file), "--out", str(tmp_path / "c.nc")],
+        ["prune", "twin:llama", "--out", str(tmp_path / "p")],
+        ["demo", "--model", "twin:llama", "--text", str(text_file), "--out", str(tmp_path / "d")],
+        ["analyze", str(text_file), "--out", str(tmp_path / "a")],
+    ):
+        code, _, err = _run([*argv, "--device", "cuda"], capsys)
+        assert code == 2, argv
+        _one_line_error(err, "--device 'cuda': this machine has no CUDA device")
+    assert [p.name for p in tmp_path.iterdir()] == [text_file.name]  # nothing written
+
+
+def test_the_default_max_tokens_fits_a_short_context(tmp_path, text_file, capsys):
+    """Without --max-tokens, a model with fewer than 128 positions (a twin: 64) gets its own."""
+    out = tmp_path / "cap.nc"
+    argv = ["capture", "twin:gpt2", str(text_file), "--passages", "1", "--layers", "0"]
+    assert _run([*argv, "--out", str(out), "-q"], capsys)[0] == 0
+    assert ac.load(out).sizes["query"] == 64
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["capture", "smollm2-135m", "--corpus", "austen:emma", "--layers", "99"],
+            "--layers 99 is out of range: smollm2-135m has 30 layers",
+        ),
+        (
+            ["capture", "smollm2-135m", "--corpus", "austen:emma", "--heads", "9"],
+            "--heads 9 is out of range: smollm2-135m has 9 heads",
+        ),
+        (
+            ["capture", "smollm2-135m", "--corpus", "austen:emma", "--max-tokens", "100000"],
+            "--max-tokens 100000 is beyond the 8192 positions of smollm2-135m",
+        ),
+        (
+            ["prune", "smollm2-135m", "--window", "100000"],
+            "--window 100000 is beyond the 8192 positions",
+        ),
+        (["demo", "--max-tokens", "9000"], "--max-tokens 9000 is beyond the 8192 positions"),
+    ],
+)
+def test_real_model_options_are_checked_against_its_config_before_it_loads(
+    argv, needle, tmp_path, capsys, no_model_loads
+):
+    need("smollm2-135m")
+    code, _, err = _run([*argv, "--out", str(tmp_path / "out.nc")], capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert not (tmp_path / "out.nc").exists()
+
+
+@pytest.mark.parametrize("why", ["HF_HUB_OFFLINE", "no network"])
+def test_a_hub_id_neither_reachable_nor_cached_is_refused_at_once(
+    why, tmp_path, text_file, capsys, no_model_loads, monkeypatch
+):
+    import huggingface_hub.constants
+    import transformers
+
+    from attncoda.hooks import zoo
+
+    def no_config(*args, **kwargs):
+        raise AssertionError("transformers was asked for the config (and would retry)")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_config)
+    if why == "HF_HUB_OFFLINE":
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    else:
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(zoo, "_hub_reachable", lambda timeout=3.0: False)
+    out = tmp_path / "c.nc"
+    code, _, err = _run(
+        ["capture", "someorg/no-such-model", str(text_file), "--out", str(out)], capsys
+    )
+    assert code == 1
+    _one_line_error(err, "'someorg/no-such-model' is not in the local hub cache")
+    assert ("HF_HUB_OFFLINE is set" if why == "HF_HUB_OFFLINE" else "cannot be reached") in err
+    assert "attncoda fetch NAME" in err and not out.exists()
 
 
 # --------------------------------------------------------------------------------------------

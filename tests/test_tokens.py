@@ -1,5 +1,5 @@
 """The ``token`` coordinate: decoded by capture, kept through save/load/append and selections,
-checked by the schema; and the warning when the sink is an ordinary token."""
+checked by the schema; and the warning when an input lost the BOS its tokenizer adds."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_generate_and_independent_passes_get_tokens():
     model = zoo.tiny_twin("llama")
     tok = zoo.ByteTokenizer(model.config.vocab_size)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SinkTokenWarning)
+        warnings.simplefilter("error", SinkTokenWarning)  # no BOS from this tokenizer: default
         with torch.no_grad(), capture(model, layers=[0], tokenizer=tok) as cap:
             model.generate(**tok("Hi", return_tensors="pt"), max_new_tokens=3, do_sample=False)
             model(**tok("Words!", return_tensors="pt"))
@@ -183,32 +183,62 @@ def test_streamed_captures_keep_tokens(tmp_path):
     assert ac.load(store).token.values.tolist() == tokens
 
 
-def test_sink_warning_once_per_capture_names_the_token():
-    model = zoo.tiny_twin("llama")  # no BOS: the first ordinary token is the sink
-    tok = zoo.ByteTokenizer(model.config.vocab_size)
+class BosByteTokenizer(zoo.ByteTokenizer):
+    """A twin's byte tokenizer that starts every text with a BOS (id 2), as Gemma's does."""
+
+    def __init__(self, vocab_size):
+        super().__init__(vocab_size)
+        self.bos_token_id = 2
+        self.all_special_ids = [2]
+
+    def __call__(self, text, *, add_special_tokens=True, **kwargs):
+        enc = super().__call__(text, **kwargs)
+        if add_special_tokens:
+            ids = enc["input_ids"]
+            if torch.is_tensor(ids):
+                enc["input_ids"] = torch.cat([torch.tensor([[2]]), ids], dim=1)
+            else:
+                enc["input_ids"] = [2, *ids]
+        return enc
+
+    def decode(self, ids, **kwargs):
+        values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return "<bos>" if values == [2] else super().decode(values, **kwargs)
+
+
+def test_sink_warning_once_per_capture_when_the_input_lost_its_bos():
+    model = zoo.tiny_twin("llama")
+    tok = BosByteTokenizer(model.config.vocab_size)  # it adds a BOS; these inputs lack it
     with pytest.warns(SinkTokenWarning, match=r"'q' \(id \d+, position 0\)") as record:
         with torch.no_grad(), capture(model, layers=[0], tokenizer=tok) as cap:
-            model(**tok("quick", return_tensors="pt"))
-            model(**tok("brown", return_tensors="pt"))
+            model(**tok("quick", add_special_tokens=False, return_tensors="pt"))
+            model(**tok("brown", add_special_tokens=False, return_tensors="pt"))
     assert len([w for w in record if w.category is SinkTokenWarning]) == 1
     assert record[0].filename == __file__  # points at the user's forward call
-    assert "sink=" in str(record[0].message) and "BOS" in str(record[0].message)
+    message = str(record[0].message)
+    assert "sink=" in message and "'<bos>'" in message and "add_special_tokens" in message
     assert cap.dataset.sizes["sample"] == 2
     assert issubclass(SinkTokenWarning, UserWarning)
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"sink": 0}, {"tokenizer": "bos"}], ids=["no-tokenizer", "fixed-sink", "bos"]
+    "kwargs",
+    [{}, {"sink": 0}, {"tokenizer": "bos"}, {"tokenizer": "no-bos"}],
+    ids=["no-tokenizer", "fixed-sink", "bos", "tokenizer-adds-none"],
 )
-def test_no_sink_warning_without_tokenizer_for_fixed_sinks_or_a_bos(kwargs):
+def test_no_sink_warning_on_the_default_paths(kwargs):
+    """No warning without a tokenizer, for a fixed sink, with the BOS the tokenizer adds, and
+    (the default of SmolLM2 and Qwen2.5) an ordinary first token from a tokenizer adding none."""
     model = zoo.tiny_twin("llama")
     tok = zoo.ByteTokenizer(model.config.vocab_size)
     ids = tok("quick", return_tensors="pt")["input_ids"]
-    if kwargs.get("tokenizer") == "bos":  # the config's bos_token_id prepended
+    if kwargs.get("tokenizer") == "bos":  # the tokenizer's own BOS, as it encodes
+        kwargs = {"tokenizer": BosByteTokenizer(model.config.vocab_size)}
+        ids = kwargs["tokenizer"]("quick", return_tensors="pt")["input_ids"]
+    elif kwargs.get("tokenizer") == "no-bos":
         kwargs = {"tokenizer": tok}
-        ids = torch.cat([torch.tensor([[model.config.bos_token_id]]), ids], dim=1)
     elif "sink" in kwargs:
-        kwargs = {**kwargs, "tokenizer": tok}
+        kwargs = {**kwargs, "tokenizer": BosByteTokenizer(model.config.vocab_size)}
     with warnings.catch_warnings():
         warnings.simplefilter("error", SinkTokenWarning)
         with torch.no_grad(), capture(model, layers=[0], **kwargs):
@@ -224,8 +254,8 @@ def test_a_tokenizer_without_decode_is_refused_before_any_work():
 
 def test_the_eager_fallback_gets_tokens_and_the_warning(old_style_model):
     model = old_style_model  # GPT-Neo: its own attention code, captured by hooks
-    tok = zoo.ByteTokenizer(model.config.vocab_size)  # 50 ids: bytes wrap around
-    ids = tok("abc", return_tensors="pt")["input_ids"]
+    tok = BosByteTokenizer(model.config.vocab_size)  # 50 ids: bytes wrap around
+    ids = tok("abc", add_special_tokens=False, return_tensors="pt")["input_ids"]
     want = [tok.decode([i]) for i in ids[0].tolist()]
     with pytest.warns(
         SinkTokenWarning, match=re.escape(f"token {want[0]!r} (id {int(ids[0, 0])},")

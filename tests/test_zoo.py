@@ -417,8 +417,9 @@ def hub_offline(monkeypatch):
 
 def test_load_without_hub_says_what_is_needed(hub_offline, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
-    with pytest.raises(zoo.ModelUnavailableError, match="needs a reachable model hub") as info:
-        zoo.load("pythia-70m", revision="step1000")
+    with pytest.raises(zoo.ModelUnavailableError, match="not in the local hub cache") as info:
+        zoo.load("pythia-70m", revision="step1000")  # at once: no retries in transformers
+    assert "HF_HUB_OFFLINE is set" in str(info.value)
     assert "EleutherAI/pythia-70m" in str(info.value) and "step1000" in str(info.value)
     assert isinstance(info.value, OSError)
     with pytest.raises(zoo.ModelUnavailableError, match="attncoda fetch"):
@@ -450,3 +451,64 @@ def test_load_local_directory(tmp_path):
     assert type(loaded).__name__ == "BertModel"
     with pytest.raises(FileNotFoundError):
         zoo.load(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------ configs before weights, devices
+
+
+def test_load_config_reads_no_weights_and_gives_the_shape(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    model = zoo.tiny_twin("gpt2")
+    model.save_pretrained(tmp_path / "ckpt")
+    monkeypatch.setattr(zoo, "tiny_twin", refuse)
+    for name in ("twin:gpt2", tmp_path / "ckpt"):
+        assert zoo.model_shape(zoo.load_config(name)) == zoo.ModelShape(2, 4, 64)
+    gemma = zoo.model_shape(zoo.load_config("twin:gemma3"))  # multimodal: its text model
+    assert gemma.layers == 2 and gemma.heads == 4
+
+
+@pytest.mark.real
+def test_load_config_of_a_fetched_asset():
+    from conftest import need
+
+    need("smollm2-135m")
+    assert zoo.model_shape(zoo.load_config("smollm2-135m")) == zoo.ModelShape(30, 9, 8192)
+
+
+def test_device_and_dtype_are_refused_before_anything_loads(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(zoo, "tiny_twin", refuse)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(zoo.DeviceError, match="this machine has no CUDA device"):
+        zoo.load("twin:llama", device="cuda")
+    with pytest.raises(zoo.DeviceError, match="not a torch device"):
+        zoo.load("twin:llama", device="gpu")
+    with pytest.raises(zoo.DtypeError, match="choose from float32, bfloat16, float16, auto"):
+        zoo.load("twin:llama", dtype="fp8")
+    assert zoo.DeviceError.exit_code == zoo.DtypeError.exit_code == 2
+
+
+def test_the_command_line_offers_the_zoo_dtypes():
+    from attncoda.cli._common import DTYPES
+
+    assert DTYPES == zoo.DTYPES
+
+
+def test_an_unreachable_hub_id_is_refused_before_transformers_retries(monkeypatch):
+    import huggingface_hub.constants
+    import transformers
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("transformers was asked (and would retry for a minute)")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_hub)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_hub)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(zoo, "_hub_reachable", lambda timeout=3.0: False)
+    for call in (zoo.load, zoo.load_config):
+        with pytest.raises(zoo.ModelUnavailableError, match="cannot be reached"):
+            call("someorg/no-such-model")

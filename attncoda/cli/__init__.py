@@ -145,17 +145,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _error_code(exc)
         if code is None:
             return _internal(exc)
-        print_error(_one_line(str(exc) or type(exc).__name__))
+        print_error(_cli_spelling(_one_line(str(exc) or type(exc).__name__)))
         return code
 
 
 def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-    """A warning during a command: one line on stderr, like an error, without a source line."""
-    print(f"{PROG}: warning: {_one_line(str(message))}", file=sys.stderr)
+    """A warning during a command: one line on stderr, like an error, without a source line;
+    above the progress bars, not inside one (``tqdm.write`` moves an active bar below it)."""
+    from tqdm import tqdm
+
+    tqdm.write(f"{PROG}: warning: {_one_line(str(message))}", file=sys.stderr)
 
 
 def _one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+def _cli_spelling(message: str) -> str:
+    """A library message as the command line says it: the library's errors name both spellings
+    of an option (``overwrite=True (--force)``); a command names only its own (``--force``).
+
+    Examples
+    --------
+    >>> _cli_spelling("'x.nc' exists; pass overwrite=True (--force) to replace it")
+    "'x.nc' exists; pass --force to replace it"
+    """
+    return message.replace("overwrite=True (--force)", "--force")
 
 
 def _internal(exc: BaseException) -> int:

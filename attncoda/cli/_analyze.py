@@ -10,10 +10,13 @@ from typing import Any
 import attncoda as ac
 
 from ._common import (
+    add_device,
     add_force,
     add_n_boot,
     add_out,
     add_quiet,
+    analysis_folder,
+    check_device,
     check_out_folder,
     command_line,
     fail,
@@ -40,7 +43,7 @@ def register_analyze(subparsers: Any) -> None:
     p.add_argument(
         "--rows", metavar="DATASET", help="a second capture with rows (e.g. of a few layers)"
     )
-    add_out(p, "output folder", shown="DATASET's name without suffix")
+    add_out(p, "output folder", shown="beside DATASET, its name without suffix")
     p.add_argument(
         "--metrics",
         default="cosine,js,tv,aitchison",
@@ -55,11 +58,7 @@ def register_analyze(subparsers: Any) -> None:
         metavar="T",
         help="sink-rate threshold on a head's mean sink share (default: %(default)s)",
     )
-    p.add_argument(
-        "--device",
-        metavar="DEVICE",
-        help="torch device for the head comparisons, e.g. cuda (default: numpy on the CPU)",
-    )
+    add_device(p, shown="numpy on the CPU")
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--report", action="store_true", help="also write report.html")
     add_force(p)
@@ -67,14 +66,8 @@ def register_analyze(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_analyze, _parser=p)
 
 
-def _analysis_out(dataset: str, out: str | None, suffix: str = "") -> Path:
-    if out:
-        return Path(out)
-    p = Path(dataset.rstrip("/"))
-    return p.with_name(p.name.split(".")[0] + suffix)
-
-
-def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
+def _run_analysis(args: argparse.Namespace, folder: Path) -> Any:
+    """Analyse ``args.dataset`` into ``folder``, print the summary; return the analysis."""
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if not metrics:
         raise usage(f"--metrics is empty; choose from {', '.join(ac.METRICS)}")
@@ -84,6 +77,9 @@ def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
     if not 0 < args.threshold < 1:
         raise usage(f"--threshold must lie in (0, 1), got {args.threshold}")
     force = getattr(args, "force", False)
+    device = getattr(args, "device", None)
+    if device is not None:
+        check_device(device)
     check_out_folder(folder, force, "analysis folder")
     ds = load_dataset(args.dataset)
     rows = load_dataset(args.rows) if getattr(args, "rows", None) else None
@@ -98,7 +94,7 @@ def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
             figures=not args.no_figures,
             progress=not args.quiet,
             meta={"command": command_line(args), "dataset": str(args.dataset)},
-            device=getattr(args, "device", None),
+            device=device,
             overwrite=force,
         )
     except ModuleNotFoundError as exc:
@@ -110,15 +106,17 @@ def _run_analysis(args: argparse.Namespace, folder: Path, report: bool) -> int:
         raise
     for line in result.summary:
         print(line)
-    if report:
+    return result
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    folder = Path(args.out) if args.out else analysis_folder(args.dataset)
+    _run_analysis(args, folder)
+    if args.report:
         print(f"report: {ac.write_report(folder)}")
     elif not args.quiet:
         print(f"wrote {folder}/ ; next: attncoda report {shlex.quote(str(folder))}")
     return 0
-
-
-def _cmd_analyze(args: argparse.Namespace) -> int:
-    return _run_analysis(args, _analysis_out(args.dataset, args.out), args.report)
 
 
 def register_report(subparsers: Any) -> None:
@@ -128,8 +126,9 @@ def register_report(subparsers: Any) -> None:
         help="render an analysis folder (or a capture) as a self-contained HTML page",
         description=(
             "Write report.html for PATH: a folder written by `attncoda analyze` or "
-            "`attncoda demo`, or a capture (.nc/.zarr), which is analysed first into "
-            "NAME-report/. The page embeds every figure and table, has no script and loads "
+            "`attncoda demo`, or a capture (.nc/.zarr), which is analysed first into its "
+            "analysis folder, the folder `attncoda analyze` writes (beside the capture, its "
+            "name without suffix: emma.nc -> emma/). The page embeds every figure and table, has no script and loads "
             "nothing from the network, so it opens offline and can be sent as one file."
         ),
     )
@@ -150,7 +149,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.out is not None:
         ac.check_report(args.out, overwrite=args.force)
     if is_capture:
-        folder = _analysis_out(args.path, None, "-report")
+        folder = analysis_folder(args.path)
         ns = argparse.Namespace(
             dataset=args.path,
             rows=args.rows,
@@ -161,7 +160,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             force=args.force,
         )
-        _run_analysis(ns, folder, report=False)
+        _run_analysis(ns, folder)
     else:
         if args.rows:
             raise usage("--rows only applies to a capture, not to an analysis folder")

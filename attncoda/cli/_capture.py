@@ -12,13 +12,17 @@ import attncoda as ac
 
 from ._common import (
     MODEL_HELP,
+    add_device,
+    add_dtype,
     add_force,
     add_max_tokens,
     add_out,
     add_passages,
     add_quiet,
     add_threads,
-    check_model,
+    analysis_folder,
+    check_device,
+    check_model_options,
     command_line,
     load_model,
     parse_index,
@@ -27,6 +31,9 @@ from ._common import (
     set_threads,
     usage,
 )
+
+#: Tokens per passage when --max-tokens is not given (fewer if the model has fewer positions).
+MAX_TOKENS = 128
 
 
 def register(subparsers: Any) -> None:
@@ -59,7 +66,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="shortest paragraph used, in words (default: %(default)s)",
     )
-    add_max_tokens(p, 128)
+    add_max_tokens(p, None, shown=f"{MAX_TOKENS}, or the model's positions if fewer")
     p.add_argument("--layers", type=parse_index, metavar="SEL", help="layers (default: all)")
     p.add_argument("--heads", type=parse_index, metavar="SEL", help="heads (default: all)")
     p.add_argument(
@@ -83,6 +90,8 @@ def register(subparsers: Any) -> None:
     )
     add_out(p, "output dataset, .nc or .zarr", metavar="PATH", default="capture.nc")
     add_force(p)
+    add_device(p)
+    add_dtype(p)
     add_threads(p)
     add_quiet(p)
     p.set_defaults(func=_cmd_capture, _parser=p)
@@ -127,9 +136,17 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     if out.suffix not in (".nc", ".zarr"):
         raise usage(f"--out must end in .nc or .zarr, got {args.out!r}")
     ac.check_save(out, overwrite=args.force)  # before any work: exists? writable?
-    sink = _parse_sink(args.sink, args.max_tokens)
-    _check_queries(args.queries, args.max_tokens)
-    check_model(args.model)
+    device = check_device(args.device)
+    # the model's config, not its weights: layers, heads and tokens are checked before the load
+    shape = check_model_options(
+        args.model,
+        layers=args.layers,
+        heads=args.heads,
+        tokens={"--max-tokens": args.max_tokens},
+    )
+    max_tokens = args.max_tokens or min(MAX_TOKENS, shape.context or MAX_TOKENS)
+    sink = _parse_sink(args.sink, max_tokens)
+    _check_queries(args.queries, max_tokens)
     texts = read_texts(args.texts, args.corpus)
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
     from attncoda.hooks import CaptureError
@@ -145,8 +162,8 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     passages = passages[: args.passages]
     set_threads(args.threads)
     started = time.perf_counter()
-    model, tokenizer = load_model(args.model)
-    encoded = encode_passages(tokenizer, passages, args.max_tokens)
+    model, tokenizer = load_model(args.model, device, args.dtype)
+    encoded = encode_passages(tokenizer, passages, max_tokens)
     try:
         ds = capture_passages(
             model,
@@ -168,5 +185,9 @@ def _cmd_capture(args: argparse.Namespace) -> int:
     sizes = ", ".join(f"{k} {v}" for k, v in ds.sizes.items())
     print(f"wrote {path} ({sizes}; {time.perf_counter() - started:.0f} s)")
     if not args.quiet:
-        print(f"next: attncoda analyze {shlex.quote(str(path))} --out {shlex.quote(out.stem)}")
+        print(
+            f"next: attncoda analyze {shlex.quote(str(path))} (writes "
+            f"{shlex.quote(str(analysis_folder(path)))}/), or attncoda report "
+            f"{shlex.quote(str(path))} (the analysis and its HTML page)"
+        )
     return 0

@@ -5,7 +5,12 @@ Options shared by the commands are defined here once, each with one spelling, me
 help text, and every command shows its defaults the same way, ``(default: X)``: ``--out``
 (output file or folder), ``--force`` (replace an output attncoda wrote), ``--threads`` (torch
 CPU threads), ``-q/--quiet`` (no progress bars), ``--passages``, ``--max-tokens``, ``--n-boot``,
-``--layers/--heads/--queries`` (an index list ``0,3,-1``, a slice ``2:10:2`` or ``all``).
+``--layers/--heads/--queries`` (an index list ``0,3,-1``, a slice ``2:10:2`` or ``all``), and on
+every command that runs a model ``--device`` and ``--dtype``.
+
+A command that runs a model checks every option against the model's configuration before its
+weights load (:func:`check_model_options`): the device, the layer and head selections, and the
+token counts against the model's context.
 
 Examples
 --------
@@ -190,9 +195,60 @@ def add_n_boot(p: argparse.ArgumentParser, default: int | None, shown: str | Non
     )
 
 
+def analysis_folder(dataset: str | Path) -> Path:
+    """The default analysis folder of a capture, for ``analyze`` and ``report`` alike: beside
+    the dataset, its name without suffix (``runs/emma.nc`` -> ``runs/emma``).
+
+    Examples
+    --------
+    >>> str(analysis_folder("runs/emma.nc")), str(analysis_folder("emma.zarr/"))
+    ('runs/emma', 'emma')
+    """
+    p = Path(str(dataset).rstrip("/"))
+    return p.with_name(p.name.split(".")[0])
+
+
 def check_out_folder(path: str | Path, force: bool, what: str = "--out") -> Path:
     """Refuse, before any work, an output folder that may not or cannot be written."""
     return ac.check_output(path, overwrite=force, kind="folder", what=what)
+
+
+#: ``--dtype`` choices: ``attncoda.hooks.zoo.DTYPES`` (spelt here too: the parser is built
+#: without importing torch; a test keeps the two equal).
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+def add_device(p: argparse.ArgumentParser, shown: str = "cpu") -> None:
+    """``--device``: the torch device to compute on; checked before anything loads."""
+    p.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="torch device to compute on: cpu, cuda, cuda:N or mps" + _default(shown),
+    )
+
+
+def add_dtype(p: argparse.ArgumentParser) -> None:
+    """``--dtype``: the weight dtype of the model."""
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="float32",
+        help="weight dtype; attention statistics are computed in float32 whatever it is "
+        "(auto: the checkpoint's own)" + _default(None),
+    )
+
+
+def check_device(device: str | None) -> str:
+    """Refuse, before anything loads, a ``--device`` this machine does not have."""
+    if device is None:
+        return "cpu"
+    # attncoda.hooks imports torch: loaded when the command runs, not for --help
+    from attncoda.hooks import zoo
+
+    try:
+        return zoo.check_device(device)
+    except zoo.DeviceError as exc:
+        raise usage("--" + str(exc)) from exc
 
 
 def check_model(name: str) -> str:
@@ -201,6 +257,50 @@ def check_model(name: str) -> str:
     from attncoda.hooks import zoo
 
     return zoo.check_model(name)
+
+
+def check_model_options(
+    name: str,
+    *,
+    layers: list[int] | slice | None = None,
+    heads: list[int] | slice | None = None,
+    tokens: dict[str, int | None] | None = None,
+) -> Any:
+    """Check MODEL and the options that depend on it against its configuration, which is read
+    without the weights (:func:`attncoda.hooks.zoo.load_config`); return its ``ModelShape``.
+
+    ``tokens`` maps an option (``"--max-tokens"``, ``"--window"``) to its value, each refused
+    when it exceeds the model's positions. A hub id that can be neither reached nor found in the
+    local hub cache is refused here, at once.
+    """
+    check_model(name)
+    from attncoda.hooks import zoo
+
+    shape = zoo.model_shape(zoo.load_config(name))
+    for flag, sel, n in (("--layers", layers, shape.layers), ("--heads", heads, shape.heads)):
+        _check_selection(flag, sel, n, name)
+    for flag, value in (tokens or {}).items():
+        if value is not None and shape.context is not None and value > shape.context:
+            raise usage(
+                f"{flag} {value} is beyond the {shape.context} positions of {name} "
+                f"(max_position_embeddings); use at most {shape.context}"
+            )
+    return shape
+
+
+def _check_selection(flag: str, sel: list[int] | slice | None, n: int, name: str) -> None:
+    what = flag.removeprefix("--")
+    if isinstance(sel, slice):
+        if not range(n)[sel]:
+            raise usage(f"{flag} {unparse(sel)} selects none of the {n} {what} of {name}")
+        return
+    for i in sel or ():
+        if not -n <= i < n:
+            raise usage(
+                f"{flag} {i} is out of range: {name} has {n} {what} (indices {-n}..{n - 1})"
+            )
+    if sel is not None and len({i % n for i in sel}) != len(sel):
+        raise usage(f"{flag} {unparse(sel)} names one of the {what} twice")
 
 
 def set_threads(threads: int | None) -> int | None:
@@ -217,7 +317,8 @@ def set_threads(threads: int | None) -> int | None:
 
 def unparse(value: Any) -> str:
     if isinstance(value, slice):
-        return ":".join("" if v is None else str(v) for v in (value.start, value.stop, value.step))
+        parts = (value.start, value.stop) + ((value.step,) if value.step is not None else ())
+        return ":".join("" if v is None else str(v) for v in parts)
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
     return str(value)
@@ -250,12 +351,12 @@ MODEL_HELP = (
 )
 
 
-def load_model(name: str) -> tuple[Any, Any]:
+def load_model(name: str, device: str | None = None, dtype: str = "float32") -> tuple[Any, Any]:
     """The model and tokenizer of a MODEL argument, through the one loader (``zoo.load``)."""
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
     from attncoda.hooks import zoo
 
-    model, tokenizer = zoo.load(name)
+    model, tokenizer = zoo.load(name, device=device or "cpu", dtype=dtype)
     if tokenizer is None:
         raise usage(
             f"{name!r} has no tokenizer files; save the tokenizer next to the checkpoint "

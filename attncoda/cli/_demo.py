@@ -9,6 +9,8 @@ from typing import Any
 
 from ._common import (
     MODEL_HELP,
+    add_device,
+    add_dtype,
     add_force,
     add_max_tokens,
     add_n_boot,
@@ -16,6 +18,8 @@ from ._common import (
     add_passages,
     add_quiet,
     add_threads,
+    check_device,
+    check_model_options,
     check_out_folder,
     command_line,
 )
@@ -58,6 +62,8 @@ def register(subparsers: Any) -> None:
     add_max_tokens(p, None, shown="128; --quick: 64")
     add_n_boot(p, None, shown="200; --quick: 50")
     add_force(p)
+    add_device(p)
+    add_dtype(p)
     add_threads(p)
     add_quiet(p)
     p.set_defaults(func=_cmd_demo, _parser=p)
@@ -65,6 +71,7 @@ def register(subparsers: Any) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
+    from attncoda.hooks import assets
     from attncoda.hooks.demo import DemoConfig, document_known, run_demo
 
     if Path(args.text).is_file():
@@ -77,6 +84,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
         "n_boot": args.n_boot,
         "threads": args.threads,
+        "device": check_device(args.device),
+        "dtype": args.dtype,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
     base: dict[str, Any] = {"model": args.model, "corpus": corpus, "document": doc or None}
@@ -84,6 +93,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if cfg.row_passages > cfg.passages:
         cfg = DemoConfig(**{**_fields(cfg), "row_passages": cfg.passages})
     check_out_folder(args.out, args.force)
+    known = {a.name for a in assets.list_assets("model")}
+    if cfg.model not in known or assets.is_fetched(cfg.model):  # else fetched by the demo first
+        check_model_options(
+            cfg.model,
+            layers=list(cfg.row_layers) if cfg.row_layers else None,
+            tokens={"--max-tokens": cfg.max_tokens},
+        )
     run_demo(
         args.out, cfg, progress=not args.quiet, command=command_line(args), overwrite=args.force
     )

@@ -15,11 +15,14 @@ from attncoda import EXIT_OK, EXIT_USAGE
 from ._common import (
     MODEL_HELP,
     CommandError,
+    add_device,
+    add_dtype,
     add_force,
     add_out,
     add_quiet,
     add_threads,
-    check_model,
+    check_device,
+    check_model_options,
     check_out_folder,
     load_model,
     non_negative,
@@ -105,6 +108,8 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="windows per forward pass (default: %(default)s)",
     )
+    add_device(p)
+    add_dtype(p)
     add_threads(p)
     add_force(p)
     p.add_argument(
@@ -156,15 +161,17 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     ):
         if value < 1 or (name == "--window" and value < 3):
             raise CommandError(f"{name} is too small: {value}", EXIT_USAGE)
-    check_model(args.model)
+    device = check_device(args.device)
     out = args.out or f"prune-{Path(args.model).name.replace(':', '-')}"
     check_out_folder(out, args.force)
+    # the model's config, not its weights: the window must fit its positions
+    check_model_options(args.model, tokens={"--window": args.window})
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, device, args.dtype)
     if not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
         raise CommandError(
             f"{args.model} is not a causal language model ({type(model).__name__}); prune "
@@ -205,6 +212,8 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         ("--seed", args.seed, 0),
         ("--batch-size", args.batch_size, 1),
         ("--threads", args.threads, None),
+        ("--device", args.device, None),
+        ("--dtype", args.dtype, "float32"),
     ):
         if value != default and not (
             args.quick

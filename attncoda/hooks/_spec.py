@@ -32,13 +32,16 @@ class CaptureError(AttncodaError, RuntimeError):
 
 
 class SinkTokenWarning(UserWarning):
-    """The sink of a capture is an ordinary token, not a BOS or special token.
+    """The input lacks the special token its tokenizer starts every text with.
 
-    Raised (once per capture) by :func:`~attncoda.hooks.capture` given ``tokenizer=`` when
-    ``sink="first"`` lands on an ordinary token: a model whose tokenizer prepends no BOS
-    (SmolLM2, Qwen2.5) or a text slice that starts mid-word. The sink is then whatever text
-    comes first. To silence it, prepend a BOS/special token, pass a fixed ``sink=`` position,
-    or filter it: ``warnings.simplefilter("ignore", SinkTokenWarning)``.
+    Given (once per capture) by :func:`~attncoda.hooks.capture` given ``tokenizer=`` when
+    ``sink="first"`` lands on an ordinary token although that tokenizer prepends a BOS/CLS token
+    (Gemma's ``<bos>``, BERT's ``[CLS]``): the input was encoded with
+    ``add_special_tokens=False`` or sliced after it, and the model, trained with that token as
+    its sink, behaves otherwise without it (Gemma-3's sink share falls from 0.38 to 0.00, see
+    "Choosing the sink" in docs/capture.md). Models whose tokenizer prepends nothing (SmolLM2,
+    Qwen2.5) take their first text token as the sink, as in training: no warning; the report
+    names the sink tokens. Keep the tokenizer's special tokens, or pass a fixed ``sink=``.
     """
 
 

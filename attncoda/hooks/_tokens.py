@@ -1,4 +1,4 @@
-"""Token strings of captured ids, and the check that the sink is a BOS or special token.
+"""Token strings of captured ids, and the check that an input kept its tokenizer's BOS.
 
 A capture given ``tokenizer=`` stores each token's text as the ``token`` coordinate
 ``(sample, position)`` beside ``token_id``. The text is what ``tokenizer.decode([id])`` shows
@@ -19,7 +19,12 @@ import numpy as np
 
 from ._spec import SinkTokenWarning
 
-__all__ = ["special_token_ids", "token_strings", "warn_if_sink_not_special"]
+__all__ = [
+    "adds_special_first",
+    "special_token_ids",
+    "token_strings",
+    "warn_if_sink_not_special",
+]
 
 _REPLACEMENT = "\ufffd"
 
@@ -93,6 +98,27 @@ def special_token_ids(tokenizer: Any, model: Any = None) -> set[int]:
     return ids
 
 
+def adds_special_first(tokenizer: Any) -> int | None:
+    """The id of the special token ``tokenizer`` starts every text with (a BOS or CLS), or None
+    for a tokenizer that prepends nothing (SmolLM2, Qwen2.5, a twin's byte tokenizer).
+
+    Examples
+    --------
+    >>> from attncoda.hooks.zoo import ByteTokenizer
+    >>> adds_special_first(ByteTokenizer(vocab_size=300)) is None
+    True
+    """
+    try:
+        ids = tokenizer("a")["input_ids"]
+    except Exception:  # not callable as a transformers tokenizer: nothing to compare with
+        return None
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    first = int(ids[0]) if ids else None
+    return first if first is not None and first in special_token_ids(tokenizer) else None
+
+
 def warn_if_sink_not_special(
     tokenizer: Any,
     special: Iterable[int],
@@ -101,9 +127,13 @@ def warn_if_sink_not_special(
     *,
     stacklevel: int = 2,
 ) -> bool:
-    """Warn (:class:`SinkTokenWarning`) when a sample's sink token is not a special token.
+    """Warn (:class:`SinkTokenWarning`) when a sample's sink is an ordinary token although the
+    tokenizer starts every text with a special one (the input lost it); return True if it warned.
 
-    Returns True when it warned. ``token_ids`` is ``(batch, T)``, ``sink_index`` ``(batch,)``.
+    A tokenizer that prepends nothing (SmolLM2, Qwen2.5) makes the first text token the sink, as
+    the model saw in training: that is the default, not a warning (docs/capture.md, "Choosing
+    the sink", measures both choices). ``token_ids`` is ``(batch, T)``, ``sink_index``
+    ``(batch,)``.
     """
     ids = np.asarray(token_ids)
     sinks = ids[np.arange(ids.shape[0]), np.asarray(sink_index, np.int64)]
@@ -111,15 +141,19 @@ def warn_if_sink_not_special(
     ordinary = [b for b, i in enumerate(sinks.tolist()) if i not in allowed]
     if not ordinary:
         return False
+    first = adds_special_first(tokenizer)
+    if first is None:
+        return False
     b = ordinary[0]
     pos, tid = int(sink_index[b]), int(sinks[b])
     others = f" (and {len(ordinary) - 1} more sample(s) of the batch)" if len(ordinary) > 1 else ""
     warnings.warn(
         f"the sink of sample {b} is the ordinary token {_one(tokenizer, tid)!r} (id {tid}, "
-        f"position {pos}){others}, not a BOS or special token: sink='first' takes the first "
-        "real token, so the sink changes with the text (a slice starting mid-word makes a "
-        "word piece the sink). Prepend the tokenizer's BOS to each input, or choose the sink "
-        "with capture(..., sink=POSITION); see 'Choosing the sink' in docs/capture.md",
+        f"position {pos}){others}, but this tokenizer starts every text with "
+        f"{_one(tokenizer, first)!r}, the model's sink in training: the input was encoded "
+        "without it (add_special_tokens=False) or sliced after it, and the sink shares then "
+        "differ. Keep the tokenizer's special tokens, or choose the sink with "
+        "capture(..., sink=POSITION); see 'Choosing the sink' in docs/capture.md",
         SinkTokenWarning,
         stacklevel=stacklevel,
     )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ from attncoda import InputError, require_int
 from . import assets, zoo
 from ._capture import capture
 from ._registry import text_config
-from ._spec import SinkTokenWarning
+from ._tokens import adds_special_first
 
 __all__ = [
     "DEFAULT_OUT",
@@ -59,6 +58,7 @@ __all__ = [
     "row_layers",
     "run_demo",
     "select_passages",
+    "sink_note",
 ]
 
 #: Default output folder of ``attncoda demo``.
@@ -89,6 +89,10 @@ class DemoConfig:
         Bootstrap replicates of the flip-rate intervals.
     threads : int, optional
         torch CPU threads; default :func:`auto_threads`.
+    device : str
+        Torch device of the model (``"cpu"``, ``"cuda"``, ...); checked when the config is made.
+    dtype : str
+        Weight dtype, one of :data:`attncoda.hooks.zoo.DTYPES`.
     """
 
     model: str = "smollm2-135m"
@@ -101,6 +105,8 @@ class DemoConfig:
     row_layers: tuple[int, ...] | None = None
     n_boot: int = 200
     threads: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         zoo.check_model(self.model)
@@ -113,6 +119,9 @@ class DemoConfig:
         require_int(self.n_boot, "n_boot", low=0)
         if self.threads is not None:
             require_int(self.threads, "threads", low=1, high=os.cpu_count() or 1)
+        zoo.check_device(self.device)
+        if self.dtype not in zoo.DTYPES:
+            raise InputError(f"dtype must be one of {', '.join(zoo.DTYPES)}, got {self.dtype!r}")
         if self.row_layers is not None:
             if not isinstance(self.row_layers, tuple) or not self.row_layers:
                 raise InputError(f"row_layers must be a non-empty tuple, got {self.row_layers!r}")
@@ -211,7 +220,32 @@ def capture_passages(
     ):
         for ids in tqdm(encoded, desc=desc, unit="passage", disable=not progress):
             model(input_ids=ids.to(model.device), **kwargs)
-    return cap.dataset
+    ds = cap.dataset
+    if tokenizer is not None and sink == "first":
+        ds.attrs["sink_note"] = sink_note(tokenizer)
+    return ds
+
+
+def sink_note(tokenizer: Any) -> str:
+    """One sentence for a dataset's ``sink_note`` attribute: which token the default sink is.
+
+    Examples
+    --------
+    >>> from attncoda.hooks.zoo import ByteTokenizer
+    >>> sink_note(ByteTokenizer(300))[:60]
+    "sink='first': the first token of each passage as the tokeniz"
+    """
+    first = adds_special_first(tokenizer)
+    if first is None:
+        return (
+            "sink='first': the first token of each passage as the tokenizer encodes it; this "
+            "tokenizer prepends no BOS, so the sink is an ordinary text token, as in the model's "
+            "training (see 'Choosing the sink' in docs/capture.md)"
+        )
+    return (
+        "sink='first': the first token of each passage as the tokenizer encodes it, its "
+        f"special token {tokenizer.decode([first])!r}"
+    )
 
 
 def row_layers(n_layers: int) -> tuple[int, ...]:
@@ -328,7 +362,7 @@ def _run_demo_into(
         torch.set_num_threads(threads)
 
     # 2. model and passages ------------------------------------------------------------------------
-    model, tokenizer = zoo.load(cfg.model)
+    model, tokenizer = zoo.load(cfg.model, device=cfg.device, dtype=cfg.dtype)
     text = read_text(cfg.corpus, cfg.document)
     passages = select_passages(text, cfg.passages, min_words=cfg.min_words)
     encoded = encode_passages(tokenizer, passages, cfg.max_tokens)
@@ -346,18 +380,15 @@ def _run_demo_into(
     )
     t = lap("capture_summaries", t)
     layers = cfg.row_layers if cfg.row_layers is not None else row_layers(_n_layers(model))
-    with warnings.catch_warnings():
-        # the same passages again: the summaries capture has warned about their sink already
-        warnings.simplefilter("ignore", SinkTokenWarning)
-        rows = capture_passages(
-            model,
-            encoded[: cfg.row_passages],
-            what="rows",
-            layers=list(layers),
-            tokenizer=tokenizer,
-            progress=progress,
-            desc=f"capture rows (layers {', '.join(map(str, layers))})",
-        )
+    rows = capture_passages(
+        model,
+        encoded[: cfg.row_passages],
+        what="rows",
+        layers=list(layers),
+        tokenizer=tokenizer,
+        progress=progress,
+        desc=f"capture rows (layers {', '.join(map(str, layers))})",
+    )
     t = lap("capture_rows", t)
 
     # 4. analysis and report ---------------------------------------------------------------------

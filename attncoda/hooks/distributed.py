@@ -147,7 +147,9 @@ class _Slot:
     count: int
 
 
-def plan(jobs: Sequence[CaptureJob], *, length: int, max_windows: int) -> dict[str, list[_Slot]]:
+def plan(
+    jobs: Sequence[CaptureJob], *, length: int, max_windows: int, progress: bool = False
+) -> dict[str, list[_Slot]]:
     """Lay out every job's windows on the ``sample`` axis of its model's group.
 
     Examples
@@ -165,8 +167,10 @@ def plan(jobs: Sequence[CaptureJob], *, length: int, max_windows: int) -> dict[s
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise JobError("jobs must be unique (same model, corpus and document given twice)")
+    from tqdm.auto import tqdm
+
     layout: dict[str, list[_Slot]] = {}
-    for job in jobs:
+    for job in tqdm(jobs, desc="plan (tokenise shards)", unit="job", disable=not progress):
         group = re.sub(r"[^A-Za-z0-9._-]+", "_", job.model)
         slots = layout.setdefault(group, [])
         start = slots[-1].start + slots[-1].count if slots else 0
@@ -290,6 +294,7 @@ def run_jobs(
     queries: Any = None,
     device: str = "auto",
     dtype: str = "float32",
+    progress: bool = True,
     _before_marker: Callable[[_Slot], None] | None = None,
 ) -> dict[str, xr.Dataset]:
     """Run capture jobs (on a dask cluster if ``client`` is given) into one zarr store.
@@ -313,6 +318,16 @@ def run_jobs(
     dtype : str, default "float32"
         Weight dtype on the workers (``"bfloat16"`` halves GPU memory; summaries are still
         computed in fp32).
+    progress : bool, default True
+        Progress bars on stderr: the planning (each shard tokenised) and the jobs, counted as
+        they finish on the cluster.
+
+    Notes
+    -----
+    With a ``client``, every worker of its cluster gets a plugin that makes its process exit
+    quickly when the cluster closes: a worker that has imported torch otherwise spends seconds
+    tearing down its interpreter, past the nanny's 4 s grace, and the close ends with dask's
+    "Worker process still alive after 4.0 seconds, killing" warnings.
 
     Returns
     -------
@@ -332,7 +347,7 @@ def run_jobs(
                 f"device={device!r} is not a torch device ('auto', 'cpu', 'cuda')"
             ) from err
     options = {"what": what, "layers": layers, "heads": heads, "queries": queries}
-    layout = plan(jobs, length=length, max_windows=max_windows)
+    layout = plan(jobs, length=length, max_windows=max_windows, progress=progress)
     for group, slots in layout.items():
         if not (store / group).exists():
             first = slots[0]
@@ -349,18 +364,49 @@ def run_jobs(
     todo = [s for slots in layout.values() for s in slots if not _marker(store, s).exists()]
     runtime = {"device": device, "dtype": dtype}
     args = (str(store), length, max_windows, options, batch_size, runtime, _before_marker)
-    if client is None:
-        for slot in todo:
-            _run_slot(slot, *args)
-    else:
-        futures = [
-            client.submit(
-                _run_slot, slot, *args, key=f"attncoda-{slot.group}-{slot.job.name}", pure=False
-            )
-            for slot in todo
-        ]
-        client.gather(futures)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc="capture jobs", unit="job", disable=not progress)
+    with bar:
+        if client is None:
+            for slot in todo:
+                _run_slot(slot, *args)
+                bar.update()
+        else:
+            from dask.distributed import as_completed
+
+            client.register_plugin(_quick_exit_plugin(), name=_QUICK_EXIT)
+            futures = [
+                client.submit(
+                    _run_slot, slot, *args, key=f"attncoda-{slot.group}-{slot.job.name}", pure=False
+                )
+                for slot in todo
+            ]
+            for future in as_completed(futures):
+                future.result()  # a job's error is raised here, as client.gather would
+                bar.update()
     return {group: load_store(store, group) for group in layout}
+
+
+_QUICK_EXIT = "attncoda-quick-exit"
+
+
+def _quick_exit_plugin() -> Any:
+    """A dask ``WorkerPlugin`` whose teardown (the worker is closing) freezes the garbage
+    collector: the interpreter's teardown then skips traversing every object torch and
+    transformers created (measured: 5.1 s -> 0.9 s for a process holding a tiny model, at a
+    load of 13 on 2 cores), so the process exits within the nanny's grace period."""
+    from distributed import WorkerPlugin
+
+    class QuickExit(WorkerPlugin):
+        name = _QUICK_EXIT
+
+        def teardown(self, worker: Any) -> None:
+            import gc
+
+            gc.freeze()
+
+    return QuickExit()
 
 
 def load_store(store: str | os.PathLike[str], group: str) -> xr.Dataset:

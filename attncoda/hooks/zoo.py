@@ -59,17 +59,24 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "DTYPES",
     "FAMILIES",
     "MODELS",
     "PYTHIA_REVISIONS",
     "ByteTokenizer",
+    "DeviceError",
+    "DtypeError",
     "ModelEntry",
+    "ModelShape",
     "ModelUnavailableError",
     "UnknownModelError",
+    "check_device",
     "check_model",
     "get_entry",
     "list_models",
     "load",
+    "load_config",
+    "model_shape",
     "provenance_of",
     "pythia_revisions",
     "resolve_family",
@@ -859,7 +866,7 @@ def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
     )
     result = getattr(torch, name.removeprefix("torch."), None)
     if not isinstance(result, torch.dtype):
-        raise ValueError(f"not a torch dtype: {dtype!r}")
+        raise DtypeError(f"dtype {dtype!r} is not a torch dtype; choose from {', '.join(DTYPES)}")
     return result
 
 
@@ -1233,7 +1240,12 @@ def load(
         ``step`` revision that was never published; for ``source="asset"`` without an asset.
     ModelUnavailableError
         (an ``OSError``) when the hub cannot be reached or has no such model, or the offline asset
-        is not fetched; the message says what would make the model available.
+        is not fetched; the message says what would make the model available. A hub id that is
+        not in the local hub cache is refused at once, before transformers' retries, when the
+        hub is switched off (``HF_HUB_OFFLINE``) or does not answer.
+    DeviceError, DtypeError
+        For a device this machine does not have (:func:`check_device`) or an unknown dtype
+        (:data:`DTYPES`), before anything loads.
 
     Examples
     --------
@@ -1241,21 +1253,49 @@ def load(
     >>> model, tok = load("pythia-70m", revision="step512")  # doctest: +SKIP
     >>> model, tok = load("/path/to/checkpoint")  # doctest: +SKIP
     """
+    where = _locate(name, revision, source)
+    device = check_device(device)
+    torch_dtype = dtype if dtype == "auto" else _as_dtype(dtype)  # refused before any load
+    if where.kind == "twin":
+        twin = tiny_twin(
+            where.key.split(":", 1)[1],
+            attn_implementation=attn_implementation,
+            dtype="float32" if dtype == "auto" else torch_dtype,
+        )
+        if device != "cpu":
+            twin = twin.to(device)  # type: ignore[arg-type]  # transformers types .to narrowly
+        from ._registry import text_config  # imports torch: only when a model is built
+
+        return twin, ByteTokenizer(int(text_config(twin).vocab_size))
+    if where.kind == "local":
+        return _load_pretrained(
+            where.key, None, dtype, device, attn_implementation, local=True, **kwargs
+        )
+    if where.kind == "asset":
+        assert where.entry is not None
+        return _load_asset(where.entry, dtype, device, attn_implementation, cache_dir)
+    kwargs.update(_hub_source(where.key, revision, kwargs))  # refuses an unreachable hub at once
+    return _load_hub(where.key, where.entry, revision, dtype, device, attn_implementation, **kwargs)
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a MODEL argument loads from: ``kind`` is twin, local, asset or hub."""
+
+    kind: Literal["twin", "local", "asset", "hub"]
+    key: str  # twin:FAMILY, the directory, or the hub id
+    entry: ModelEntry | None = None
+
+
+def _locate(name: str | os.PathLike[str], revision: str | None, source: str) -> _Where:
+    """Resolve a MODEL argument to where it loads from, without reading any file of the model
+    (the one dispatch of :func:`load` and :func:`load_config`)."""
     if source not in ("auto", "asset", "hub"):
         raise UnknownModelError(f"source must be 'auto', 'asset' or 'hub', not {source!r}")
     key = os.fspath(name).strip() if isinstance(name, os.PathLike) else str(name).strip()
     if not isinstance(name, os.PathLike) and key.startswith("twin:"):
         check_model(key)
-        twin = tiny_twin(
-            key.split(":", 1)[1],
-            attn_implementation=attn_implementation,
-            dtype="float32" if dtype == "auto" else dtype,
-        )
-        if str(device) != "cpu":
-            twin = twin.to(device)  # type: ignore[arg-type]  # transformers types .to narrowly
-        from ._registry import text_config  # imports torch: only when a model is built
-
-        return twin, ByteTokenizer(int(text_config(twin).vocab_size))
+        return _Where("twin", key)
     entry = None
     if not isinstance(name, os.PathLike):
         entry = _BY_NAME.get(key.lower()) or _BY_HUB_ID.get(key.lower())
@@ -1263,15 +1303,13 @@ def load(
         path = Path(key).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"no checkpoint directory at {str(path)!r}")
-        return _load_pretrained(
-            str(path), None, dtype, device, attn_implementation, local=True, **kwargs
-        )
+        return _Where("local", str(path))
     if entry is None:
         if check_model(key) != "hub":  # raises UnknownModelError for anything else
             raise UnknownModelError(f"{key!r} is not a hub id")
         if source == "asset":
             raise ValueError(f"{key!r} has no offline asset")
-        return _load_hub(key, None, revision, dtype, device, attn_implementation, **kwargs)
+        return _Where("hub", key)
 
     if revision is not None and revision.startswith("step") and entry.revisions:
         if revision not in entry.revisions:
@@ -1286,10 +1324,237 @@ def load(
         raise ValueError(f"{entry.name!r} has no offline asset; use source='hub' with a hub")
     if source == "asset" and revision is not None:
         raise ValueError("offline assets have no revisions; use source='hub' for revision=")
-    if use_asset:
-        assert entry.asset is not None
-        return _load_asset(entry, dtype, device, attn_implementation, cache_dir)
-    return _load_hub(entry.hub_id, entry, revision, dtype, device, attn_implementation, **kwargs)
+    return _Where("asset" if use_asset else "hub", entry.hub_id, entry)
+
+
+def load_config(
+    name: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    source: Literal["auto", "asset", "hub"] = "auto",
+    cache_dir: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> PretrainedConfig:
+    """The configuration of the model :func:`load` would load, without its weights (fast).
+
+    Read from the same place as the weights: a twin's config, the ``config.json`` of a fetched
+    offline asset (its files' hashes checked as :func:`load` checks them), of a local directory
+    (or the header of its ``.gguf`` file), or of a hub id, which is refused at once when the hub
+    cannot be reached and the local hub cache does not hold it. Commands use it to check layer,
+    head and token counts before any weights load.
+
+    Parameters
+    ----------
+    name, revision, source, cache_dir, **kwargs
+        As for :func:`load` (only the keyword arguments that locate files are used).
+
+    Returns
+    -------
+    transformers.PretrainedConfig
+        For a multimodal model (Gemma 3), the whole config; see :func:`model_shape` for the
+        text model's numbers.
+
+    Raises
+    ------
+    ModelUnavailableError
+        When the offline asset is not fetched, or a hub model is neither reachable nor cached.
+
+    Examples
+    --------
+    >>> load_config("twin:llama").num_hidden_layers
+    2
+    """
+    import transformers
+
+    where = _locate(name, revision, source)
+    if where.kind == "twin":
+        return twin_config(where.key.split(":", 1)[1])
+    locate = {k: v for k, v in kwargs.items() if k in _LOCATE_KWARGS}
+    if where.kind == "local":
+        folder = Path(where.key)
+        if not (folder / "config.json").exists():
+            ggufs = sorted(folder.glob("*.gguf"))
+            if len(ggufs) == 1:
+                locate.setdefault("gguf_file", ggufs[0].name)
+        locate.setdefault("local_files_only", True)
+        return transformers.AutoConfig.from_pretrained(where.key, **locate)
+    if where.kind == "asset":
+        from attncoda.hooks import assets  # lazy: heavy, and only needed here
+
+        assert where.entry is not None and where.entry.asset is not None
+        try:
+            folder = assets.asset_path(where.entry.asset, cache_dir)
+        except assets.AssetNotFoundError as exc:
+            raise _not_fetched(where.entry, exc) from exc
+        return transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
+    locate.update(_hub_source(where.key, revision, locate))
+    if revision is not None:
+        locate["revision"] = revision
+    try:
+        return transformers.AutoConfig.from_pretrained(where.key, **locate)
+    except OSError as exc:
+        raise _hub_error(where.key, revision, exc) from exc
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a command checks its options against before loading a model's weights.
+
+    Attributes
+    ----------
+    layers, heads : int
+        Attention layers and query heads per layer (of the text model).
+    context : int or None
+        Positions the model has (``max_position_embeddings`` / ``n_positions``); None when the
+        config does not say.
+    """
+
+    layers: int
+    heads: int
+    context: int | None
+
+
+def model_shape(config: Any) -> ModelShape:
+    """The :class:`ModelShape` of a config (its text model's, for a multimodal one).
+
+    Examples
+    --------
+    >>> model_shape(load_config("twin:gpt2"))
+    ModelShape(layers=2, heads=4, context=64)
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    context = None
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len"):
+        value = getattr(text, attr, None)
+        if isinstance(value, int) and value > 0:
+            context = value
+            break
+    return ModelShape(int(text.num_hidden_layers), int(text.num_attention_heads), context)
+
+
+#: Weight dtypes a MODEL can be loaded in (``"auto"``: the checkpoint's own).
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+
+
+class DeviceError(AttncodaError, ValueError):
+    """A device that is not a torch device, or that this machine does not have."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+class DtypeError(AttncodaError, ValueError):
+    """A weight dtype that is not a torch dtype."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+def check_device(device: str | torch.device) -> str:
+    """Check that ``device`` names a device this machine has; return its name.
+
+    Raises
+    ------
+    DeviceError
+        For a name that is not a torch device, a CUDA (or MPS) device on a machine without
+        one, or a CUDA index beyond the devices present.
+
+    Examples
+    --------
+    >>> check_device("cpu")
+    'cpu'
+    >>> check_device("gpu")
+    Traceback (most recent call last):
+    ...
+    attncoda.hooks.zoo.DeviceError: device 'gpu' is not a torch device; use cpu, cuda, cuda:N or mps
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DeviceError(
+            f"device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if dev.type == "cpu":
+        return "cpu"
+    backend = {"cuda": torch.cuda, "mps": getattr(torch.backends, "mps", None)}.get(dev.type)
+    if backend is None:
+        raise DeviceError(f"device {device!r} is not supported; use cpu, cuda, cuda:N or mps")
+    if not backend.is_available():
+        raise DeviceError(
+            f"device {device!r}: this machine has no {dev.type.upper()} device "
+            f"(torch.{'cuda' if dev.type == 'cuda' else 'backends.mps'}.is_available() is "
+            "False); use cpu"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(
+            f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
+    return str(dev)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub endpoint answers a TCP connection within ``timeout`` seconds (the cost
+    of a refusal without a network is this, not transformers' minute of retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_source(hub_id: str, revision: str | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse at once a hub model that can come from nowhere: the hub switched off
+    (``HF_HUB_OFFLINE``) or unreachable, and its ``config.json`` not in the local hub cache.
+    Returns ``{"local_files_only": True}`` when only the cache can serve it."""
+    if kwargs.get("local_files_only"):
+        return {}
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = isinstance(try_to_load_from_cache(hub_id, "config.json", revision=revision), str)
+    if constants.HF_HUB_OFFLINE:
+        why = "the hub is switched off (HF_HUB_OFFLINE is set)"
+    elif not _hub_reachable():
+        why = f"{constants.ENDPOINT} cannot be reached (no network?)"
+    else:
+        return {}
+    if cached:
+        return {"local_files_only": True}
+    offline = sorted(e.name for e in MODELS if e.asset is not None)
+    where = f"{hub_id!r}" + (f" at revision {revision!r}" if revision else "")
+    raise ModelUnavailableError(
+        f"{where} is not in the local hub cache ({constants.HF_HUB_CACHE}) and {why}. "
+        "Connect to the hub (or unset HF_HUB_OFFLINE), or use a model available offline: "
+        f"{', '.join(offline)} (`attncoda fetch NAME`), or a local checkpoint directory."
+    )
+
+
+def _hub_error(hub_id: str, revision: str | None, exc: OSError) -> ModelUnavailableError:
+    where = f"{hub_id!r}" + (f" at revision {revision!r}" if revision else "")
+    offline = sorted(e.name for e in MODELS if e.asset is not None)
+    return ModelUnavailableError(
+        f"could not load {where} from a model hub ({type(exc).__name__}: "
+        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}). This model "
+        "needs a reachable model hub (or the checkpoint in the local hub cache); attncoda "
+        f"never downloads from a hub by itself. Models available offline: "
+        f"{', '.join(offline)} (`attncoda fetch NAME`), or pass a local checkpoint "
+        "directory."
+    )
+
+
+def _not_fetched(entry: ModelEntry, exc: Exception) -> ModelUnavailableError:
+    return ModelUnavailableError(
+        f"{exc} (the offline asset {entry.asset!r} is not fetched: run "
+        f"`attncoda fetch {entry.asset}`; with a model hub, "
+        f"load({entry.name!r}, source='hub') loads {entry.hub_id!r} instead)"
+    )
 
 
 def _load_asset(
@@ -1311,11 +1576,7 @@ def _load_asset(
             cache_dir=cache_dir,
         )
     except assets.AssetNotFoundError as exc:
-        raise ModelUnavailableError(
-            f"{exc} (the offline asset {entry.asset!r} is not fetched: run "
-            f"`attncoda fetch {entry.asset}`; with a model hub, "
-            f"load({entry.name!r}, source='hub') loads {entry.hub_id!r} instead)"
-        ) from exc
+        raise _not_fetched(entry, exc) from exc
 
 
 def _load_hub(
@@ -1339,16 +1600,7 @@ def _load_hub(
             **kwargs,
         )
     except OSError as exc:
-        where = f"{hub_id!r}" + (f" at revision {revision!r}" if revision else "")
-        offline = sorted(e.name for e in MODELS if e.asset is not None)
-        raise ModelUnavailableError(
-            f"could not load {where} from a model hub ({type(exc).__name__}: "
-            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}). This model "
-            "needs a reachable model hub (or the checkpoint in the local hub cache); attncoda "
-            f"never downloads from a hub by itself. Models available offline: "
-            f"{', '.join(offline)} (`attncoda fetch NAME`), or pass a local checkpoint "
-            "directory."
-        ) from exc
+        raise _hub_error(hub_id, revision, exc) from exc
 
 
 def _load_pretrained(
