@@ -168,9 +168,6 @@ for run in (1, 2):
     for name, code in blocks.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            # #30 point 4: SinkTokenWarning on SmolLM2's default path is being removed (helper
-            # 'firsthour'); the lead drops this filter after merging it
-            warnings.simplefilter("ignore", attncoda.hooks.SinkTokenWarning)
             exec(compile(code, name, "exec"), {"__name__": "__main__"})
         ours = [
             w for w in caught
