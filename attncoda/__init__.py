@@ -98,6 +98,7 @@ from ._errors import (
     require_int,
     require_real,
 )
+from ._explore import Explorer, explore
 from ._plot import (
     plot_dendrograms,
     plot_entropy_attribution,
@@ -132,6 +133,7 @@ __all__ = [
     "DatasetMismatchError",
     "DeviceMismatchError",
     "EntropyChange",
+    "Explorer",
     "FlipCount",
     "GroupDecomposition",
     "GroupedEntropyChange",
@@ -175,6 +177,7 @@ __all__ = [
     "decompose",
     "entropy",
     "entropy_change",
+    "explore",
     "flip_rates",
     "group_basis",
     "group_decompose",
