@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+
+from attncoda import cli
 from attncoda.hooks import assets
 from attncoda.hooks.assets import (
     Asset,
@@ -29,8 +31,6 @@ from attncoda.hooks.assets import (
     Package,
     UnknownAssetError,
 )
-
-from attncoda import cli
 from conftest import UPDATE_TABLES, table_block
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -12,9 +12,10 @@ import struct
 import zlib
 
 import pytest
+from test_assets import require
+
 from attncoda.hooks import assets
 from attncoda.hooks.assets import AssetBuildError
-from test_assets import require
 
 NAMES = {"front": "Preface", "Gen": "Genesis", "Hos": "Hosea"}
 

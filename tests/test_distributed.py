@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("dask.distributed")
 
-from attncoda.hooks import capture, zoo  # noqa: E402
-from attncoda.hooks.distributed import CaptureJob, JobError, _windows, run_jobs  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
+from attncoda.hooks import capture, zoo  # noqa: E402
+from attncoda.hooks.distributed import CaptureJob, JobError, _windows, run_jobs  # noqa: E402
 from attncoda.testing import DieOnce  # noqa: E402
 
 WORDS = "the sink takes mass while content spreads over many keys and heads".split()

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 import test_assets
+
+from attncoda import cli
 from attncoda.hooks import assets
 from attncoda.hooks.assets import (
     Asset,
@@ -29,8 +31,6 @@ from attncoda.hooks.assets import (
     AssetNotFoundError,
     ChecksumError,
 )
-
-from attncoda import cli
 
 # the fixture of test_assets: a fake corpus served by a fake pip, and ATTNCODA_CACHE in tmp_path
 fake_registry = test_assets.fake_registry

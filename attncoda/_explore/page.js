@@ -154,6 +154,11 @@
   // ---- the large view ----------------------------------------------------------------------
   const panels = [$("acx-pa"), $("acx-pb")];
   const geo = [null, null];
+  // where a view draws its cells, in positions (for tests and for scripts reading the page)
+  window.acxGeometry = (i) => geo[i] && {
+    rows: geo[i].rows.map((q) => meta.queries[q]), cols: geo[i].cols.map((c) => ({ k: meta.keys[c.k], x: c.x })),
+    cs: geo[i].cs, top: geo[i].top, width: geo[i].width, height: geo[i].height,
+  };
   function windowRows() {
     const a = state.start, b = Math.min(K, a + state.win);
     const lo_ = meta.keys[a], hi_ = meta.keys[b - 1];
