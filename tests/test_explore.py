@@ -280,6 +280,22 @@ def test_cli_end_to_end_on_a_twin_capture(
     assert _data(page.read_text(encoding="utf-8"))["samples"] == [1]
 
 
+def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> None:
+    text = tmp_path / "text.txt"
+    text.write_text(
+        "\n\n".join(f"Paragraph {i}. " + "some words of a text " * 12 for i in range(4))
+    )
+    out = tmp_path / "demo"
+    argv = ["demo", "--model", "twin:llama", "--text", str(text), "--quick", "--passages", "2"]
+    assert main([*argv, "--n-boot", "0", "--out", str(out), "-q"]) == 0
+    meta = _data((out / "explorer.html").read_text(encoding="utf-8"))
+    rows = ac.load(out / "rows.nc")
+    assert meta["layers"] == [int(v) for v in rows["layer"].values]
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert '<a href="explorer.html">Open the attention explorer</a>' in report
+    assert "explorer.html" in ac.load_analysis(out).files
+
+
 # --------------------------------------------------------------------------------------------
 # in a real browser
 
