@@ -58,6 +58,7 @@
   }
 
   function bytes(b64) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(b64);
     const bin = atob(b64), out = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
     return out;
@@ -118,18 +119,23 @@
   function drawGrid() {
     const nb = Math.min(K, 48), s = state.sample, sink = meta.sink[s];
     const content = state.ocolour === "content";
+    const kbin = new Int32Array(K);
+    for (let k = 0; k < K; k++) kbin[k] = Math.floor((k * nb) / K);
     for (const c of thumbs) {
       const l = +c.dataset.layer, h = +c.dataset.head;
       c.width = nb; c.height = nb;
       const g = c.getContext("2d"), img = g.createImageData(nb, nb), bins = new Float32Array(nb * nb).fill(-1);
+      // the largest weight of each bin of rows x keys (typed arrays only: 270 heads x T² cells)
       for (let q = 0; q < Q; q++) {
-        const r = row(s, l, h, q), bq = Math.floor((q * nb) / Q);
-        for (let k = lo[r]; k < hi[r]; k++) {
-          const v = cell(r, k, sink);
-          if (!v.seen || (content && v.c === null)) continue;
-          const x = content ? v.c : v.p, b = bq * nb + Math.floor((k * nb) / K);
+        const r = row(s, l, h, q), base = Math.floor((q * nb) / Q) * nb, scale = content ? 1 / N : rest(r) / N;
+        const a = lo[r], o = off[r] - a;
+        for (let k = a; k < hi[r]; k++) {
+          const v = (chi[o + k] << 8) | clo[o + k];
+          if (v === 0) continue;
+          const x = (v - 1) * scale, b = base + kbin[k];
           if (x > bins[b]) bins[b] = x;
         }
+        if (!content && sinkSeen(r)) { const b = base + kbin[sink], x = share(r); if (x > bins[b]) bins[b] = x; }
       }
       let top = 0;
       for (const x of bins) if (x > top) top = x;
@@ -425,6 +431,7 @@
 
   setup();
   decode().then(() => {
+    performance.mark("acx-decoded");
     redraw();
     $("acx-status").hidden = true;
     document.documentElement.dataset.ready = "1";

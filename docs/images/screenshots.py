@@ -1,14 +1,19 @@
-"""Screenshots of the report and of the head view for the docs landing page (headless chromium).
+"""Screenshots of the report, the head view and the explorer for the docs (headless chromium).
 
 Run from the repository root, after ``attncoda fetch smollm2-135m austen`` and with Debian's
 chromium installed (``apt-get install chromium``; another binary: ``ATTNCODA_CHROMIUM=PATH``)::
 
-    python docs/images/screenshots.py
+    python docs/images/screenshots.py            # all four images
+    python docs/images/screenshots.py explorer   # only the explorer's two (no demo run)
 
 It runs the quick demo (SmolLM2-135M on *Emma*) into a temporary folder, draws one head of its
 rows with ``ds.coda.view``, and writes ``docs/images/report.png`` (the top of the report) and
-``docs/images/head_view.png``. Each screenshot is taken into the temporary folder and moved into
-place, so an interrupted run leaves the previous images as they were.
+``docs/images/head_view.png``. For the explorer it captures the rows of every head over one
+256-token passage of *Emma*, saves ``ac.explore`` of them, drives the page over the DevTools
+protocol (``tests/browser.py``: a hovered cell, then two heads compared) and writes
+``docs/images/explorer.png`` and ``docs/images/explorer_compare.png``. Each screenshot is taken
+into the temporary folder and moved into place, so an interrupted run leaves the previous images
+as they were.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import attncoda as ac
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "tests"))  # browser.py: chromium over DevTools
 #: the top of the report: title, the findings in plain words, the passages, the sink grid
 REPORT_SIZE = (1100, 2000)
 
@@ -61,8 +67,99 @@ def screenshot(page: Path, png: Path, size: tuple[int, int]) -> None:
     shutil.move(tmp, png)
 
 
+def _explorer_rows() -> ac.Explorer:
+    """The explorer of every head of SmolLM2-135M over one 256-token passage of Emma."""
+    import torch
+
+    from attncoda.hooks import capture, zoo
+    from attncoda.hooks.demo import encode_passages, read_text, select_passages
+
+    model, tok = zoo.load("smollm2-135m")
+    passages = select_passages(read_text("austen", "emma"), 30, min_words=200)
+    ids = next(e for e in encode_passages(tok, passages, 256) if e.shape[-1] == 256)
+    with torch.inference_mode(), capture(model, what="rows", tokenizer=tok) as cap:
+        model(input_ids=ids, logits_to_keep=1)
+    ds = cap.dataset
+    # open on a head with a sink and a sharp content pattern: layer 14's most sink-heavy head
+    share = ds.sel(layer=14).coda.head_profiles(max_offset=None)["sink_share"]
+    head = int(share["head"].values[int(share.argmax())])
+    return ac.explore(ds, layer=14, head=head, title="attention explorer: SmolLM2-135M on Emma")
+
+
+def _shot(tab, png: Path, selector: str | None = None) -> None:
+    """A PNG of the page (or of one element), written beside ``png`` and moved into place."""
+    import base64
+    import json
+
+    tmp = png.with_name(f".{png.name}.tmp")
+    if selector is None:
+        tab.screenshot(tmp)
+    else:
+        box = tab.evaluate(
+            f"(() => {{ const b = document.querySelector({json.dumps(selector)})"
+            ".getBoundingClientRect(); return [b.x + window.scrollX, b.y + window.scrollY,"
+            " b.width, b.height]; })()"
+        )
+        clip = dict(zip(("x", "y", "width", "height"), box, strict=True), scale=1)
+        shot = tab.call(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+        )
+        tmp.write_bytes(base64.b64decode(shot["data"]))
+    if tmp.stat().st_size < 10_000:
+        sys.exit(f"chromium wrote no screenshot for {png.name}")
+    shutil.move(tmp, png)
+
+
+def explorer_screenshots(folder: Path) -> None:
+    """``explorer.png`` (a hovered cell) and ``explorer_compare.png`` (two heads, dropped)."""
+    import time
+
+    from browser import open_page
+
+    page = _explorer_rows().save(folder / "explorer.html")
+    with open_page(page, folder / "profile", 1300, 1000) as tab:
+        for _ in range(400):
+            if tab.evaluate("document.documentElement.dataset.ready"):
+                break
+            time.sleep(0.05)
+        geo = tab.evaluate("window.acxGeometry(0)")
+        row, col = geo["rows"].index(41), next(c for c in geo["cols"] if c["k"] == 38)
+        # the page is taller than the window: scroll the cell into view, then point at it
+        x0, y0 = tab.evaluate(
+            "(() => { const o = document.querySelector('#acx-pa .acx-over');"
+            f" window.scrollTo(0, o.getBoundingClientRect().y + window.scrollY + {geo['top']}"
+            f" + {row * geo['cs']} - 500); const b = o.getBoundingClientRect(); return [b.x, b.y]; }})()"
+        )
+        tab.hover(x0 + col["x"] + geo["cs"] / 2, y0 + geo["top"] + (row + 0.5) * geo["cs"])
+        tab.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1300, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+        )
+        _shot(tab, HERE / "explorer.png")
+        tab.hover(2, 2)
+        # two heads side by side under the dropped convention: a previous-token head beside
+        # a diffuse one (layer 3, heads 0 and 3, as the thumbnails show them)
+        tab.evaluate(
+            "(() => { const set = (sel, v) => { sel.value = String(v);"
+            " sel.dispatchEvent(new Event('change')); };"
+            " document.getElementById('acx-compare').click();"
+            " set(document.querySelector('#acx-win'), 32);"
+            " set(document.querySelector('#acx-pa .acx-layer'), 2);"
+            " set(document.querySelector('#acx-pa .acx-head'), 1);"
+            " set(document.querySelector('#acx-pb .acx-layer'), 20);"
+            " set(document.querySelector('#acx-pb .acx-head'), 4);"
+            " document.querySelector('input[value=\"dropped\"]').click(); })()"
+        )
+        _shot(tab, HERE / "explorer_compare.png", "#acx-main")
+
+
 def main() -> None:
     chromium()  # refuse before the demo runs
+    if sys.argv[1:] == ["explorer"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            explorer_screenshots(Path(tmp))
+        print(f"wrote {HERE / 'explorer.png'} and {HERE / 'explorer_compare.png'}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "demo"
         subprocess.run(
@@ -79,7 +176,8 @@ def main() -> None:
         page = view.save(Path(tmp) / "head_view.html")
         width, height = (int(v) for v in re.findall(r'width="(\d+)" height="(\d+)"', view.svg)[0])
         screenshot(page, HERE / "head_view.png", (width + 24, height + 24))
-    print(f"wrote {HERE / 'report.png'} and {HERE / 'head_view.png'}")
+        explorer_screenshots(Path(tmp))
+    print(f"wrote {HERE / 'report.png'}, {HERE / 'head_view.png'} and the explorer's two images")
 
 
 if __name__ == "__main__":
