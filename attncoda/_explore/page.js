@@ -116,9 +116,20 @@
       }
     }
   }
+  let drawn = "";
+  function markGrid() {
+    for (const c of thumbs) {
+      const l = +c.dataset.layer, h = +c.dataset.head;
+      c.className = [0, 1].filter((i) => (i === 0 || state.compare) && state.panels[i].layer === l &&
+        state.panels[i].head === h).map((i) => "acx-sel" + i).join(" ");
+    }
+  }
   function drawGrid() {
     const nb = Math.min(K, 48), s = state.sample, sink = meta.sink[s];
     const content = state.ocolour === "content";
+    markGrid();
+    if (drawn === s + ":" + content) return; // the thumbnails only change with the sample and colour
+    drawn = s + ":" + content;
     const kbin = new Int32Array(K);
     for (let k = 0; k < K; k++) kbin[k] = Math.floor((k * nb) / K);
     for (const c of thumbs) {
@@ -149,8 +160,6 @@
       const sm = meta.summaries[s][l][h];
       c.title = "layer " + meta.layers[l] + ", head " + meta.heads[h] + ": mean sink share " + f3(sm[0]) +
         ", content entropy " + f3(sm[4]) + " nats";
-      c.className = [0, 1].filter((i) => (i === 0 || state.compare) && state.panels[i].layer === l &&
-        state.panels[i].head === h).map((i) => "acx-sel" + i).join(" ");
     }
     $("acx-olegend").textContent = content
       ? "each thumbnail: the content weights c/(1−s) of every row (viridis, to its own maximum)"
@@ -404,7 +413,10 @@
     $("acx-ocolour").addEventListener("change", (e) => { state.ocolour = e.target.value; drawGrid(); });
     document.querySelectorAll('input[name="acx-conv"]').forEach((x) => x.addEventListener("change", () => setConv(x.value)));
     document.addEventListener("keydown", onKey);
-    window.addEventListener("resize", () => { if (!state.zoom) redraw(); });
+    let width = window.innerWidth; // a fitted view follows the window's width, not its height
+    window.addEventListener("resize", () => {
+      if (!state.zoom && window.innerWidth !== width) { width = window.innerWidth; redraw(); }
+    });
     buildGrid();
   }
   function onKey(ev) {

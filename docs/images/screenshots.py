@@ -29,7 +29,10 @@ from pathlib import Path
 import attncoda as ac
 
 HERE = Path(__file__).resolve().parent
+#: the query whose row the explorer's screenshot hovers
+QUERY = 18
 sys.path.insert(0, str(HERE.parents[1] / "tests"))  # browser.py: chromium over DevTools
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))  # bench_explore.rows: the rows drawn
 #: the top of the report: title, the findings in plain words, the passages, the sink grid
 REPORT_SIZE = (1100, 2000)
 
@@ -67,23 +70,25 @@ def screenshot(page: Path, png: Path, size: tuple[int, int]) -> None:
     shutil.move(tmp, png)
 
 
-def _explorer_rows() -> ac.Explorer:
-    """The explorer of every head of SmolLM2-135M over one 256-token passage of Emma."""
-    import torch
+def _explorer_rows() -> tuple[ac.Explorer, tuple[int, int], tuple[int, int], int]:
+    """The explorer of every head of SmolLM2-135M over one 256-token passage of Emma, its
+    sharpest previous-token head and its most diffuse head (layer, head), and the key that
+    query 18 of the head shown first attends to most, after its sink."""
+    import numpy as np
+    from bench_explore import rows  # the benchmark's case: SmolLM2, 256 tokens of Emma
 
-    from attncoda.hooks import capture, zoo
-    from attncoda.hooks.demo import encode_passages, read_text, select_passages
-
-    model, tok = zoo.load("smollm2-135m")
-    passages = select_passages(read_text("austen", "emma"), 30, min_words=200)
-    ids = next(e for e in encode_passages(tok, passages, 256) if e.shape[-1] == 256)
-    with torch.inference_mode(), capture(model, what="rows", tokenizer=tok) as cap:
-        model(input_ids=ids, logits_to_keep=1)
-    ds = cap.dataset
-    # open on a head with a sink and a sharp content pattern: layer 14's most sink-heavy head
-    share = ds.sel(layer=14).coda.head_profiles(max_offset=None)["sink_share"]
+    ds = rows()
+    prof = ds.coda.head_profiles(max_offset=1)
+    prev = prof["content_clr"].sel(offset=-1).transpose("layer", "head").values
+    diffuse = prof["content_entropy"].transpose("layer", "head").values
+    a = tuple(int(v) for v in np.unravel_index(np.nanargmax(prev), prev.shape))
+    b = tuple(int(v) for v in np.unravel_index(np.nanargmax(diffuse), diffuse.shape))
+    # open on a middle layer's most sink-heavy head
+    share = prof["sink_share"].sel(layer=14)
     head = int(share["head"].values[int(share.argmax())])
-    return ac.explore(ds, layer=14, head=head, title="attention explorer: SmolLM2-135M on Emma")
+    key = 1 + int(ds["log_attn"].sel(layer=14, head=head).values[0, QUERY, 1:QUERY].argmax())
+    title = "attention explorer: SmolLM2-135M on Emma"
+    return ac.explore(ds, layer=14, head=head, title=title), a, b, key  # type: ignore[return-value]
 
 
 def _shot(tab, png: Path, selector: str | None = None) -> None:
@@ -110,44 +115,49 @@ def _shot(tab, png: Path, selector: str | None = None) -> None:
     shutil.move(tmp, png)
 
 
-def explorer_screenshots(folder: Path) -> None:
-    """``explorer.png`` (a hovered cell) and ``explorer_compare.png`` (two heads, dropped)."""
+def _ready(tab) -> None:
+    """Wait until the explorer has drawn itself."""
     import time
 
+    for _ in range(400):
+        if tab.evaluate("document.documentElement.dataset.ready"):
+            return
+        time.sleep(0.05)
+    sys.exit("the explorer did not draw itself within 20 s")
+
+
+def explorer_screenshots(folder: Path) -> None:
+    """``explorer.png`` (a hovered cell) and ``explorer_compare.png`` (two heads, dropped)."""
     from browser import open_page
 
-    page = _explorer_rows().save(folder / "explorer.html")
-    with open_page(page, folder / "profile", 1300, 1000) as tab:
-        for _ in range(400):
-            if tab.evaluate("document.documentElement.dataset.ready"):
-                break
-            time.sleep(0.05)
+    explorer, prev, diffuse, key = _explorer_rows()
+    page = explorer.save(folder / "explorer.html")
+    with open_page(page, folder / "profile", 1300, 1700) as tab:
+        _ready(tab)
         geo = tab.evaluate("window.acxGeometry(0)")
-        row, col = geo["rows"].index(41), next(c for c in geo["cols"] if c["k"] == 38)
-        # the page is taller than the window: scroll the cell into view, then point at it
+        row, col = geo["rows"].index(QUERY), next(c for c in geo["cols"] if c["k"] == key)
         x0, y0 = tab.evaluate(
-            "(() => { const o = document.querySelector('#acx-pa .acx-over');"
-            f" window.scrollTo(0, o.getBoundingClientRect().y + window.scrollY + {geo['top']}"
-            f" + {row * geo['cs']} - 500); const b = o.getBoundingClientRect(); return [b.x, b.y]; }})()"
+            "(() => { const b = document.querySelector('#acx-pa .acx-over')"
+            ".getBoundingClientRect(); return [b.x, b.y]; })()"
         )
         tab.hover(x0 + col["x"] + geo["cs"] / 2, y0 + geo["top"] + (row + 0.5) * geo["cs"])
-        tab.call(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": 1300, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
-        )
+        if not tab.evaluate("document.getElementById('acx-pa').dataset.hoverQuery"):
+            sys.exit("the explorer's screenshot missed its cell")
         _shot(tab, HERE / "explorer.png")
-        tab.hover(2, 2)
-        # two heads side by side under the dropped convention: a previous-token head beside
-        # a diffuse one (layer 3, heads 0 and 3, as the thumbnails show them)
+    # a wider window for two heads side by side
+    with open_page(page, folder / "profile2", 1560, 1000) as tab:
+        _ready(tab)
+        # two heads side by side under the dropped convention: the sharpest previous-token
+        # head beside the most diffuse one (the selects take layer and head indices)
         tab.evaluate(
             "(() => { const set = (sel, v) => { sel.value = String(v);"
             " sel.dispatchEvent(new Event('change')); };"
             " document.getElementById('acx-compare').click();"
             " set(document.querySelector('#acx-win'), 32);"
-            " set(document.querySelector('#acx-pa .acx-layer'), 2);"
-            " set(document.querySelector('#acx-pa .acx-head'), 1);"
-            " set(document.querySelector('#acx-pb .acx-layer'), 20);"
-            " set(document.querySelector('#acx-pb .acx-head'), 4);"
+            f" set(document.querySelector('#acx-pa .acx-layer'), {prev[0]});"
+            f" set(document.querySelector('#acx-pa .acx-head'), {prev[1]});"
+            f" set(document.querySelector('#acx-pb .acx-layer'), {diffuse[0]});"
+            f" set(document.querySelector('#acx-pb .acx-head'), {diffuse[1]});"
             " document.querySelector('input[value=\"dropped\"]').click(); })()"
         )
         _shot(tab, HERE / "explorer_compare.png", "#acx-main")
