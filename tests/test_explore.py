@@ -175,6 +175,17 @@ def test_rows_decode_to_exp_log_attn_within_the_stated_precision() -> None:
     assert np.isinf(_decode(meta)["lam"][0, :, :, 0]).all()
 
 
+def test_a_custom_sink_is_the_column_apart() -> None:
+    ds = _rows(10)
+    meta = _data(ac.explore(ds, sink=1).html)
+    assert meta["sink"] == [1, 1]
+    assert meta["source"] == "computed from the rows with attncoda.decompose"
+    p, s, _ = _decoded_rows(meta)
+    want, vis = _weights(ds), np.isfinite(ds["log_attn"].values)
+    assert np.abs(p[vis] - want[vis]).max() <= TOL
+    np.testing.assert_allclose(s[..., 2:], want[..., 2:, 1], atol=1e-6)  # queries seeing key 1
+
+
 def test_summaries_come_from_the_variables_else_from_decompose() -> None:
     ds = _rows(10)
     with_vars = _data(ac.explore(ds).html)

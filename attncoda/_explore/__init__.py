@@ -22,7 +22,7 @@ Each row is stored as its sink log-odds ``log(s / (1 - s))`` (float32, from
 shows every content weight to within ``1 / 8192`` (1.2e-4) and every raw weight
 ``p = (1 - s) c_k / (1 - s)`` to within ``(1 - s) / 8192``; the sink share is float32. Only
 each row's visible span of keys is stored, as two byte planes that deflate well: SmolLM2-135M's
-30 x 9 heads over one 256-token sample take about 7 MB.
+30 x 9 heads over one 256-token sample make a 7.9 MB page.
 
 Examples
 --------
@@ -331,7 +331,9 @@ def explore(
         raise InputError(f"the explorer holds rows of at most 65535 keys, this capture has {n_k}")
     sinks = an._sink_positions(ds, sink)
     sub = ds.isel(sample=picked)
-    rows_summ = an._row_summaries(sub, None if sink is None else sinks[picked])
+    k_pos = [int(k) for k in (la["key"].values if "key" in la.coords else range(n_k))]
+    # a custom sink= goes on as key positions of the samples kept (sinks are key indices)
+    rows_summ = an._row_summaries(sub, None if sink is None else np.asarray(k_pos)[sinks[picked]])
     from_vars = sink is None and all(v in ds.data_vars for v in ("sink_share", "content_entropy"))
     has_h = from_vars and "entropy" in ds.data_vars
     summ = sub if from_vars and has_h else rows_summ
@@ -371,7 +373,6 @@ def explore(
     ]
     blob = base64.b64encode(zlib.compress(b"".join(parts), 6)).decode("ascii")
     q_pos = [int(q) for q in np.asarray(la["query"].values)]
-    k_pos = [int(k) for k in (la["key"].values if "key" in la.coords else range(n_k))]
     tokens = []
     for s_idx in picked:
         labels = vw.token_labels(ds, s_idx)
