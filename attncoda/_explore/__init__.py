@@ -162,6 +162,7 @@ class Explorer:
         Returns
         -------
         pathlib.Path
+            The page written.
 
         Raises
         ------
