@@ -478,6 +478,47 @@ def test_hover_highlights_row_and_column_and_tells_the_weights(
         assert not [t for t in logged if "Content Security Policy" in t], logged
 
 
+@needs_chromium
+def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> None:
+    """``_repr_html_`` in a host page (what Jupyter does with it): the page runs inside its
+    sandboxed iframe, draws every head and reports no policy violation."""
+    ds = _hostile(_rows(10))
+    host = tmp_path / "notebook.html"
+    body = "<p>a notebook cell's output:</p>" + ac.explore(ds)._repr_html_()
+    host.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
+    with open_page(host, tmp_path / "profile") as tab:
+        # the sandboxed srcdoc frame has an opaque origin: chromium runs it as a target of its own
+        frame = None
+        for _ in range(200):
+            targets = tab.dt.call("Target.getTargets")["targetInfos"]
+            frame = next((t for t in targets if t["type"] == "iframe"), None)
+            if frame is not None:
+                break
+            time.sleep(0.05)
+        assert frame is not None and frame["url"] == "about:srcdoc"
+        session = tab.dt.call(
+            "Target.attachToTarget", {"targetId": frame["targetId"], "flatten": True}
+        )
+        inner = (
+            "[document.documentElement.dataset.ready, window.acxViolations.length,"
+            " document.querySelectorAll('#acx-grid canvas').length,"
+            " document.querySelectorAll('img, svg').length]"
+        )
+        state: list[Any] = []
+        for _ in range(200):
+            reply = tab.dt.call(
+                "Runtime.evaluate",
+                {"expression": inner, "returnByValue": True},
+                session=session["sessionId"],
+            )
+            state = reply["result"]["value"]
+            if state[0]:
+                break
+            time.sleep(0.05)
+        assert state == ["1", 0, 12, 0]
+        assert tab.requests() == [host.resolve().as_uri()]
+
+
 @pytest.mark.real
 @pytest.mark.filterwarnings("ignore::UserWarning")  # the sink is 'The': no BOS in the passage
 @needs_chromium
