@@ -65,6 +65,7 @@ from ._errors import (
     require_int,
     require_real,
 )
+from ._explore import Explorer, explore
 from ._flips import FlipCount, flip_rates, verdict_flips
 from ._geometry import aitchison_distance, aitchison_norm, paired_inner, perturb, perturb_inv, power
 from ._groups import GroupDecomposition, group_decompose
@@ -106,6 +107,7 @@ __all__ = [
     "DatasetMismatchError",
     "DeviceMismatchError",
     "EntropyChange",
+    "Explorer",
     "FlipCount",
     "GroupDecomposition",
     "GroupedEntropyChange",
@@ -149,6 +151,7 @@ __all__ = [
     "decompose",
     "entropy",
     "entropy_change",
+    "explore",
     "flip_rates",
     "group_basis",
     "group_decompose",

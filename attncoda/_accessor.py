@@ -33,6 +33,7 @@ import numpy as np
 import xarray as xr
 
 from . import _attribution, _clustering, _comparisons, _flips, _profiles, _rows
+from . import _explore as ex
 from . import _plot as pl
 from . import _view as vw
 
@@ -175,7 +176,8 @@ class CodaAccessor(_Listed):
     :func:`~attncoda.head_distances`, :func:`~attncoda.flip_rates`,
     :func:`~attncoda.cluster_heads` and :func:`~attncoda.attribute_entropy`; ``ds.coda.plot``
     holds the figures (:class:`PlotAccessor`). ``ds.coda.view(...)`` is
-    :func:`~attncoda.head_view` (an interactive, offline view of one head) and
+    :func:`~attncoda.head_view` (an interactive, offline view of one head),
+    ``ds.coda.explore(...)`` :func:`~attncoda.explore` (every head, in one offline page) and
     ``ds.coda.decompose()`` the summaries dataset of a rows dataset.
 
     Parameters
@@ -200,6 +202,9 @@ class CodaAccessor(_Listed):
     #: ``ds.coda.view(...)`` is :func:`attncoda.head_view` (``ds``, ...): the name the
     #: interactive view goes by in notebooks.
     view = _DatasetMethod(vw.head_view)
+    #: ``ds.coda.explore(...)`` is :func:`attncoda.explore` (``ds``, ...): every layer and head
+    #: of a rows capture in one offline page.
+    explore = _DatasetMethod(ex.explore)
 
     def decompose(self, *, sink: Any = None) -> xr.Dataset:
         """The summaries dataset of a rows dataset: each row split into sink and content.

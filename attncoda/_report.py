@@ -1324,6 +1324,12 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
         for i, s in enumerate(analysis.sections)
     )
     parts.append(f"<ol>{toc}</ol>")
+    if "explorer.html" in analysis.files:  # attncoda demo writes the explorer beside the report
+        parts.append(
+            '<p><a href="explorer.html">Open the attention explorer</a>: every captured head '
+            "of the rows, one large with its tokens, the kept / dropped / split conventions as "
+            "a switch (a page of its own, beside this one).</p>"
+        )
     for i, sec in enumerate(analysis.sections):
         parts.append(f'<section id="sec-{i}"><h2>{_esc(sec.heading)}</h2>')
         parts += [f"<p>{_esc(t)}</p>" for t in sec.text]

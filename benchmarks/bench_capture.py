@@ -107,6 +107,7 @@ def _tokens(tokenizer: Any, length: int) -> Any:
 
 def _paths(model: Any, ids: Any) -> dict[str, Any]:
     import torch
+
     from attncoda.hooks import capture
 
     # each path returns what it computed, so a memory measurement can sample while it is alive
@@ -132,6 +133,7 @@ def _paths(model: Any, ids: Any) -> dict[str, Any]:
 
 def _load(name: str = MODEL) -> tuple[Any, Any]:
     import torch
+
     from attncoda.hooks import zoo
 
     torch.manual_seed(0)

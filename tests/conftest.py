@@ -86,9 +86,9 @@ def check_capture_on_text(
     captured dataset.
     """
     import torch
-    from attncoda.hooks import capture
 
     import attncoda as ac
+    from attncoda.hooks import capture
 
     batch = tokenizer(text, return_tensors="pt")
     batch = {k: v[:, :length] for k, v in batch.items() if k in ("input_ids", "attention_mask")}

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+import attncoda as ac
 from attncoda.hooks import arach, zoo
 from attncoda.hooks.evaluate import cloze_accuracy, cloze_items
-
-import attncoda as ac
 from case_studies.arach import claims
 from conftest import need
 

@@ -10,7 +10,6 @@ import attncoda as ac
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
 from attncoda.hooks import CaptureError, capture  # noqa: E402
-
 from conftest import eager_weights  # noqa: E402
 
 FAMILIES = list(zoo.FAMILIES)

@@ -27,13 +27,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from attncoda import SUMMARY_VARIABLES  # noqa: E402
 from attncoda.hooks import _kernels as K  # noqa: E402
 from attncoda.hooks import arach, capture, rpa  # noqa: E402
 from attncoda.hooks._capture import _fast_summaries, _LayerContext  # noqa: E402
 from attncoda.hooks.gates import gates  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
-
-from attncoda import SUMMARY_VARIABLES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ["float32", "bfloat16", "float16"]

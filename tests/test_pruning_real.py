@@ -11,13 +11,12 @@ import pytest
 from conftest import need
 
 torch = pytest.importorskip("torch")
+from attncoda.cli import main  # noqa: E402
 from attncoda.hooks import assets  # noqa: E402
 from attncoda.hooks import gates as G  # noqa: E402
 from attncoda.hooks.evaluate import perplexity, text_windows, tokens_sha256  # noqa: E402
 from attncoda.hooks.prune import novel_text  # noqa: E402
 from attncoda.hooks.scores import SCORES  # noqa: E402
-
-from attncoda.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.real
 

@@ -100,9 +100,8 @@ def _asset_folder(tmp_path, family: str, manifest: dict):
 
 
 def test_provenance_reaches_the_captured_dataset(tmp_path):
-    from attncoda.hooks import capture
-
     import attncoda as ac
+    from attncoda.hooks import capture
 
     entry = zoo.get_entry("qwen2.5-coder-0.5b")
     folder = _asset_folder(tmp_path, "qwen2", {"asset": entry.asset, "kind": "model"})

@@ -36,7 +36,7 @@ from attncoda import (
     __version__,
 )
 
-from . import _analyze, _audit, _capture, _demo, _fetch, _prune
+from . import _analyze, _audit, _capture, _demo, _explore, _fetch, _prune
 from ._common import PROG, CommandError, print_error
 
 __all__ = ["EXIT_CODES", "PROG", "CommandError", "build_parser", "main"]
@@ -57,6 +57,7 @@ _REGISTER: tuple[Callable[[Any], None], ...] = (
     _capture.register,
     _analyze.register_analyze,
     _analyze.register_report,
+    _explore.register,
     _prune.register,
     _audit.register,
 )

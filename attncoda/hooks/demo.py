@@ -13,8 +13,9 @@
    entropy split, the attribution of entropy changes across layers, verdict flips between the
    ``kept`` and ``dropped`` conventions, head clustering with and without the sink;
 5. **write** the report folder: ``report.html`` (self-contained, figures embedded, opens
-   offline), the figures as PNG and SVG, CSV tables, ``summaries.nc`` and ``rows.nc``, and
-   ``analysis.json``; and print a short summary.
+   offline), the figures as PNG and SVG, CSV tables, ``summaries.nc`` and ``rows.nc``,
+   ``explorer.html`` (every captured head of the rows, :func:`attncoda.explore`; the report
+   links to it) and ``analysis.json``; and print a short summary.
 
 The same helpers (:func:`select_passages`, :func:`encode_passages`, :func:`capture_passages`)
 serve ``attncoda capture``.
@@ -50,6 +51,7 @@ from ._tokens import adds_special_first
 
 __all__ = [
     "DEFAULT_OUT",
+    "EXPLORER",
     "DemoConfig",
     "auto_threads",
     "capture_passages",
@@ -63,6 +65,8 @@ __all__ = [
 
 #: Default output folder of ``attncoda demo``.
 DEFAULT_OUT = "attncoda-demo"
+#: The attention explorer of the rows (:func:`attncoda.explore`), beside the report.
+EXPLORER = "explorer.html"
 
 
 @dataclass(frozen=True)
@@ -424,6 +428,9 @@ def _run_demo_into(
     for name, ds in (("summaries.nc", summaries), ("rows.nc", rows)):
         ac.save(ds, folder / name)
         result.files.append(name)
+    # every captured head of the rows, to explore in a browser; the report links to it
+    ac.explore(rows, title=f"attention explorer: {cfg.model} on {doc}").save(folder / EXPLORER)
+    result.files.append(EXPLORER)
     result.files.sort()
     t = lap("save", t)
     wall = round(time.perf_counter() - started, 1)

@@ -32,6 +32,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+import attncoda as ac
+from attncoda import InputError, require_int, require_real
 from attncoda.hooks import assets
 from attncoda.hooks.arach import Arach, ArachConfig
 from attncoda.hooks.evaluate import (
@@ -43,9 +46,6 @@ from attncoda.hooks.evaluate import (
     text_windows,
     tokens_sha256,
 )
-
-import attncoda as ac
-from attncoda import InputError, require_int, require_real
 
 from .._study import Shard, time_is_up
 

@@ -32,6 +32,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+import attncoda as ac
+from attncoda import AttncodaError, InputError, require_int, require_real
 from attncoda.hooks import assets
 from attncoda.hooks.arach import Arach, ArachConfig
 from attncoda.hooks.arach_audit import audit, audit_findings
@@ -43,9 +46,6 @@ from attncoda.hooks.evaluate import (
     score_tokens,
     special_prefix,
 )
-
-import attncoda as ac
-from attncoda import AttncodaError, InputError, require_int, require_real
 
 from .._study import Golden, Study, add_shard, add_time_limit, seconds_left, write_text
 from .._study import main as study_main

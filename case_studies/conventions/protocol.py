@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-from attncoda.hooks import assets
 
 import attncoda as ac
+from attncoda.hooks import assets
 
 from .._study import git_state, time_is_up
 from .sinks import comparisons_by_row_sink, head_argmax_share, row_argmax_sinks, segment_sep_sinks
@@ -227,6 +227,7 @@ def measure_texts(
     registered corpus asset).
     """
     import torch  # heavy, optional: only when measuring
+
     from attncoda.hooks import capture, zoo  # imports torch: only when used
 
     todo = [
@@ -307,6 +308,7 @@ def measure_pairs(
     """Compute every missing cell of the two-segment MiniLM pipeline; return how many
     (``stop_after``, ``time_limit_s``: as in :func:`measure_texts`)."""
     import torch  # heavy, optional: only when measuring
+
     from attncoda.hooks import capture, zoo  # imports torch: only when used
 
     model = "minilm-l6"

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import xarray as xr
-from attncoda.hooks import assets
 
 import attncoda as ac
+from attncoda.hooks import assets
 
 from .._study import Golden, Provenance, Study, add_time_limit, markdown_table
 from .._study import main as study_main

@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 import xarray as xr
+
+import attncoda as ac
 from attncoda.hooks.evaluate import paired_bootstrap, perplexity, tokens_sha256
 from attncoda.hooks.gates import gates, head_layout, head_means
 from attncoda.hooks.prune import sweep_ks
@@ -57,8 +59,6 @@ from attncoda.hooks.scores import (
     prune_plan,
     score_info,
 )
-
-import attncoda as ac
 
 from .._study import Shard, time_is_up, write_text
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attncoda as ac
 from attncoda.hooks import assets
 from attncoda.hooks.evaluate import text_windows
 from attncoda.hooks.prune import (
@@ -43,8 +44,6 @@ from attncoda.hooks.prune import plot_sweep as plot_study
 from attncoda.hooks.prune import read_sweep as read_study
 from attncoda.hooks.prune import write_sweep as write_study
 from attncoda.hooks.scores import ATTENTION_SCORES
-
-import attncoda as ac
 
 from .._study import (
     Golden,
@@ -394,10 +393,10 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
     oriented so that higher means pruned later) with the gradient importance; rho of the raw
     statistic with the sink share; and the layers of the heads pruned at the smallest k > 0
     (``layer x heads``), from ``head_scores.csv`` and ``perplexity.csv``."""
-    from attncoda.hooks.scores import score_info
     from scipy.stats import spearmanr
 
     import attncoda as ac
+    from attncoda.hooks.scores import score_info
 
     heads = ac.read_table(folder / "head_scores.csv")
     rows, meta = _read(folder)

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from attncoda.hooks import assets
-from attncoda.hooks.rpa_train import TokenData
 
 import attncoda as ac
+from attncoda.hooks import assets
+from attncoda.hooks.rpa_train import TokenData
 
 from .._study import write_text
 

@@ -46,10 +46,10 @@ from typing import Any
 
 import pandas as pd
 import torch
-from attncoda.hooks import rpa, rpa_audit, rpa_train
-from attncoda.hooks.rpa_checkpoints import RunFolder
 
 import attncoda as ac
+from attncoda.hooks import rpa, rpa_audit, rpa_train
+from attncoda.hooks.rpa_checkpoints import RunFolder
 
 from .._study import write_text
 from .data import load_austen

@@ -126,6 +126,7 @@ def membership_stats(out: Path, seeds: Sequence[int]) -> pd.DataFrame:
     ``B(T)`` of the last query (first key, last key, minimum, maximum).
     """
     import torch
+
     from attncoda.hooks import rpa
     from attncoda.hooks.rpa_checkpoints import load_checkpoint
 
@@ -187,6 +188,7 @@ def membership_stats(out: Path, seeds: Sequence[int]) -> pd.DataFrame:
 def benchmark(out: Path, prov: Provenance) -> None:
     """``benchmarks/bench_rpa.py`` into ``bench_rpa.json`` (and the token hash of its text)."""
     import transformers
+
     from attncoda.hooks import assets
 
     tok = transformers.AutoTokenizer.from_pretrained(

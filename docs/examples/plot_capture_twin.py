@@ -8,9 +8,9 @@ model runs, without switching it away from SDPA. Here on a tiny randomly initial
 """
 
 import torch
-from attncoda.hooks import capture, zoo
 
 import attncoda as ac
+from attncoda.hooks import capture, zoo
 
 model = zoo.tiny_twin("llama")
 batch = zoo.tiny_batch(model, batch=3, length=16)

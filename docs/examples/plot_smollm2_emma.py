@@ -8,12 +8,12 @@ heads. Most heads of a trained model put most of their attention on the first to
 """
 
 import torch
-from attncoda.hooks import assets, capture
-from attncoda.hooks.demo import select_passages
 from matplotlib.figure import Figure
 from scipy.special import entr
 
 import attncoda as ac
+from attncoda.hooks import assets, capture
+from attncoda.hooks.demo import select_passages
 
 torch.set_num_threads(1)
 model, tokenizer = assets.load_model("smollm2-135m")

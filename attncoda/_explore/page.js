@@ -1,0 +1,455 @@
+"use strict";
+// attncoda's attention explorer. Loads nothing: the data is the JSON block #acx-data (a base64
+// deflate stream of the rows), inflated with the browser's DecompressionStream. Every token
+// and name reaches the page through textContent or canvas text, never as markup.
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const violations = [];
+  window.acxViolations = violations;
+  document.addEventListener("securitypolicyviolation", (e) => {
+    violations.push(e.violatedDirective + " " + e.blockedURI);
+  });
+  const meta = JSON.parse($("acx-data").textContent);
+  const L = meta.layers.length, H = meta.heads.length, S = meta.samples.length;
+  const Q = meta.queries.length, K = meta.keys.length, N = meta.levels;
+  const R = S * L * H * Q;
+  const VIRIDIS = [[68, 1, 84], [71, 45, 123], [59, 82, 139], [44, 114, 142], [33, 145, 140],
+    [39, 173, 129], [94, 201, 98], [173, 220, 48], [253, 231, 37]];
+  const ORANGES = [[255, 245, 235], [253, 174, 107], [217, 72, 1], [127, 39, 4]];
+  function lut(stops) {
+    const out = [];
+    for (let i = 0; i < 256; i++) {
+      const x = (i / 255) * (stops.length - 1), j = Math.min(Math.floor(x), stops.length - 2);
+      const f = x - j, a = stops[j], b = stops[j + 1];
+      out.push([0, 1, 2].map((c) => Math.round(a[c] + f * (b[c] - a[c]))));
+    }
+    return out;
+  }
+  const VIR = lut(VIRIDIS), ORA = lut(ORANGES);
+  const css = (rgb) => "rgb(" + rgb[0] + "," + rgb[1] + "," + rgb[2] + ")";
+  const VIRC = VIR.map(css), ORAC = ORA.map(css);
+  const tone = (t) => Math.max(0, Math.min(255, Math.round(t * 255)));
+
+  let lam, ent, cent, lo, hi, chi, clo, off;
+  const state = {
+    sample: 0, conv: "split", win: Math.min(K, 64), start: 0, zoom: 0, compare: false,
+    active: 0, ocolour: "sink", hover: null,
+    panels: [{ layer: meta.start.layer, head: meta.start.head },
+      { layer: meta.start.layer, head: Math.min(meta.start.head + 1, H - 1) }],
+  };
+
+  // ---- the rows ------------------------------------------------------------------------
+  const row = (s, l, h, q) => ((s * L + l) * H + h) * Q + q;
+  const share = (r) => { const x = lam[r]; return x === Infinity ? 1 : x === -Infinity ? 0 : 1 / (1 + Math.exp(-x)); };
+  const rest = (r) => { const x = lam[r]; return x === Infinity ? 0 : x === -Infinity ? 1 : 1 / (1 + Math.exp(x)); };
+  const sinkSeen = (r) => !Number.isNaN(lam[r]) && lam[r] !== -Infinity;
+  function code(r, k) {
+    if (k < lo[r] || k >= hi[r]) return 0;
+    const i = off[r] + k - lo[r];
+    return (chi[i] << 8) | clo[i];
+  }
+  // {p, c (content weight, null for the sink), seen} of row r at key index k
+  function cell(r, k, sink) {
+    if (k === sink) return { seen: sinkSeen(r), p: share(r), c: null };
+    const v = code(r, k);
+    if (v === 0) return { seen: false, p: 0, c: 0 };
+    const c = (v - 1) / N;
+    return { seen: true, p: rest(r) * c, c: c };
+  }
+
+  function bytes(b64) {
+    if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(b64);
+    const bin = atob(b64), out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+  async function decode() {
+    const stream = new Blob([bytes(meta.blob)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    const buf = new Uint8Array(await new Response(stream).arrayBuffer());
+    let o = 0;
+    const take = (n, T) => { const a = new T(buf.buffer.slice(o, o + n * T.BYTES_PER_ELEMENT)); o += n * T.BYTES_PER_ELEMENT; return a; };
+    lam = take(R, Float32Array); ent = take(R, Float32Array); cent = take(R, Float32Array);
+    lo = take(R, Uint16Array); hi = take(R, Uint16Array);
+    const C = meta.n_codes;
+    chi = buf.subarray(o, o + C); clo = buf.subarray(o + C, o + 2 * C);
+    off = new Float64Array(R + 1);
+    for (let r = 0; r < R; r++) off[r + 1] = off[r] + hi[r] - lo[r];
+    if (off[R] !== C) throw new Error("the data block is inconsistent (" + off[R] + " != " + C + ")");
+  }
+
+  // ---- text helpers: textContent only ----------------------------------------------------
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function show(tok, width) {
+    let t = tok.replace(/\n/g, "⏎").replace(/\t/g, "⇥").replace(/\r/g, "");
+    if (!t.trim()) t = t.replace(/ /g, "␣") || "∅";
+    return width && t.length > width ? t.slice(0, width - 1) + "…" : t;
+  }
+  const tok = (k) => meta.tokens[state.sample][k];
+  const f4 = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : x.toFixed(4));
+  const f3 = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : x.toFixed(3));
+  function fillSelect(sel, items) {
+    sel.replaceChildren();
+    items.forEach((text, i) => { const o = el("option", text); o.value = String(i); sel.appendChild(o); });
+  }
+
+  // ---- overview --------------------------------------------------------------------------
+  const thumbs = [];
+  function buildGrid() {
+    const grid = $("acx-grid");
+    grid.style.gridTemplateColumns = "auto repeat(" + H + ", 48px)";
+    grid.appendChild(el("span", "", "acx-lab"));
+    meta.heads.forEach((h) => grid.appendChild(el("span", "H" + h, "acx-lab")));
+    for (let l = 0; l < L; l++) {
+      grid.appendChild(el("span", "L" + meta.layers[l], "acx-lab"));
+      for (let h = 0; h < H; h++) {
+        const c = document.createElement("canvas");
+        c.dataset.layer = String(l); c.dataset.head = String(h);
+        c.setAttribute("role", "gridcell");
+        c.addEventListener("click", () => pick(state.active, l, h));
+        grid.appendChild(c);
+        thumbs.push(c);
+      }
+    }
+  }
+  let drawn = "";
+  function markGrid() {
+    for (const c of thumbs) {
+      const l = +c.dataset.layer, h = +c.dataset.head;
+      c.className = [0, 1].filter((i) => (i === 0 || state.compare) && state.panels[i].layer === l &&
+        state.panels[i].head === h).map((i) => "acx-sel" + i).join(" ");
+    }
+  }
+  function drawGrid() {
+    const nb = Math.min(K, 48), s = state.sample, sink = meta.sink[s];
+    const content = state.ocolour === "content";
+    markGrid();
+    if (drawn === s + ":" + content) return; // the thumbnails only change with the sample and colour
+    drawn = s + ":" + content;
+    const kbin = new Int32Array(K);
+    for (let k = 0; k < K; k++) kbin[k] = Math.floor((k * nb) / K);
+    for (const c of thumbs) {
+      const l = +c.dataset.layer, h = +c.dataset.head;
+      c.width = nb; c.height = nb;
+      const g = c.getContext("2d"), img = g.createImageData(nb, nb), bins = new Float32Array(nb * nb).fill(-1);
+      // the largest weight of each bin of rows x keys (typed arrays only: 270 heads x T² cells)
+      for (let q = 0; q < Q; q++) {
+        const r = row(s, l, h, q), base = Math.floor((q * nb) / Q) * nb, scale = content ? 1 / N : rest(r) / N;
+        const a = lo[r], o = off[r] - a;
+        for (let k = a; k < hi[r]; k++) {
+          const v = (chi[o + k] << 8) | clo[o + k];
+          if (v === 0) continue;
+          const x = (v - 1) * scale, b = base + kbin[k];
+          if (x > bins[b]) bins[b] = x;
+        }
+        if (!content && sinkSeen(r)) { const b = base + kbin[sink], x = share(r); if (x > bins[b]) bins[b] = x; }
+      }
+      let top = 0;
+      for (const x of bins) if (x > top) top = x;
+      for (let b = 0; b < bins.length; b++) {
+        const o = 4 * b;
+        if (bins[b] < 0) { img.data[o + 3] = 0; continue; }
+        const rgb = (content ? VIR : ORA)[tone(top > 0 ? bins[b] / top : 0)];
+        img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
+      }
+      g.putImageData(img, 0, 0);
+      const sm = meta.summaries[s][l][h];
+      c.title = "layer " + meta.layers[l] + ", head " + meta.heads[h] + ": mean sink share " + f3(sm[0]) +
+        ", content entropy " + f3(sm[4]) + " nats";
+    }
+    $("acx-olegend").textContent = content
+      ? "each thumbnail: the content weights c/(1−s) of every row (viridis, to its own maximum)"
+      : "each thumbnail: the raw weights p of every row (oranges, to its own maximum); a dark left column is a sink";
+  }
+
+  // ---- the large view ----------------------------------------------------------------------
+  const panels = [$("acx-pa"), $("acx-pb")];
+  const geo = [null, null];
+  // where a view draws its cells, in positions (for tests and for scripts reading the page)
+  window.acxGeometry = (i) => geo[i] && {
+    rows: geo[i].rows.map((q) => meta.queries[q]), cols: geo[i].cols.map((c) => ({ k: meta.keys[c.k], x: c.x })),
+    cs: geo[i].cs, top: geo[i].top, width: geo[i].width, height: geo[i].height,
+  };
+  function windowRows() {
+    const a = state.start, b = Math.min(K, a + state.win);
+    const lo_ = meta.keys[a], hi_ = meta.keys[b - 1];
+    const rows = [];
+    for (let q = 0; q < Q; q++) if (meta.queries[q] >= lo_ && meta.queries[q] <= hi_) rows.push(q);
+    return { a: a, b: b, rows: rows };
+  }
+  function layout(width) {
+    const w = windowRows(), sink = meta.sink[state.sample], cols = [];
+    for (let k = w.a; k < w.b; k++) if (!(state.conv !== "kept" && k === sink)) cols.push(k);
+    const n = cols.length + (state.conv === "split" ? 1 : 0);
+    const auto = Math.max(2, Math.min(22, Math.floor((width - 120) / Math.max(n + 1, 1))));
+    const cs = state.zoom ? state.zoom : auto;
+    const labels = cs >= 9;
+    const left = labels ? 110 : 44, top = labels ? 84 : 30;
+    const xs = [];
+    let x = left;
+    if (state.conv === "split") { xs.push({ k: sink, x: x }); x += cs + Math.max(6, cs); }
+    for (const k of cols) { xs.push({ k: k, x: x }); x += cs; }
+    return { cs: cs, labels: labels, left: left, top: top, cols: xs, rows: w.rows, width: x + 12, height: top + w.rows.length * cs + 12, sink: sink, split: state.conv === "split" };
+  }
+  function drawPanel(i) {
+    const pane = panels[i], st = state.panels[i];
+    const cells = pane.querySelector(".acx-cells"), over = pane.querySelector(".acx-over");
+    const avail = state.compare ? Math.max(320, (window.innerWidth - 560) / 2) : Math.max(420, window.innerWidth - 300);
+    const g = layout(Math.min(avail, 1400));
+    geo[i] = g;
+    for (const c of [cells, over]) { c.width = g.width; c.height = g.height; }
+    const ctx = cells.getContext("2d");
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, g.width, g.height);
+    const s = state.sample;
+    // the colour scale: kept shows p on [0, 1]; dropped and split show c/(1-s) to the 99th percentile
+    let vmax = 1;
+    if (state.conv !== "kept") {
+      const vals = [];
+      for (const q of g.rows) { const r = row(s, st.layer, st.head, q); for (const col of g.cols) { if (col.k === g.sink) continue; const v = cell(r, col.k, g.sink); if (v.seen) vals.push(v.c); } }
+      vals.sort((a, b) => a - b);
+      vmax = vals.length ? Math.max(vals[Math.min(vals.length - 1, Math.floor(0.99 * (vals.length - 1)))], 1e-9) : 1;
+    }
+    g.vmax = vmax;
+    g.rows.forEach((q, y) => {
+      const r = row(s, st.layer, st.head, q), py = g.top + y * g.cs;
+      for (const col of g.cols) {
+        const v = cell(r, col.k, g.sink);
+        if (!v.seen) continue;
+        if (state.conv === "kept") ctx.fillStyle = VIRC[tone(v.p)];
+        else if (v.c === null) ctx.fillStyle = ORAC[tone(v.p)];
+        else ctx.fillStyle = VIRC[tone(v.c / vmax)];
+        ctx.fillRect(col.x, py, g.cs, g.cs);
+      }
+    });
+    ctx.fillStyle = "#222";
+    ctx.textBaseline = "middle";
+    const font = Math.min(11, g.cs - 1);
+    if (g.labels) {
+      ctx.font = font + "px ui-monospace, Menlo, Consolas, monospace";
+      ctx.textAlign = "right";
+      g.rows.forEach((q, y) => ctx.fillText(show(tok(meta.keys.indexOf(meta.queries[q]) >= 0 ? meta.keys.indexOf(meta.queries[q]) : 0), 14), g.left - 4, g.top + y * g.cs + g.cs / 2));
+      ctx.textAlign = "left";
+      for (const col of g.cols) {
+        ctx.save(); ctx.translate(col.x + g.cs / 2, g.top - 4); ctx.rotate(-Math.PI / 3);
+        ctx.fillText(show(tok(col.k), 12), 0, 0); ctx.restore();
+      }
+    } else {
+      ctx.font = "10px system-ui, sans-serif";
+      const every = Math.max(1, Math.ceil(24 / g.cs));
+      ctx.textAlign = "right";
+      g.rows.forEach((q, y) => { if (y % every === 0) ctx.fillText(String(meta.queries[q]), g.left - 4, g.top + y * g.cs + g.cs / 2); });
+      ctx.textAlign = "center";
+      g.cols.forEach((col, j) => { if (j % every === 0 || col.k === g.sink) ctx.fillText(String(meta.keys[col.k]), col.x + g.cs / 2, g.top - 10); });
+    }
+    drawSummary(i);
+    drawOverlay(i);
+  }
+  function drawOverlay(i) {
+    const g = geo[i];
+    if (!g) return;
+    const over = panels[i].querySelector(".acx-over"), ctx = over.getContext("2d");
+    ctx.clearRect(0, 0, over.width, over.height);
+    const hv = state.hover;
+    panels[i].dataset.hoverQuery = hv ? String(meta.queries[hv.q]) : "";
+    panels[i].dataset.hoverKey = hv ? String(meta.keys[hv.k]) : "";
+    if (!hv) return;
+    const y = g.rows.indexOf(hv.q), col = g.cols.find((c) => c.k === hv.k);
+    ctx.fillStyle = "rgba(214,39,40,0.22)";
+    if (y >= 0) ctx.fillRect(0, g.top + y * g.cs, g.width, g.cs);
+    if (col) ctx.fillRect(col.x, 0, g.cs, g.height);
+    if (y >= 0 && col) {
+      ctx.strokeStyle = "#d62728"; ctx.lineWidth = 2;
+      ctx.strokeRect(col.x - 1, g.top + y * g.cs - 1, g.cs + 2, g.cs + 2);
+    }
+  }
+  function drawSummary(i) {
+    const st = state.panels[i], tbl = panels[i].querySelector("table.acx-summ");
+    const one = meta.summaries[state.sample][st.layer][st.head];
+    const all = [0, 1, 2, 3, 4].map((j) => {
+      let t = 0, n = 0;
+      for (let s = 0; s < S; s++) { const v = meta.summaries[s][st.layer][st.head]; if (v[j] !== null) { t += v[j] * v[5]; n += v[5]; } }
+      return n ? t / n : null;
+    });
+    tbl.querySelector("caption").textContent = "layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ": means over rows (nats)";
+    const body = tbl.querySelector("tbody");
+    body.replaceChildren();
+    const head = el("tr"); head.appendChild(el("th", ""));
+    head.appendChild(el("th", "this sample")); if (S > 1) head.appendChild(el("th", "all " + S + " samples"));
+    body.appendChild(head);
+    const names = ["sink share s", "entropy H", "  H_b(s)", "  + (1 − s) H(c)", "content entropy H(c)"];
+    names.forEach((name, j) => {
+      const tr = el("tr"); tr.appendChild(el("th", name)); tr.appendChild(el("td", f3(one[j])));
+      if (S > 1) tr.appendChild(el("td", f3(all[j])));
+      body.appendChild(tr);
+    });
+    const tr = el("tr"); tr.appendChild(el("th", "rows")); tr.appendChild(el("td", String(one[5])));
+    if (S > 1) { let n = 0; for (let s = 0; s < S; s++) n += meta.summaries[s][st.layer][st.head][5]; tr.appendChild(el("td", String(n))); }
+    body.appendChild(tr);
+  }
+
+  // ---- hover and tooltip ----------------------------------------------------------------------
+  const tip = $("acx-tip");
+  function hit(i, ev) {
+    const g = geo[i], box = panels[i].querySelector(".acx-over").getBoundingClientRect();
+    const x = ev.clientX - box.left, y = ev.clientY - box.top;
+    const yi = Math.floor((y - g.top) / g.cs);
+    const col = g.cols.find((c) => x >= c.x && x < c.x + g.cs);
+    if (yi < 0 || yi >= g.rows.length || !col) return null;
+    return { q: g.rows[yi], k: col.k };
+  }
+  function setHover(i, h, ev) {
+    state.hover = h;
+    drawOverlay(0); if (state.compare) drawOverlay(1);
+    if (!h) { tip.hidden = true; tip.replaceChildren(); return; }
+    const st = state.panels[i], s = state.sample, r = row(s, st.layer, st.head, h.q), sink = meta.sink[s];
+    const v = cell(r, h.k, sink), qk = meta.keys.indexOf(meta.queries[h.q]);
+    tip.replaceChildren();
+    const line = (parts) => { const d = el("div"); parts.forEach(([t, c]) => d.appendChild(el("span", t, c))); tip.appendChild(d); };
+    line([["query " + meta.queries[h.q] + " "], [JSON.stringify(qk >= 0 ? tok(qk) : ""), "acx-tok"], [" → key " + meta.keys[h.k] + " "], [JSON.stringify(tok(h.k)), "acx-tok"], [h.k === sink ? " (the sink)" : ""]]);
+    line([["layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ", sample " + meta.samples[s]]]);
+    if (!v.seen) line([["this key is not visible to this query"]]);
+    else {
+      line([["p = " + f4(v.p)]]);
+      line([["row sink share s = " + f4(share(r))]]);
+      line([[v.c === null ? "c/(1 − s): – (the sink key)" : "c/(1 − s) = " + f4(v.c)]]);
+    }
+    const sr = share(r), e = ent[r], ce = cent[r];
+    if (!Number.isNaN(e)) line([["row: H = " + f3(e) + " = H_b(s) " + f3(e - (1 - sr) * ce) + " + (1 − s) H(c) " + f3((1 - sr) * ce) + "; H(c) = " + f3(ce) + " nats"]]);
+    tip.dataset.query = String(meta.queries[h.q]); tip.dataset.key = String(meta.keys[h.k]);
+    tip.dataset.p = String(v.seen ? v.p : ""); tip.dataset.s = String(share(r)); tip.dataset.c = String(v.c === null ? "" : v.c);
+    tip.hidden = false;
+    const pad = 14, w = tip.offsetWidth, hgt = tip.offsetHeight;
+    tip.style.left = Math.min(window.innerWidth - w - 4, ev.clientX + pad) + "px";
+    tip.style.top = (ev.clientY + pad + hgt > window.innerHeight ? ev.clientY - hgt - pad : ev.clientY + pad) + "px";
+  }
+  panels.forEach((pane, i) => {
+    const over = pane.querySelector(".acx-over");
+    over.addEventListener("mousemove", (ev) => setHover(i, hit(i, ev), ev));
+    over.addEventListener("mouseleave", () => setHover(i, null));
+    pane.addEventListener("mousedown", () => activate(i));
+    const ls = pane.querySelector(".acx-layer"), hs = pane.querySelector(".acx-head");
+    fillSelect(ls, meta.layers.map((l) => "L" + l));
+    fillSelect(hs, meta.heads.map((h) => "H" + h));
+    ls.addEventListener("change", () => pick(i, +ls.value, state.panels[i].head));
+    hs.addEventListener("change", () => pick(i, state.panels[i].layer, +hs.value));
+  });
+
+  // ---- controls ----------------------------------------------------------------------------
+  const CONV = {
+    kept: "kept: the raw row p over every key in the window, the sink where it is (one scale, 0 to 1): a sink-heavy head shows little else.",
+    dropped: "dropped: the sink removed and each row's content renormalised, c/(1 − s) (scale to the 99th percentile of the cells drawn).",
+    split: "split: the sink share s apart on the left (oranges, 0 to 1) beside the renormalised content c/(1 − s) (viridis, to the 99th percentile).",
+  };
+  function activate(i) {
+    if (i === 1 && !state.compare) return;
+    state.active = i;
+    panels.forEach((p, j) => p.classList.toggle("acx-active", j === i));
+    drawGrid();
+  }
+  function pick(i, l, h) {
+    state.panels[i] = { layer: Math.max(0, Math.min(L - 1, l)), head: Math.max(0, Math.min(H - 1, h)) };
+    redraw();
+  }
+  function setConv(c) {
+    state.conv = c;
+    document.querySelectorAll('input[name="acx-conv"]').forEach((x) => { x.checked = x.value === c; });
+    redraw();
+  }
+  function setStart(a) {
+    state.start = Math.max(0, Math.min(K - state.win, a));
+    redraw();
+  }
+  function setZoom(dir) {
+    const g = geo[0], cur = state.zoom || (g ? g.cs : 8);
+    state.zoom = Math.max(2, Math.min(30, cur + dir * Math.max(1, Math.round(cur / 4))));
+    redraw();
+  }
+  function redraw() {
+    document.body.dataset.layer = String(meta.layers[state.panels[0].layer]);
+    document.body.dataset.head = String(meta.heads[state.panels[0].head]);
+    document.body.dataset.conv = state.conv;
+    document.body.dataset.sample = String(meta.samples[state.sample]);
+    panels.forEach((p, i) => {
+      p.querySelector(".acx-layer").value = String(state.panels[i].layer);
+      p.querySelector(".acx-head").value = String(state.panels[i].head);
+      p.dataset.layer = String(meta.layers[state.panels[i].layer]);
+      p.dataset.head = String(meta.heads[state.panels[i].head]);
+    });
+    $("acx-sample").value = String(state.sample);
+    $("acx-win").value = String(state.win);
+    const start = $("acx-start");
+    start.max = String(Math.max(0, K - state.win)); start.value = String(state.start);
+    $("acx-startv").textContent = "positions " + meta.keys[state.start] + "–" + meta.keys[Math.min(K, state.start + state.win) - 1] + " of " + meta.keys[0] + "–" + meta.keys[K - 1];
+    $("acx-zoomv").textContent = state.zoom ? state.zoom + " px" : "fit";
+    $("acx-convnote").textContent = CONV[state.conv];
+    panels[1].hidden = !state.compare;
+    $("acx-compare").checked = state.compare;
+    state.hover = null; tip.hidden = true;
+    drawPanel(0);
+    if (state.compare) drawPanel(1);
+    drawGrid();
+  }
+
+  function setup() {
+    $("acx-title").textContent = meta.title;
+    $("acx-sub").textContent = L + " layers × " + H + " heads, " + S + " sample" + (S > 1 ? "s" : "") + ", " + Q + " queries × " + K + " keys" + (meta.model ? "; model " + meta.model : "") + ". Summaries: " + meta.source + ".";
+    $("acx-precision").textContent = "Precision: content weights c/(1 − s) are stored to the nearest 1/" + N + ", so the page shows them within " + (0.5 / N).toExponential(1) + " and p within (1 − s) × " + (0.5 / N).toExponential(1) + "; s is float32, the entropies are float32 to a relative 5e-4. Made by attncoda; loads nothing.";
+    fillSelect($("acx-sample"), meta.samples.map((s, i) => "sample " + s + ": " + show(meta.tokens[i].slice(meta.sink[i], meta.sink[i] + 6).join(""), 40)));
+    const wins = [16, 32, 64, 128, 256, 512, 1024].filter((w) => w < K).concat([K]);
+    const ws = $("acx-win");
+    ws.replaceChildren();
+    wins.forEach((w) => { const o = el("option", w === K ? "all " + K + " tokens" : w + " tokens"); o.value = String(w); ws.appendChild(o); });
+    state.win = Math.min(K, 64);
+    $("acx-sample").addEventListener("change", (e) => { state.sample = +e.target.value; redraw(); });
+    ws.addEventListener("change", () => { state.win = +ws.value; setStart(state.start); });
+    $("acx-start").addEventListener("input", (e) => setStart(+e.target.value));
+    $("acx-zin").addEventListener("click", () => setZoom(1));
+    $("acx-zout").addEventListener("click", () => setZoom(-1));
+    $("acx-compare").addEventListener("change", (e) => { state.compare = e.target.checked; if (!state.compare) activate(0); redraw(); });
+    $("acx-ocolour").addEventListener("change", (e) => { state.ocolour = e.target.value; drawGrid(); });
+    document.querySelectorAll('input[name="acx-conv"]').forEach((x) => x.addEventListener("change", () => setConv(x.value)));
+    document.addEventListener("keydown", onKey);
+    let width = window.innerWidth; // a fitted view follows the window's width, not its height
+    window.addEventListener("resize", () => {
+      if (!state.zoom && window.innerWidth !== width) { width = window.innerWidth; redraw(); }
+    });
+    buildGrid();
+  }
+  function onKey(ev) {
+    if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const t = ev.target && ev.target.tagName;
+    if ((t === "SELECT" || t === "INPUT") && ev.key.startsWith("Arrow")) return; // the control's own keys
+    const p = state.panels[state.active], i = state.active;
+    const keys = {
+      ArrowUp: () => pick(i, p.layer - 1, p.head), ArrowDown: () => pick(i, p.layer + 1, p.head),
+      ArrowLeft: () => pick(i, p.layer, p.head - 1), ArrowRight: () => pick(i, p.layer, p.head + 1),
+      n: () => { state.sample = Math.min(S - 1, state.sample + 1); redraw(); },
+      p: () => { state.sample = Math.max(0, state.sample - 1); redraw(); },
+      k: () => setConv("kept"), d: () => setConv("dropped"), s: () => setConv("split"),
+      "[": () => setStart(state.start - Math.max(1, state.win >> 1)), "]": () => setStart(state.start + Math.max(1, state.win >> 1)),
+      Home: () => setStart(0), End: () => setStart(K),
+      "+": () => setZoom(1), "=": () => setZoom(1), "-": () => setZoom(-1),
+      c: () => { state.compare = !state.compare; if (!state.compare) activate(0); redraw(); },
+      a: () => activate(0), b: () => activate(1),
+      o: () => { state.ocolour = state.ocolour === "sink" ? "content" : "sink"; $("acx-ocolour").value = state.ocolour; drawGrid(); },
+    };
+    const f = keys[ev.key];
+    if (f) { ev.preventDefault(); f(); }
+  }
+
+  setup();
+  decode().then(() => {
+    performance.mark("acx-decoded");
+    redraw();
+    $("acx-status").hidden = true;
+    document.documentElement.dataset.ready = "1";
+    requestAnimationFrame(() => performance.mark("acx-first-draw"));
+  }).catch((err) => {
+    $("acx-status").textContent = "The explorer could not decode its data: " + err;
+    document.documentElement.dataset.ready = "error";
+  });
+})();

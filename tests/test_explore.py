@@ -1,0 +1,547 @@
+"""The attention explorer: what the page holds, what it refuses, and how it behaves in a browser.
+
+The Python tests read the page as text: its policy pins exactly its one script and one style,
+every token is escaped, and the rows decoded from its data block (independently of the page's
+script) equal ``exp(log_attn)`` to the stated precision. The browser tests load a saved page in
+Debian's chromium (headless, over the DevTools protocol: see ``tests/browser.py``), click,
+press keys and move the mouse as a user would, and read what the page then shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from browser import needs_chromium, open_page
+
+import attncoda as ac
+from attncoda._explore import LEVELS, json_block
+from attncoda.cli import main
+
+#: A content weight is stored to the nearest 1/LEVELS: shown within half of that.
+TOL = 0.5 / LEVELS + 1e-6
+HOSTILE = [
+    "</script><img src=x onerror=alert(1)>",
+    '"><svg onload=alert(2)>',
+    "line\u2028sep\u2029para",
+    "&amp; <!-- -->",
+]
+
+
+def _rows(length: int = 12, **kw: Any) -> xr.Dataset:
+    return ac.testing.synthetic_rows(n_samples=2, n_layers=3, n_heads=4, length=length, **kw)
+
+
+def _hostile(ds: xr.Dataset) -> xr.Dataset:
+    tokens = ds["token"].values.copy().astype(object)
+    for i, t in enumerate(HOSTILE):
+        tokens[:, i + 1] = t
+    return ds.assign_coords(token=(("sample", "position"), tokens.astype(str)))
+
+
+def _data(page: str) -> dict[str, Any]:
+    m = re.search(r'<script type="application/json" id="acx-data">(.*?)</script>', page, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def _decode(meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The data block's arrays, decoded here (as the page's script does, written again)."""
+    raw = zlib.decompress(base64.b64decode(meta["blob"]))
+    s, l_, h, q = (len(meta[k]) for k in ("samples", "layers", "heads", "queries"))
+    n_rows, n_codes = s * l_ * h * q, meta["n_codes"]
+    out: dict[str, np.ndarray] = {}
+    at = 0
+    for name, dt in (("lam", "<f4"), ("H", "<f4"), ("Hc", "<f4"), ("lo", "<u2"), ("hi", "<u2")):
+        size = np.dtype(dt).itemsize * n_rows
+        out[name] = np.frombuffer(raw[at : at + size], dt).reshape(s, l_, h, q)
+        at += size
+    hi8 = np.frombuffer(raw[at : at + n_codes], np.uint8).astype(np.int64)
+    lo8 = np.frombuffer(raw[at + n_codes : at + 2 * n_codes], np.uint8)
+    assert at + 2 * n_codes == len(raw)
+    out["codes"] = (hi8 << 8) | lo8
+    return out
+
+
+def _weights(ds: xr.Dataset) -> np.ndarray:
+    z = ds["log_attn"].values.astype(np.float64)
+    return np.where(np.isfinite(z), np.exp(np.where(np.isfinite(z), z, 0.0)), 0.0)
+
+
+def _decoded_rows(meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """p, s and c/(1 - s) of every cell (NaN where invisible), from the data block alone."""
+    d = _decode(meta)
+    lam = d["lam"].astype(np.float64)
+    n_k = len(meta["keys"])
+    with np.errstate(over="ignore"):
+        s = np.where(np.isnan(lam), np.nan, 1 / (1 + np.exp(-lam)))
+        rest = np.where(np.isnan(lam), np.nan, 1 / (1 + np.exp(lam)))
+    c = np.full((*lam.shape, n_k), np.nan)
+    keys = np.arange(n_k)
+    span = (keys >= d["lo"][..., None]) & (keys < d["hi"][..., None])
+    codes = np.zeros(span.shape, np.int64)
+    codes[span] = d["codes"]
+    c = np.where(codes > 0, (codes - 1) / meta["levels"], np.nan)
+    p = rest[..., None] * c
+    for i, k in enumerate(meta["sink"]):
+        p[i, ..., k] = np.where(np.isfinite(lam[i]) | (lam[i] == np.inf), s[i], np.nan)
+    return p, s, c
+
+
+# --------------------------------------------------------------------------------------------
+# the page as text
+
+
+def test_json_block_escapes_what_could_end_the_script() -> None:
+    text = json_block({"t": HOSTILE})
+    for bad in ("<", ">", "&", "\u2028", "\u2029"):
+        assert bad not in text
+    assert json.loads(text) == {"t": HOSTILE}
+
+
+def test_policy_pins_the_one_script_and_the_one_style() -> None:
+    page = ac.explore(_hostile(_rows())).html
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
+    assert policy is not None
+    csp = html.unescape(policy.group(1))
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
+    styles = re.findall(r"<style>(.*?)</style>", page, re.S)
+    assert len(scripts) == 1 and len(styles) == 1
+    assert page.count("<script") == 2  # the script, and the data block that is not run
+
+    def sha(text: str) -> str:
+        return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+    assert f"script-src 'sha256-{sha(scripts[0])}'" in csp
+    assert f"style-src 'sha256-{sha(styles[0])}'" in csp
+    # nothing the policy would block: no style attributes, no event handlers, no sources
+    assert not re.search(r"<[^>]+\sstyle=", page)
+    assert not re.search(r"<[^>]+\son[a-z]+=", page.split('id="acx-data"')[0])
+    assert "://" not in page.replace("http://www.w3.org", "")
+
+
+def test_tokens_and_names_are_escaped() -> None:
+    page = ac.explore(_hostile(_rows()), title="<b>title</b>").html
+    for t in HOSTILE:
+        assert t not in page
+    assert "<img" not in page and "<svg" not in page and "<b>" not in page
+    assert "&lt;b&gt;title&lt;/b&gt;" in page
+    meta = _data(page)
+    assert meta["tokens"][0][1 : 1 + len(HOSTILE)] == HOSTILE
+    assert meta["title"] == "<b>title</b>"
+
+
+def test_rows_decode_to_exp_log_attn_within_the_stated_precision() -> None:
+    ds = _rows(16)
+    la = ds["log_attn"].values.copy()
+    la[1, ..., :3] = -np.inf  # sample 1 left-padded by three tokens: its sink is key 3
+    la[1, :, :, :3, :] = -np.inf
+    z = np.where(np.isfinite(la[1, ..., 3:]), la[1, ..., 3:], -np.inf)
+    lse = np.logaddexp.reduce(z, axis=-1, keepdims=True)
+    la[1, ..., 3:] = np.where(np.isfinite(z), z - np.where(np.isfinite(lse), lse, 0.0), -np.inf)
+    ds["log_attn"] = (ds["log_attn"].dims, la)
+    ds = ds.assign_coords(sink_index=("sample", np.array([0, 3])))
+    meta = _data(ac.explore(ds.drop_vars(list(ac.SUMMARY_VARIABLES))).html)
+    p, s, c = _decoded_rows(meta)
+    want = _weights(ds)
+    vis = np.isfinite(la)
+    assert (np.isfinite(p) == vis).all()  # a cell is drawn where, and only where, it is visible
+    assert np.abs(p[vis] - want[vis]).max() <= TOL
+    for i, k in enumerate((0, 3)):
+        share = want[i, ..., k]
+        rows = vis[i].any(-1)
+        np.testing.assert_allclose(s[i][rows], share[rows], atol=1e-6)
+        content = want[i] * vis[i]
+        content[..., k] = 0
+        mass = content.sum(-1, keepdims=True)
+        ok = vis[i] & (mass > 0)
+        ok[..., k] = False
+        cw = np.divide(content, mass, out=np.zeros_like(content), where=mass > 0)
+        assert np.abs(c[i][ok] - cw[ok]).max() <= TOL
+    # the first query of a causal model sees only its sink: all mass on it
+    assert np.isinf(_decode(meta)["lam"][0, :, :, 0]).all()
+
+
+def test_a_custom_sink_is_the_column_apart() -> None:
+    ds = _rows(10)
+    meta = _data(ac.explore(ds, sink=1).html)
+    assert meta["sink"] == [1, 1]
+    assert meta["source"] == "computed from the rows with attncoda.decompose"
+    p, s, _ = _decoded_rows(meta)
+    want, vis = _weights(ds), np.isfinite(ds["log_attn"].values)
+    assert np.abs(p[vis] - want[vis]).max() <= TOL
+    np.testing.assert_allclose(s[..., 2:], want[..., 2:, 1], atol=1e-6)  # queries seeing key 1
+
+
+def test_summaries_come_from_the_variables_else_from_decompose() -> None:
+    ds = _rows(10)
+    with_vars = _data(ac.explore(ds).html)
+    computed = _data(ac.explore(ds.drop_vars(list(ac.SUMMARY_VARIABLES))).html)
+    assert with_vars["source"] == "the capture's summaries variables"
+    assert computed["source"] == "computed from the rows with attncoda.decompose"
+    a, b = np.asarray(with_vars["summaries"]), np.asarray(computed["summaries"])
+    np.testing.assert_allclose(a.astype(float), b.astype(float), rtol=1e-4, atol=1e-5)
+    # means over a head's rows of one sample: s, H, H_b(s), (1 - s) H(c), H(c), rows
+    d = ac.decompose(ds["log_attn"].values.astype(np.float64), from_logits=True, degenerate="nan")
+    share = d.sink_share[1, 2, 3, 1:]  # the first query has no content: left out
+    s_, h_, hb, part, hc, n = b[1, 2, 3]
+    assert n == 9
+    assert s_ == pytest.approx(share.mean(), rel=1e-5)
+    assert h_ == pytest.approx(d.entropy[1, 2, 3, 1:].mean(), rel=1e-5)
+    assert hc == pytest.approx(d.content_entropy[1, 2, 3, 1:].mean(), rel=1e-5)
+    assert hb == pytest.approx(float(np.mean(ac.binary_entropy(share))), rel=1e-5)
+    assert hb + part == pytest.approx(h_, rel=1e-5)  # H = H_b(s) + (1 - s) H(c), exactly
+
+
+def test_choices_and_refusals() -> None:
+    ds = _rows(8)
+    meta = _data(ac.explore(ds, sample=[1], layer=0, head=2).html)
+    assert meta["samples"] == [1] and meta["start"] == {"layer": 0, "head": 2}
+    assert len(meta["tokens"]) == 1
+    assert ac.explore(ds, sample=0).shape == {"layer": 3, "head": 4, "sample": 1, "query": 8}
+    with pytest.raises(ac.InputError, match=r"layer=7 was not captured; .* layers \[0, 1, 2\]"):
+        ac.explore(ds, layer=7)
+    with pytest.raises(ac.InputError, match="head=4 was not captured"):
+        ac.explore(ds, head=4)
+    with pytest.raises(ac.InputError, match="sample must be from 0 to 1"):
+        ac.explore(ds, sample=2)
+    with pytest.raises(ac.InputError, match="names a sample twice"):
+        ac.explore(ds, sample=[0, 0])
+    with pytest.raises(ac.InputError, match="selects no sample"):
+        ac.explore(ds, sample=[])
+    with pytest.raises(ac.InputError, match="sample must be a whole number"):
+        ac.explore(ds, sample=0.5)
+    with pytest.raises(ac.InputError, match="title must be a string"):
+        ac.explore(ds, title=3)  # type: ignore[arg-type]
+    with pytest.raises(ac.RowsRequiredError):
+        ac.explore(ds.drop_vars("log_attn"))
+
+
+def test_save_notebook_and_accessor(tmp_path: Path) -> None:
+    ds = _rows(6)
+    ex = ds.coda.explore(layer=1)
+    assert _data(ex.html)["start"]["layer"] == 1
+    page = ex.save(tmp_path / "explorer.html")
+    assert page.read_text(encoding="utf-8") == ex.html
+    with pytest.raises(ac.OutputExistsError, match="exists; pass overwrite=True"):
+        ex.save(page)
+    ac.explore(ds, layer=0).save(page, overwrite=True)
+    assert _data(page.read_text(encoding="utf-8"))["start"]["layer"] == 0
+    mine = tmp_path / "mine.html"
+    mine.write_text("<p>my own notes</p>")
+    with pytest.raises(ac.OutputExistsError, match="not an attncoda view"):
+        ex.save(mine, overwrite=True)
+    assert mine.read_text() == "<p>my own notes</p>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer.html", "mine.html"]
+    frame = ex._repr_html_()
+    assert frame.startswith("<iframe ") and 'sandbox="allow-scripts"' in frame
+    assert "allow-same-origin" not in frame and frame.count("<") == 2  # the page is escaped
+    assert html.unescape(re.search(r'srcdoc="([^"]*)"', frame).group(1)) == ex.html  # type: ignore[union-attr]
+
+
+def test_cli_end_to_end_on_a_twin_capture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(f"Paragraph {i}. " + "a few words of text " * 12 for i in range(4)))
+    cap = tmp_path / "rows.nc"
+    argv = ["capture", "twin:llama", str(text), "--what", "rows", "--passages", "2"]
+    assert main([*argv, "--max-tokens", "20", "--out", str(cap), "-q"]) == 0
+    assert main(["explore", str(cap)]) == 0
+    page = tmp_path / "rows-explorer.html"
+    assert f"explorer: {page}" in capsys.readouterr().out
+    meta = _data(page.read_text(encoding="utf-8"))
+    ds = ac.load(cap)
+    assert len(meta["samples"]) == 2 and len(meta["layers"]) == ds.sizes["layer"]
+    p, _, _ = _decoded_rows(meta)
+    want, vis = _weights(ds), np.isfinite(ds["log_attn"].values)
+    assert np.abs(p[vis] - want[vis]).max() <= TOL
+    # refusals: one line each, exit 2, nothing written
+    out = tmp_path / "one.html"
+    for args, message in (
+        ([str(cap)], "exists; pass"),
+        ([str(cap), "--out", str(out), "--sample", "7"], "--sample 7 is out of range"),
+        ([str(cap), "--out", str(out), "--sample", "5:9"], "selects none of 2 samples"),
+        ([str(cap), "--out", str(out), "--layer", "99"], "layer=99 was not captured"),
+        ([str(cap), "--out", str(tmp_path / "x.txt")], "must name an .html file"),
+        ([str(tmp_path / "missing.nc")], "no such dataset"),
+        ([str(cap), "--sample", "x"], "is not 'all'"),
+    ):
+        assert main(["explore", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not out.exists()
+    summaries = tmp_path / "summ.nc"
+    ac.save(ds.coda.decompose(), summaries)
+    assert main(["explore", str(summaries)]) == 2
+    assert "has no rows (log_attn)" in capsys.readouterr().err
+    assert main(["explore", str(cap), "--force", "--sample", "1", "--head", "0"]) == 0
+    assert _data(page.read_text(encoding="utf-8"))["samples"] == [1]
+
+
+def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> None:
+    text = tmp_path / "text.txt"
+    text.write_text(
+        "\n\n".join(f"Paragraph {i}. " + "some words of a text " * 12 for i in range(4))
+    )
+    out = tmp_path / "demo"
+    argv = ["demo", "--model", "twin:llama", "--text", str(text), "--quick", "--passages", "2"]
+    assert main([*argv, "--n-boot", "0", "--out", str(out), "-q"]) == 0
+    meta = _data((out / "explorer.html").read_text(encoding="utf-8"))
+    rows = ac.load(out / "rows.nc")
+    assert meta["layers"] == [int(v) for v in rows["layer"].values]
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert '<a href="explorer.html">Open the attention explorer</a>' in report
+    assert "explorer.html" in ac.load_analysis(out).files
+
+
+# --------------------------------------------------------------------------------------------
+# in a real browser
+
+
+def _ready(tab: Any) -> None:
+    for _ in range(300):
+        if tab.evaluate("document.documentElement.dataset.ready"):
+            break
+        time.sleep(0.05)
+    assert tab.evaluate("document.documentElement.dataset.ready") == "1"
+
+
+def _click(tab: Any, x: float, y: float) -> None:
+    for kind in ("mousePressed", "mouseReleased"):
+        tab.call(
+            "Input.dispatchMouseEvent",
+            {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+        )
+
+
+_CODES = {"ArrowUp": 38, "ArrowDown": 40, "ArrowLeft": 37, "ArrowRight": 39}
+
+
+def _press(tab: Any, key: str) -> None:
+    params: dict[str, Any] = {"key": key, "code": key}
+    if key in _CODES:
+        params["windowsVirtualKeyCode"] = _CODES[key]
+        tab.call("Input.dispatchKeyEvent", {"type": "rawKeyDown", **params})
+    else:
+        tab.call("Input.dispatchKeyEvent", {"type": "keyDown", "text": key, **params})
+    tab.call("Input.dispatchKeyEvent", {"type": "keyUp", **params})
+
+
+def _centre(tab: Any, selector: str) -> list[float]:
+    return tab.evaluate(  # type: ignore[no-any-return]
+        f"(() => {{ const b = document.querySelector({json.dumps(selector)})"
+        ".getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; })()"
+    )
+
+
+def _state(tab: Any) -> dict[str, str]:
+    return tab.evaluate("Object.assign({}, document.body.dataset)")  # type: ignore[no-any-return]
+
+
+def _cell_point(tab: Any, query: int, key: int, panel: str = "#acx-pa") -> list[float]:
+    """Where the page draws the cell (query position, key position) of a panel's view."""
+    geo = tab.evaluate("window.acxGeometry(0)")
+    row = geo["rows"].index(query)
+    col = next(c for c in geo["cols"] if c["k"] == key)
+    x, y = col["x"] + geo["cs"] / 2, geo["top"] + row * geo["cs"] + geo["cs"] / 2
+    # scroll the page so that the cell is in the viewport (a mouse can only point there)
+    expr = (
+        f"(() => {{ const o = document.querySelector('{panel} .acx-over');"
+        f" window.scrollTo(0, o.getBoundingClientRect().y + window.scrollY + {y} - 300);"
+        " const c = o.getBoundingClientRect(); return [c.x, c.y]; })()"
+    )
+    x0, y0 = tab.evaluate(expr)
+    return [x0 + x, y0 + y]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, xr.Dataset]:
+    ds = _hostile(_rows(14))
+    page = tmp_path_factory.mktemp("explore") / "explorer.html"
+    ac.explore(ds, layer=2, head=0).save(page)
+    return page, ds
+
+
+@needs_chromium
+def test_thumbnails_keys_and_switches_in_chromium(
+    saved: tuple[Path, xr.Dataset], tmp_path: Path
+) -> None:
+    page, _ = saved
+    with open_page(page, tmp_path / "profile", 1300, 1000) as tab:
+        _ready(tab)
+        assert _state(tab) == {"layer": "2", "head": "0", "conv": "split", "sample": "0"}
+        # a thumbnail click opens that head large
+        _click(tab, *_centre(tab, 'canvas[data-layer="1"][data-head="3"]'))
+        assert (_state(tab)["layer"], _state(tab)["head"]) == ("1", "3")
+        assert tab.evaluate("document.querySelector('#acx-pa .acx-layer').value") == "1"
+        # the keyboard: layer, head, sample, conventions
+        for key, want in (
+            ("ArrowDown", ("2", "3")),
+            ("ArrowLeft", ("2", "2")),
+            ("ArrowUp", ("1", "2")),
+            ("ArrowRight", ("1", "3")),
+        ):
+            _press(tab, key)
+            assert (_state(tab)["layer"], _state(tab)["head"]) == want, key
+        _press(tab, "n")
+        assert _state(tab)["sample"] == "1"
+        _press(tab, "p")
+        assert _state(tab)["sample"] == "0"
+        for key, conv in (("k", "kept"), ("d", "dropped"), ("s", "split")):
+            _press(tab, key)
+            assert _state(tab)["conv"] == conv
+        # the mouse: the convention's radio buttons
+        _click(tab, *_centre(tab, 'input[name="acx-conv"][value="dropped"]'))
+        assert _state(tab)["conv"] == "dropped"
+        # compare: a second view, its own head from a thumbnail click
+        _press(tab, "c")
+        assert tab.evaluate("document.getElementById('acx-pb').hidden") is False
+        _click(tab, *_centre(tab, "#acx-pb .acx-view"))
+        _click(tab, *_centre(tab, 'canvas[data-layer="0"][data-head="1"]'))
+        right = tab.evaluate("Object.assign({}, document.getElementById('acx-pb').dataset)")
+        assert (right["layer"], right["head"]) == ("0", "1")
+        assert (_state(tab)["layer"], _state(tab)["head"]) == ("1", "3")  # the left one stays
+        assert tab.requests() == [page.resolve().as_uri()]  # nothing loaded from anywhere
+        assert tab.evaluate("window.acxViolations.length") == 0
+
+
+@needs_chromium
+def test_hover_highlights_row_and_column_and_tells_the_weights(
+    saved: tuple[Path, xr.Dataset], tmp_path: Path
+) -> None:
+    page, ds = saved
+    p = _weights(ds)[0, 2, 0]  # sample 0, layer 2, head 0
+    with open_page(page, tmp_path / "profile", 1300, 1000) as tab:
+        _ready(tab)
+        tab.call("Log.enable")
+        assert tab.evaluate("document.getElementById('acx-tip').hidden") is True
+        for conv, query, key in (("split", 9, 2), ("kept", 11, 0), ("dropped", 13, 5)):
+            _press(tab, conv[0])
+            tab.hover(*_cell_point(tab, query, key))
+            pane = tab.evaluate("Object.assign({}, document.getElementById('acx-pa').dataset)")
+            assert (pane["hoverQuery"], pane["hoverKey"]) == (str(query), str(key))
+            tip = tab.evaluate("document.getElementById('acx-tip').innerText")
+            assert tab.evaluate("document.getElementById('acx-tip').hidden") is False
+            # the highlight: the overlay is tinted along the row and the column, clear elsewhere
+            tint = tab.evaluate(
+                "(() => { const g = window.acxGeometry(0), o = document.querySelector("
+                "'#acx-pa .acx-over').getContext('2d'); const px = (x, y) => o.getImageData("
+                f"x, y, 1, 1).data[3]; const r = g.rows.indexOf({query}), c = g.cols.find("
+                f"c => c.k === {key}), y = g.top + r * g.cs + 1, x = c.x + 1;"
+                " return [px(g.width - 3, y), px(x, g.height - 3), px(g.width - 3, g.height - 3)];"
+                " })()"
+            )
+            assert tint[0] > 0 and tint[1] > 0 and tint[2] == 0, tint
+            words = ds["token"].values[0]
+            assert f"query {query} {json.dumps(str(words[query]))}" in tip
+            assert f"key {key} {json.dumps(str(words[key]))}" in tip
+            shown = {m[0]: float(m[1]) for m in re.findall(r"(p|s|c/\(1 − s\)) = ([0-9.]+)", tip)}
+            s = p[query, 0]
+            assert abs(shown["p"] - p[query, key]) <= TOL + 5e-5, (conv, tip)
+            assert abs(shown["s"] - s) <= 5e-5 + 1e-6
+            if key != 0:
+                assert abs(shown["c/(1 − s)"] - p[query, key] / (1 - s)) <= TOL + 5e-5
+            else:
+                assert "(the sink)" in tip
+        # a hostile token string is text in the tooltip, never markup
+        tab.hover(*_cell_point(tab, 6, 1))
+        tip = tab.evaluate("document.getElementById('acx-tip').textContent")
+        assert json.dumps(HOSTILE[0]) in tip
+        assert tab.evaluate("document.querySelectorAll('img, svg, iframe, object').length") == 0
+        labels = tab.evaluate(
+            "Array.from(document.querySelectorAll('#acx-sample option')).map(o => o.textContent)"
+        )
+        assert "</script>" in labels[0]  # the sample's first tokens, as text
+        tab.hover(5, 5)
+        assert tab.evaluate("document.getElementById('acx-tip').hidden") is True
+        assert tab.requests() == [page.resolve().as_uri()]
+        assert tab.evaluate("window.acxViolations.length") == 0
+        logged = [
+            ev["params"]["entry"]["text"]
+            for ev in tab.dt.events
+            if ev.get("method") == "Log.entryAdded"
+        ]
+        assert not [t for t in logged if "Content Security Policy" in t], logged
+
+
+@needs_chromium
+def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> None:
+    """``_repr_html_`` in a host page (what Jupyter does with it): the page runs inside its
+    sandboxed iframe, draws every head and reports no policy violation."""
+    ds = _hostile(_rows(10))
+    host = tmp_path / "notebook.html"
+    body = "<p>a notebook cell's output:</p>" + ac.explore(ds)._repr_html_()
+    host.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
+    with open_page(host, tmp_path / "profile") as tab:
+        # the sandboxed srcdoc frame has an opaque origin: chromium runs it as a target of its own
+        frame = None
+        for _ in range(200):
+            targets = tab.dt.call("Target.getTargets")["targetInfos"]
+            frame = next((t for t in targets if t["type"] == "iframe"), None)
+            if frame is not None:
+                break
+            time.sleep(0.05)
+        assert frame is not None and frame["url"] == "about:srcdoc"
+        session = tab.dt.call(
+            "Target.attachToTarget", {"targetId": frame["targetId"], "flatten": True}
+        )
+        inner = (
+            "[document.documentElement.dataset.ready, window.acxViolations.length,"
+            " document.querySelectorAll('#acx-grid canvas').length,"
+            " document.querySelectorAll('img, svg').length]"
+        )
+        state: list[Any] = []
+        for _ in range(200):
+            reply = tab.dt.call(
+                "Runtime.evaluate",
+                {"expression": inner, "returnByValue": True},
+                session=session["sessionId"],
+            )
+            state = reply["result"]["value"]
+            if state[0]:
+                break
+            time.sleep(0.05)
+        assert state == ["1", 0, 12, 0]
+        assert tab.requests() == [host.resolve().as_uri()]
+
+
+@pytest.mark.real
+@pytest.mark.filterwarnings("ignore::UserWarning")  # the sink is 'The': no BOS in the passage
+@needs_chromium
+def test_smollm2_30x9x256_opens_small_and_right(tmp_path: Path) -> None:
+    from conftest import need
+
+    need("smollm2-135m", "austen")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_explore import rows  # the benchmark's case, measured there for size and speed
+
+    ds = rows()
+    assert dict(ds.sizes)["layer"] == 30 and ds.sizes["head"] == 9 and ds.sizes["key"] == 256
+    page = ac.explore(ds).save(tmp_path / "smollm2.html")
+    assert page.stat().st_size < 10e6
+    meta = _data(page.read_text(encoding="utf-8"))
+    p, _, _ = _decoded_rows(meta)
+    want, vis = _weights(ds), np.isfinite(ds["log_attn"].values)
+    assert np.abs(p[vis] - want[vis]).max() <= TOL
+    with open_page(page, tmp_path / "profile", 1300, 1000) as tab:
+        _ready(tab)
+        assert tab.evaluate("document.querySelectorAll('#acx-grid canvas').length") == 270
+        tab.hover(*_cell_point(tab, 40, 17))
+        tip = tab.evaluate("document.getElementById('acx-tip').innerText")
+        shown = float(re.search(r"p = ([0-9.]+)", tip).group(1))  # type: ignore[union-attr]
+        assert abs(shown - want[0, 29, 0, 40, 17]) <= TOL + 5e-5
+        assert tab.requests() == [page.resolve().as_uri()]
