@@ -8,8 +8,7 @@ from typing import Any
 
 import attncoda as ac
 
-from ._analyze import _analysis_out
-from ._common import add_force, add_out, load_dataset, parse_index, usage
+from ._common import add_force, add_out, analysis_folder, load_dataset, parse_index, usage
 
 #: What the default output's name adds to the dataset's name (``rows.nc`` -> ``rows-explorer.html``).
 SUFFIX = "-explorer.html"
@@ -60,7 +59,11 @@ def _samples(selection: list[int] | slice | None, n: int) -> list[int] | None:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else _analysis_out(args.dataset, None, SUFFIX)
+    out = (
+        Path(args.out)
+        if args.out
+        else analysis_folder(args.dataset).with_name(analysis_folder(args.dataset).name + SUFFIX)
+    )
     if out.suffix.lower() not in (".html", ".htm"):
         raise usage(f"--out {args.out!r} must name an .html file")
     if not Path(args.dataset).exists():
