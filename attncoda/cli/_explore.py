@@ -59,11 +59,8 @@ def _samples(selection: list[int] | slice | None, n: int) -> list[int] | None:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    out = (
-        Path(args.out)
-        if args.out
-        else analysis_folder(args.dataset).with_name(analysis_folder(args.dataset).name + SUFFIX)
-    )
+    folder = analysis_folder(args.dataset)  # the one rule for default outputs
+    out = Path(args.out) if args.out else folder.with_name(folder.name + SUFFIX)
     if out.suffix.lower() not in (".html", ".htm"):
         raise usage(f"--out {args.out!r} must name an .html file")
     if not Path(args.dataset).exists():
