@@ -136,6 +136,9 @@ def test_figures_accessors_and_views_show_in_a_fresh_kernel(tmp_path: Path) -> N
     assert "ds.coda.plot.sink_grid(...)" in html["text/html"]
     assert "sink_grid(...)" in html["text/plain"]  # the same list as text
     assert "ds.coda.head_profiles(...)" in listing["ds.coda"].outputs[0]["data"]["text/html"]
+    explorer = next(c for c in node.cells if c.source == "rows.coda.explore()")
+    page = explorer.outputs[0]["data"]["text/html"]
+    assert page.startswith("<iframe") and "srcdoc=" in page  # the offline page, sandboxed
 
 
 @pytest.mark.slow

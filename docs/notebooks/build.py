@@ -44,9 +44,12 @@ FIGURES: list[tuple[str | None, str]] = [
     ("image", 'rows.coda.flip_rates(["cosine", "js"], n_boot=0).coda.plot.flip_table()'),
     ("markdown", "## The head view\n\nOne head token by token; hover a cell."),
     ("html", "view"),
-    ("markdown", "## The explorer"),
-    # #26 item 1: the lead enables this cell (and gives it shows=html) after merging 'explore'
-    (None, "# explorer: ds.coda.explore()"),
+    (
+        "markdown",
+        "## The explorer\n\nEvery captured layer x head of the rows: click a thumbnail, switch "
+        "kept / dropped / split, hover a cell.",
+    ),
+    ("html", "rows.coda.explore()"),
 ]
 
 FENCE = re.compile(r"^```python\s*\n(.*?)^```", re.M | re.S)
