@@ -43,6 +43,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -55,15 +56,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import OutputError, OutputExistsError
+from ._errors import ForeignFileError, OutputError, OutputExistsError
 
 __all__ = [
     "STAMP",
     "atomic_output",
     "check_output",
     "deferred_interrupt",
+    "file_digest",
+    "file_is_ours",
     "folder_is_ours",
+    "own_files",
+    "read_own_file",
     "record_files",
+    "sign_text",
     "sweep",
 ]
 
@@ -108,12 +114,22 @@ def folder_is_ours(folder: Path) -> str | None:
     return None
 
 
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's content, as hex (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def record_files(folder: Path, kind: str, names: list[str] | None = None) -> None:
     """Write (or extend) ``folder``'s :data:`STAMP` with the files attncoda wrote there.
 
     ``names=None`` lists every file now in the folder (a staging folder that attncoda filled);
     otherwise ``names`` are added to the stamp's list (a file written into an existing output,
-    e.g. ``report.html``).
+    e.g. ``report.html``). The stamp records each file's sha256 (``"sha256"``), which
+    :func:`read_own_file` checks before anything reads the file back.
     """
     from ._version import __version__
 
@@ -122,21 +138,221 @@ def record_files(folder: Path, kind: str, names: list[str] | None = None) -> Non
         files = sorted(
             p.relative_to(folder).as_posix()
             for p in folder.rglob("*")
-            if p.is_file() and p.name != STAMP
+            if p.is_file() and not p.is_symlink() and p.name != STAMP
         )
         data: dict[str, Any] = {"kind": kind}
+        hashes: dict[str, str] = {}
     else:
         try:
             data = json.loads(stamp.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {"kind": kind, "files": []}
+            hashes = dict(data.get("sha256", {}))
+        except (OSError, ValueError, TypeError, AttributeError):
+            data, hashes = {"kind": kind, "files": []}, {}
         files = sorted({*data.get("files", []), *names})
+    for name in files if names is None else names:
+        path = folder / name
+        if path.is_file() and not path.is_symlink():
+            hashes[name] = file_digest(path)
     data.update(
-        files=files, attncoda_version=__version__, written=time.strftime("%Y-%m-%dT%H:%M:%S")
+        files=files,
+        sha256={k: hashes[k] for k in files if k in hashes},
+        attncoda_version=__version__,
+        written=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     tmp = folder / f".{STAMP}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, stamp)
+
+
+#: The largest file :func:`read_own_file` and :func:`file_is_ours` read (a page, table or figure).
+MAX_OWN_BYTES = 256 << 20
+
+
+def _name_problem(name: object) -> str | None:
+    """Why ``name`` is not a plain relative path inside a folder (None if it is)."""
+    if not isinstance(name, str) or not name:
+        return f"{name!r} is not a file name"
+    if "\0" in name or "\\" in name or name.startswith(("/", "~")) or ":" in name.split("/")[0]:
+        return f"{name!r} is not a relative path inside the folder"
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return f"{name!r} is not a plain relative path inside the folder (no '..', '.', '//')"
+    return None
+
+
+def own_files(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """The files ``folder``'s :data:`STAMP` lists with a sha256: name -> hex digest.
+
+    Only plain relative names are returned (see :func:`read_own_file`); an unreadable stamp,
+    or one reached through a symlink, lists nothing.
+    """
+    try:
+        raw = json.loads(_read_regular(Path(folder) / STAMP, 16 << 20).decode("utf-8"))
+        listed = raw.get("sha256", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {
+        k: v
+        for k, v in listed.items()
+        if _name_problem(k) is None and isinstance(v, str) and len(v) == 64
+    }
+
+
+def read_own_file(folder: str | os.PathLike[str], name: object) -> bytes:
+    """The content of ``folder/name``, only if attncoda wrote it there and it is unchanged.
+
+    The file must be named by a plain relative path (no absolute path, no ``..``, no ``~``), lie
+    inside ``folder`` with no symlink on the way, be a regular file, and be listed in the
+    folder's :data:`STAMP` with the sha256 of the bytes read. Anything that reads back what a
+    folder's manifest names (the HTML report) reads through this function: a manifest is
+    treated as untrusted input.
+
+    Raises
+    ------
+    ForeignFileError
+        One line saying which condition failed.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "t.csv").write_text("a\\n1\\n")
+    >>> record_files(folder, "demo")
+    >>> read_own_file(folder, "t.csv")
+    b'a\\n1\\n'
+    >>> read_own_file(folder, "../t.csv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.ForeignFileError: ... not a plain relative path inside the folder ...
+    """
+    problem = _name_problem(name)
+    if problem is not None:
+        raise ForeignFileError(problem)
+    assert isinstance(name, str)
+    root = Path(folder)
+    want = own_files(root).get(name)
+    if want is None:
+        raise ForeignFileError(
+            f"{name!r} is not listed with its sha256 in {STAMP} of {str(root)!r}: attncoda did "
+            "not write it there (or wrote it before files were hashed; re-run the analysis)"
+        )
+    here = root
+    for part in name.split("/"):
+        here = here / part
+        if here.is_symlink():
+            raise ForeignFileError(f"{name!r} passes through a symlink; it is not read")
+    try:
+        data = _read_regular(here, MAX_OWN_BYTES)
+    except OSError as exc:
+        raise ForeignFileError(f"{name!r} cannot be read ({exc.strerror or exc})") from exc
+    if hashlib.sha256(data).hexdigest() != want:
+        raise ForeignFileError(
+            f"{name!r} was changed after attncoda wrote it (its sha256 differs from {STAMP}); "
+            "it is not read"
+        )
+    return data
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file, not following a final symlink, at most ``limit`` bytes."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        import stat
+
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+    return data
+
+
+#: The last line of every single-file page attncoda writes: the sha256 of all lines before it.
+_SIGNATURE = "attncoda-sha256:"
+
+
+def sign_text(text: str, comment: tuple[str, str] = ("<!--", "-->")) -> str:
+    """``text`` with a last line signing it: a comment holding the sha256 of all before it.
+
+    Every single file page attncoda writes (views, reports, explorers) is signed so that
+    :func:`file_is_ours` recognises the whole file, not a tag anyone can copy.
+
+    Examples
+    --------
+    >>> signed = sign_text("<p>hi</p>")
+    >>> signed.splitlines()[-1].startswith("<!-- attncoda-sha256:")
+    True
+    """
+    body = text if text.endswith("\n") else text + "\n"
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return f"{body}{comment[0]} {_SIGNATURE}{digest} {comment[1]}\n"
+
+
+def file_is_ours(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not a whole file attncoda wrote with :func:`sign_text` (None if it is).
+
+    The one check every page writer passes as ``is_ours`` to :func:`atomic_output` before it
+    replaces a file: the file's last line must hold the sha256 of every byte before it, so a
+    user's page that merely contains (or copies) attncoda's output is never replaced.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> page = pathlib.Path(tempfile.mkdtemp()) / "view.html"
+    >>> _ = page.write_text(sign_text("<p>attncoda's</p>"))
+    >>> file_is_ours(page) is None
+    True
+    >>> _ = page.write_text("<p>mine</p>\\n" + page.read_text())
+    >>> file_is_ours(page)
+    'it is not a file attncoda wrote (its content does not match its attncoda signature)'
+    """
+    try:
+        data = _read_regular(Path(path), MAX_OWN_BYTES)
+    except OSError as exc:
+        return f"it is not a file attncoda wrote ({exc.strerror or exc})"
+    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    mark = _SIGNATURE.encode()
+    if mark not in last:
+        return "it is not a file attncoda wrote (no attncoda signature on its last line)"
+    digest = last.split(mark, 1)[1][:64].decode("ascii", "replace")
+    if hashlib.sha256(body + b"\n").hexdigest() != digest:
+        return "it is not a file attncoda wrote (its content does not match its attncoda signature)"
+    return None
+
+
+def write_signed_text(
+    path: str | os.PathLike[str],
+    text: str,
+    *,
+    overwrite: bool = False,
+    what: str = "page",
+    comment: tuple[str, str] = ("<!--", "-->"),
+) -> Path:
+    """Write ``text`` crash-safely as a signed page (:func:`sign_text`); replace only ours.
+
+    An existing file is replaced only with ``overwrite=True`` and only if
+    :func:`file_is_ours` says attncoda wrote the whole of it.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> page = pathlib.Path(tempfile.mkdtemp()) / "p.html"
+    >>> _ = write_signed_text(page, "<p>1</p>")
+    >>> _ = write_signed_text(page, "<p>2</p>", overwrite=True)
+    >>> page.read_text().startswith("<p>2</p>")
+    True
+    """
+    target = Path(path).expanduser()
+    signed = sign_text(text, comment)
+    with atomic_output(target, overwrite=overwrite, is_ours=file_is_ours, what=what) as tmp:
+        tmp.write_text(signed, encoding="utf-8")
+    return target
 
 
 # --------------------------------------------------------------------------------------------

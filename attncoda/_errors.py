@@ -30,6 +30,7 @@ __all__ = [
     "AttncodaError",
     "CompositionError",
     "DeviceMismatchError",
+    "ForeignFileError",
     "InputError",
     "NegativePartError",
     "NonFiniteError",
@@ -79,6 +80,11 @@ class OutputError(AttncodaError, OSError):
 
 class OutputExistsError(OutputError, FileExistsError):
     """An output path exists and may not be replaced (not attncoda's, or ``overwrite`` not set)."""
+
+
+class ForeignFileError(InputError):
+    """A file that attncoda was asked to read back is not one it wrote: outside its folder,
+    reached through a symlink, not listed with its sha256 in the folder's stamp, or changed."""
 
 
 class CompositionError(AttncodaError, ValueError):

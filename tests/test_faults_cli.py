@@ -213,7 +213,7 @@ def test_analyze_and_report_replace_their_own_outputs_only_with_force(tmp_path, 
     elsewhere.write_text("<html>my page</html>")
     code, _, err = _run(["report", str(out), "--out", str(elsewhere), "--force"], capsys)
     assert code == 2
-    _one_line_error(err, "not an attncoda report")
+    _one_line_error(err, "not a file attncoda wrote")
     assert elsewhere.read_text() == "<html>my page</html>"
 
 
