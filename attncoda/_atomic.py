@@ -71,6 +71,7 @@ __all__ = [
     "record_files",
     "sign_text",
     "sweep",
+    "target_lock",
 ]
 
 #: The stamp attncoda writes into every output folder: the files it wrote there.
@@ -502,6 +503,110 @@ def deferred_interrupt() -> Iterator[_Deferred]:
 
 
 # --------------------------------------------------------------------------------------------
+# one writer at a time per target
+
+_LOCK_SUFFIX = ".attncoda.lock"
+_LOCK_MARK = b"attncoda lock"
+#: How long a writer waits for another process's lock on the same target (seconds).
+LOCK_WAIT_S = 120.0
+_held: dict[str, int] = {}
+_held_guard = threading.Lock()
+
+
+def _lock_file(target: Path) -> Path:
+    return target.parent / f".{target.name}{_LOCK_SUFFIX}"
+
+
+@contextlib.contextmanager
+def target_lock(
+    target: str | os.PathLike[str], *, what: str = "output", wait_s: float | None = None
+) -> Iterator[None]:
+    """Hold the advisory lock of ``target``: one attncoda writer at a time appends to it or
+    swaps it (other processes wait, at most ``wait_s`` seconds, default :data:`LOCK_WAIT_S`).
+
+    The lock is ``fcntl.flock`` on ``.NAME.attncoda.lock`` beside the target, created by the
+    first writer and removed by the holder when it is done (only if it holds attncoda's
+    mark: a file of that name that attncoda did not create is refused, never touched).
+    Re-entrant within a process. Where ``fcntl`` is missing (Windows), it does nothing.
+
+    Raises
+    ------
+    OutputError
+        Another process held the lock for longer than ``wait_s`` (its pid is named), or the
+        lock file is not attncoda's.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks
+        yield
+        return
+    path = _lock_file(Path(target).expanduser().absolute())
+    key = str(path)
+    with _held_guard:
+        if key in _held:
+            _held[key] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[key] -= 1
+        return
+    deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise OutputError(
+                f"{what} {str(target)!r} cannot be locked ({path.name}: {exc.strerror or exc})"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            if time.monotonic() > deadline:
+                pid = holder[2] if len(holder) > 2 and holder[2].isdigit() else "?"
+                raise OutputError(
+                    f"{what} {str(target)!r} is being written by another attncoda process "
+                    f"(pid {pid}); nothing was written; try again when it is done"
+                ) from None
+            time.sleep(0.05)
+            continue
+        try:  # the holder before us may have removed the file: lock the one at the path
+            same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+        except OSError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        content = os.pread(fd, 200, 0)
+        if content and not content.startswith(_LOCK_MARK):
+            raise OutputError(
+                f"{what} {str(target)!r}: {path.name} exists and attncoda did not create it; "
+                "move it away"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _LOCK_MARK + f" {os.getpid()}\n".encode(), 0)
+        with _held_guard:
+            _held[key] = 1
+        try:
+            yield
+        finally:
+            with _held_guard:
+                del _held[key]
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while locked: a waiter then sees another file and retries
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
 # staging and swapping
 
 
@@ -683,7 +788,7 @@ def atomic_output(
             if kind == "folder":
                 staging.mkdir()
             yield staging
-            with deferred_interrupt() as interrupt:
+            with target_lock(path, what=what), deferred_interrupt() as interrupt:
                 if kind == "folder" and stamp is not None:
                     record_files(staging, stamp)
                 if not interrupt.pending:

@@ -607,7 +607,7 @@ def save(
     True
     >>> _ = ac.save(ds, p, overwrite=True)  # replacing needs overwrite=True
     """
-    from ._atomic import atomic_output, deferred_interrupt, sweep
+    from ._atomic import deferred_interrupt, sweep, target_lock
 
     if not isinstance(ds, xr.Dataset):
         raise SchemaError(f"save() takes an xarray.Dataset, got {type(ds).__name__}")
@@ -619,15 +619,26 @@ def save(
         ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     if append:
         check_save(target, format=fmt, append=True)
-        if target.exists():
-            sweep(target)
-            with load(target, check_values=False) as old:
-                _check_append(old, ds, target)
-                n_old = old.sizes["sample"]
-            ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
-            with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
-                ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
-            return target
+        # one writer at a time: another process's append (or replacement) finishes first, so
+        # the samples are numbered after it; a store created meanwhile is appended to
+        with target_lock(target, what="dataset"):
+            if target.exists():
+                sweep(target)
+                with load(target, check_values=False) as old:
+                    _check_append(old, ds, target)
+                    n_old = old.sizes["sample"]
+                ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
+                with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
+                    ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
+                return target
+            return _save_new(ds, target, fmt, overwrite)
+    return _save_new(ds, target, fmt, overwrite)
+
+
+def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
+    """Write a whole file or store at ``target`` (staged, then swapped in)."""
+    from ._atomic import atomic_output, deferred_interrupt
+
     kind: Literal["file", "store"] = "file" if fmt == "netcdf" else "store"
     with atomic_output(
         target, overwrite=overwrite, kind=kind, is_ours=lambda p: _is_ours(p, fmt), what="dataset"
