@@ -61,6 +61,7 @@ from ._errors import ForeignFileError, OutputError, OutputExistsError
 __all__ = [
     "STAMP",
     "atomic_output",
+    "check_free_space",
     "check_output",
     "deferred_interrupt",
     "file_digest",
@@ -444,6 +445,46 @@ def check_output(
     if problem is not None:
         raise OutputError(f"{what} {str(path)!r} cannot be written: {problem}")
     return path
+
+
+def check_free_space(
+    target: str | os.PathLike[str], need: int, *, what: str = "output", margin: float = 0.05
+) -> None:
+    """Refuse, before any work, an output of about ``need`` bytes that its disk cannot hold.
+
+    The free space (for this user) of the filesystem that will hold ``target`` must exceed
+    ``need`` by ``margin`` (a fraction) plus 256 KiB. Writers whose library cannot fail cleanly
+    on a full disk (HDF5 leaves a half-closed file behind that crashes the process later) run
+    this first.
+
+    Raises
+    ------
+    OutputError
+        Naming the size needed and the space free.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> check_free_space(tempfile.mkdtemp() + "/x.nc", 1000)
+    >>> check_free_space(tempfile.mkdtemp() + "/x.nc", 10**18)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.OutputError: output '...x.nc' needs about 1000000000000 MB ...
+    """
+    path = Path(target).expanduser()
+    folder = _nearest_existing(path.parent)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # pragma: no cover - no statvfs: nothing to check
+        return
+    free = st.f_bavail * st.f_frsize
+    want = int(need * (1 + margin)) + (256 << 10)
+    if free < want:
+        raise OutputError(
+            f"{what} {str(path)!r} needs about {max(1, round(need / 1e6))} MB and {folder} has "
+            f"{free / 1e6:.1f} MB free; free some space or write it elsewhere (nothing was "
+            "written)"
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -635,18 +635,45 @@ def save(
     return _save_new(ds, target, fmt, overwrite)
 
 
+def _netcdf_bytes(ds: xr.Dataset) -> int:
+    """About how many bytes ``ds`` takes as an (uncompressed) netCDF file."""
+    return int(sum(v.nbytes for v in ds.variables.values())) + (64 << 10)
+
+
+def _memory_budget() -> int:
+    """How large a netCDF file may be built in memory before it is written: half the memory
+    available now (Linux ``MemAvailable``), else 1 GiB."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30
+
+
 def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
     """Write a whole file or store at ``target`` (staged, then swapped in)."""
-    from ._atomic import atomic_output, deferred_interrupt
+    from ._atomic import atomic_output, check_free_space, deferred_interrupt
 
     kind: Literal["file", "store"] = "file" if fmt == "netcdf" else "store"
+    need = _netcdf_bytes(ds)
+    if fmt == "netcdf":  # HDF5 on a full disk crashes the process: refuse before the write
+        check_free_space(target, need, what="dataset")
     with atomic_output(
         target, overwrite=overwrite, kind=kind, is_ours=lambda p: _is_ours(p, fmt), what="dataset"
     ) as staging:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
-            if fmt == "netcdf":
+            if fmt == "netcdf" and need <= _memory_budget():
+                # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
+                # is a plain OSError (ENOSPC), not a half-closed HDF5 file that crashes later
+                data = ds.to_netcdf(engine="h5netcdf")
+                with open(staging, "wb") as fh:
+                    fh.write(data)
+            elif fmt == "netcdf":  # too large for memory: checked against the free space above
                 ds.to_netcdf(staging, engine="h5netcdf")
             else:
                 out = ds.assign_attrs({_ALL_CHUNKS: 1})
