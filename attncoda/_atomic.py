@@ -61,6 +61,7 @@ from ._errors import ForeignFileError, OutputError, OutputExistsError
 __all__ = [
     "STAMP",
     "atomic_output",
+    "available_memory",
     "check_free_space",
     "check_output",
     "deferred_interrupt",
@@ -445,6 +446,18 @@ def check_output(
     if problem is not None:
         raise OutputError(f"{what} {str(path)!r} cannot be written: {problem}")
     return path
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def check_free_space(

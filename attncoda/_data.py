@@ -368,8 +368,17 @@ def _open(path: Path, fmt: str) -> xr.Dataset:
         if fmt == "netcdf":
             if not path.is_file():
                 raise SchemaError(f"{str(path)!r} is not a netCDF file (it is a folder)")
-            with xr.open_dataset(path, engine="h5netcdf") as opened:
-                ds = opened.load()
+            try:
+                with xr.open_dataset(path, engine="h5netcdf") as opened:
+                    ds = opened.load()
+            except OSError as exc:
+                bad = _find_bad_hdf5_chunk(path)
+                if bad is None:
+                    raise
+                raise SchemaError(
+                    f"netCDF file {str(path)!r} is damaged: {bad} fails its fletcher32 "
+                    "checksum; restore it from a copy or re-create it"
+                ) from exc
         else:
             if not path.is_dir():
                 raise SchemaError(f"{str(path)!r} is not a zarr store (a .zarr store is a folder)")
@@ -635,6 +644,74 @@ def save(
     return _save_new(ds, target, fmt, overwrite)
 
 
+def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
+    """Every numeric array carries checksums: CRC32C per zarr chunk, fletcher32 per HDF5 chunk
+    (:func:`load` then refuses a chunk whose bytes changed). Strings are left to the engine."""
+    checksum: dict[str, Any]
+    if fmt == "zarr":
+        from numcodecs import CRC32C
+
+        checksum = {"filters": [CRC32C()]}
+    else:
+        checksum = {"fletcher32": True}
+    return {
+        str(name): dict(checksum)
+        for name, v in ds.variables.items()
+        if v.dtype.kind in "biuf" and v.ndim > 0 and v.size > 0
+    }
+
+
+def _verify_zarr_chunks(path: Path) -> None:
+    """Decode every chunk of every checksummed array of a zarr v2 store; a chunk whose bytes
+    changed (bit rot, a bad copy) raises :class:`SchemaError` naming the variable and chunk."""
+    from numcodecs import get_codec
+
+    for key, zarray in _zarr_metadata(path).items():
+        if not key.endswith("/.zarray"):
+            continue
+        filters = [get_codec(f) for f in zarray.get("filters") or []]
+        if not any(getattr(f, "codec_id", "") in ("crc32c", "crc32") for f in filters):
+            continue
+        compressor = get_codec(zarray["compressor"]) if zarray.get("compressor") else None
+        name = key[: -len("/.zarray")]
+        for chunk in sorted((path / name).rglob("*")):
+            if chunk.name.startswith(".") or not chunk.is_file():
+                continue
+            try:
+                data: Any = chunk.read_bytes()
+                if compressor is not None:
+                    data = compressor.decode(data)
+                for f in reversed(filters):
+                    data = f.decode(data)
+            except Exception as exc:  # a codec's own error: a checksum, a broken stream
+                label = chunk.relative_to(path / name).as_posix()
+                raise SchemaError(
+                    f"zarr store {str(path)!r} is damaged: variable {name!r}, chunk {label} "
+                    f"fails its checksum ({' '.join(str(exc).split())[:120]}); restore it from "
+                    "a copy or re-create the store"
+                ) from exc
+
+
+def _find_bad_hdf5_chunk(path: Path) -> str | None:
+    """Which variable and chunk of a netCDF file fail their fletcher32 checksum, if any."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            for name, dset in f.items():
+                if not isinstance(dset, h5py.Dataset) or dset.chunks is None:
+                    continue
+                for sl in dset.iter_chunks():
+                    try:
+                        dset[sl]
+                    except OSError:
+                        where = ", ".join(f"{s.start}:{s.stop}" for s in sl)
+                        return f"variable {name!r}, chunk [{where}]"
+    except OSError:
+        return None
+    return None
+
+
 def _netcdf_bytes(ds: xr.Dataset) -> int:
     """About how many bytes ``ds`` takes as an (uncompressed) netCDF file."""
     return int(sum(v.nbytes for v in ds.variables.values())) + (64 << 10)
@@ -642,15 +719,11 @@ def _netcdf_bytes(ds: xr.Dataset) -> int:
 
 def _memory_budget() -> int:
     """How large a netCDF file may be built in memory before it is written: half the memory
-    available now (Linux ``MemAvailable``), else 1 GiB."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 30
+    available now, else 1 GiB."""
+    from ._atomic import available_memory
+
+    free = available_memory()
+    return free // 2 if free is not None else 1 << 30
 
 
 def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
@@ -667,18 +740,24 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
+            encoding = _checksum_encoding(ds, fmt)
             if fmt == "netcdf" and need <= _memory_budget():
                 # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
                 # is a plain OSError (ENOSPC), not a half-closed HDF5 file that crashes later
-                data = ds.to_netcdf(engine="h5netcdf")
+                data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
                 with open(staging, "wb") as fh:
                     fh.write(data)
             elif fmt == "netcdf":  # too large for memory: checked against the free space above
-                ds.to_netcdf(staging, engine="h5netcdf")
+                ds.to_netcdf(staging, engine="h5netcdf", encoding=encoding)
             else:
                 out = ds.assign_attrs({_ALL_CHUNKS: 1})
                 out.to_zarr(
-                    staging, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True
+                    staging,
+                    mode="w-",
+                    zarr_format=2,
+                    consolidated=True,
+                    write_empty_chunks=True,
+                    encoding=encoding,
                 )
     return target
 
@@ -714,6 +793,8 @@ def load(
     if not target.exists():
         raise FileNotFoundError(f"no capture at {str(target)!r}")
     fmt = _format(target, format)
+    if fmt == "zarr" and check_values and target.is_dir():
+        _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
     out = _open(target, fmt)
     validate_dataset(out, values=check_values)
     return out

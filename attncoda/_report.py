@@ -413,6 +413,8 @@ def analyze(
         raise an.UnknownMetricError(f"no metric given; choose from {an.METRICS}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ReportError(f"n_boot must be a whole number >= 0, got {n_boot!r}")
+    if rows is not None:  # only rows are bootstrapped (the verdict flips)
+        _check_bootstrap_memory(n_boot, rows)
     if isinstance(threshold, bool) or not (
         isinstance(threshold, (int, float, np.number)) and 0 < threshold < 1
     ):
@@ -436,6 +438,22 @@ def analyze(
             progress,
             seed,
             device,
+        )
+
+
+def _check_bootstrap_memory(n_boot: int, rows: xr.Dataset) -> None:
+    """Refuse, before any work, more bootstrap replicates than memory holds: each replicate
+    holds a weight per sample (drawn as int64, kept as float64) and its flip rates."""
+    from ._atomic import available_memory
+
+    n_samples = int(rows.sizes.get("sample", 1))
+    need = int(n_boot) * (16 * n_samples + 64)
+    free = available_memory()
+    if free is not None and need > free // 2:
+        raise ReportError(
+            f"n_boot={int(n_boot):,} needs about {need / 1e9:.1f} GB of memory for the "
+            f"bootstrap ({n_samples} samples) and {free / 1e9:.1f} GB are available; choose a "
+            "smaller n_boot (--n-boot; 200 to 2000 replicates give stable intervals)"
         )
 
 

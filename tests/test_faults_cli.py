@@ -372,3 +372,19 @@ def test_sigint_during_a_cli_save_exits_130_and_keeps_the_old_output(tmp_path, s
     assert "interrupted" in err and "Exception in thread" not in err
     assert ac.load(target).sizes["sample"] == 2
     assert [p.name for p in tmp_path.iterdir() if ".attncoda-" in p.name] == []
+
+
+@pytest.mark.parametrize("n_boot", ["1000000000", str(10**30)])
+def test_an_n_boot_beyond_memory_is_refused_before_any_work(tmp_path, capsys, n_boot):
+    data = ac.save(
+        ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=3, length=6),
+        tmp_path / "rows.nc",
+    )
+    out = tmp_path / "an"
+    code, _, err = _run(["analyze", str(data), "--out", str(out), "--n-boot", n_boot], capsys)
+    assert code == 2
+    _one_line_error(err, "GB of memory for the bootstrap")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".attncoda" in p.name]
+    # the same through the API (a ReportError, exit code 2)
+    with pytest.raises(ac.ReportError, match="choose a smaller n_boot"):
+        ac.analyze(ac.load(data), out, n_boot=int(n_boot), progress=False)
