@@ -509,51 +509,72 @@ class _Deferred:
         self.pending = False
 
 
+#: The signals a write defers until its swap is done: Ctrl-C, and (where the process handles
+#: them, as the ``attncoda`` command does, or leaves them at their default) ``kill`` and a
+#: closed terminal.
+_DEFERRED = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[_Deferred]:
-    """Hold back a first SIGINT until the block ends; a second one interrupts at once.
+    """Hold back a first SIGINT (and SIGTERM, SIGHUP) until the block ends; a second one
+    interrupts at once.
 
-    The caller checks ``state.pending`` (cleaning up first) and on exit the held-back SIGINT does
-    what it did before the block: ``KeyboardInterrupt`` (Python's default), ending the process
-    (``SIG_DFL``) or calling the caller's handler. Where SIGINT is ignored (a background job),
-    outside the main thread, or where signals are not available, it does nothing.
+    The caller checks ``state.pending`` (cleaning up first) and on exit the held-back signal
+    does what it did before the block: ``KeyboardInterrupt`` (Python's SIGINT default), ending
+    the process (``SIG_DFL``: SIGTERM and SIGHUP by default) or calling the caller's handler
+    (the ``attncoda`` command turns SIGTERM and SIGHUP into an interrupt). A signal that is
+    ignored (a background job's SIGINT) stays ignored. Outside the main thread, or where
+    signals are not available, it does nothing.
     """
     state = _Deferred()
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN or previous is None:  # ignored (a background job): stays so
-        yield state
-        return
+    previous: dict[int, Any] = {}
+    for sig in _DEFERRED:
+        handler_now = signal.getsignal(sig)
+        if handler_now is not signal.SIG_IGN and handler_now is not None:
+            previous[sig] = handler_now
+    first: list[int] = []
 
     def deliver(signum: int, frame: Any) -> None:
-        """What SIGINT did before the block: Python's KeyboardInterrupt, the default (end the
-        process), or the caller's own handler."""
-        if previous is signal.default_int_handler:
+        """What the signal did before the block: Python's KeyboardInterrupt, the default (end
+        the process), or the caller's own handler."""
+        before = previous[signum]
+        if before is signal.default_int_handler:
             raise KeyboardInterrupt
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        elif callable(previous):
-            previous(signum, frame)
+        if before is signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        elif callable(before):
+            before(signum, frame)
 
     def handler(signum: int, frame: Any) -> None:
-        if state.pending:  # second Ctrl-C: stop now; the staging folder is swept later
+        if state.pending:  # a second signal: stop now; the staging folder is swept later
             deliver(signum, frame)
         state.pending = True
+        first.append(signum)
 
+    installed: list[int] = []
     try:
-        signal.signal(signal.SIGINT, handler)
+        for sig in previous:
+            signal.signal(sig, handler)
+            installed.append(sig)
     except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        for sig in installed:
+            signal.signal(sig, previous[sig])
         yield state
         return
     try:
         yield state
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig in installed:
+            signal.signal(sig, previous[sig])
     if state.pending:
-        deliver(signal.SIGINT, None)
+        deliver(first[0], None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -563,3 +563,26 @@ def test_rows_without_rows_are_refused_before_any_file(tmp_path):
     with pytest.raises(ac.AttncodaError, match="holds no rows"):
         ac.analyze(summaries, tmp_path / "a", rows=summaries, progress=False, figures=False)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_deferred_sigterm_or_sighup_ends_the_process_after_the_block(sig):
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from attncoda import _atomic
+        with _atomic.deferred_interrupt() as state:
+            os.kill(os.getpid(), {int(sig)})
+            print("swap finished", state.pending, flush=True)
+        print("not reached", flush=True)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert run.returncode == -sig, run
+    assert "swap finished True" in run.stdout and "not reached" not in run.stdout
