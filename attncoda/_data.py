@@ -52,6 +52,22 @@ _SUMMARY_ATTRS = {
 }
 
 
+#: The version of the on-disk schema that :func:`save` writes (root attribute
+#: :data:`SCHEMA_ATTR`); :func:`load` refuses a newer one. Files without it are version 0.
+SCHEMA_VERSION = 1
+SCHEMA_ATTR = "attncoda_schema"
+
+
+def _version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
 class SchemaError(AttncodaError, ValueError):
     """A dataset does not follow attncoda's schema."""
 
@@ -217,6 +233,15 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     ...
     attncoda._data.SchemaError: log_attn has values above 0 (up to 1); log-probabilities are <= 0
     """
+    if not isinstance(ds, xr.Dataset):
+        hint = (
+            "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
+            if isinstance(ds, xr.DataArray)
+            else ""
+        )
+        raise SchemaError(
+            f"validate_dataset takes an xarray.Dataset, got {type(ds).__name__}{hint}"
+        )
     present = [v for v in (*SUMMARY_VARIABLES, "log_attn") if v in ds.data_vars]
     if not present:
         raise SchemaError("dataset has neither summaries nor log_attn; is it an attncoda capture?")
@@ -230,12 +255,30 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     for name in (*present, "learned_sink_log_attn"):
         if name in ds.data_vars and not np.issubdtype(ds[name].dtype, np.floating):
             raise SchemaError(f"{name} must hold floats, holds {ds[name].dtype}")
-    for key, val in ds.attrs.items():
-        if not isinstance(val, (str, int, float, np.integer, np.floating, np.ndarray)):
-            raise SchemaError(
-                f"attribute {key!r} has type {type(val).__name__}; netCDF takes strings and "
-                "numbers only (encode dicts as JSON, booleans as 0/1)"
-            )
+    owners = [("", ds.attrs)] + [(f"{name}.", ds[name].attrs) for name in ds.variables]
+    for where, attrs in owners:
+        for key, val in attrs.items():
+            plain = isinstance(val, (str, int, float, np.integer, np.floating, np.ndarray))
+            if (
+                not plain
+                or isinstance(val, (bool, np.bool_))
+                or (isinstance(val, np.ndarray) and val.dtype.kind not in "iufU")
+            ):
+                raise SchemaError(
+                    f"attribute {where}{key!r} has type {type(val).__name__}; netCDF takes "
+                    "strings and numbers only (encode dicts as JSON, booleans as 0/1, None as "
+                    "'')"
+                )
+    version = ds.attrs.get(SCHEMA_ATTR)
+    if version is not None and (
+        isinstance(version, (bool, np.bool_))
+        or not isinstance(version, (int, np.integer))
+        or int(version) > SCHEMA_VERSION
+    ):
+        raise SchemaError(
+            f"the dataset's schema version is {_plain(version)!r}; this attncoda "
+            f"({_version()}) reads versions up to {SCHEMA_VERSION}: upgrade attncoda"
+        )
     for dim in ds.dims:
         if dim in ds.indexes and not ds.indexes[dim].is_unique:
             dup = ds.indexes[dim][ds.indexes[dim].duplicated()][0]
@@ -740,6 +783,7 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
+            ds = ds.assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
             encoding = _checksum_encoding(ds, fmt)
             if fmt == "netcdf" and need <= _memory_budget():
                 # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
@@ -796,5 +840,6 @@ def load(
     if fmt == "zarr" and check_values and target.is_dir():
         _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
     out = _open(target, fmt)
-    validate_dataset(out, values=check_values)
+    validate_dataset(out, values=check_values)  # a newer schema version is refused here
+    out.attrs.pop(SCHEMA_ATTR, None)
     return out

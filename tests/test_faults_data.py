@@ -586,3 +586,52 @@ def test_a_deferred_sigterm_or_sighup_ends_the_process_after_the_block(sig):
     )
     assert run.returncode == -sig, run
     assert "swap finished True" in run.stdout and "not reached" not in run.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# schema version, attributes netCDF cannot store, the wrong type
+
+
+def test_the_schema_version_is_written_and_a_newer_one_refused(tmp_path, ds):
+    import xarray as xr
+
+    for name in ("v.nc", "v.zarr"):
+        path = ac.save(ds, tmp_path / name)
+        raw = xr.open_zarr(path) if name.endswith("zarr") else xr.open_dataset(path)
+        assert raw.attrs["attncoda_schema"] == 1
+        raw.close()
+        assert "attncoda_schema" not in ac.load(path).attrs  # as it was given
+    newer = tmp_path / "newer.nc"
+    ds.assign_attrs(attncoda_schema=99).to_netcdf(newer, engine="h5netcdf")
+    with pytest.raises(ac.SchemaError, match=r"schema version is 99.*upgrade attncoda"):
+        ac.load(newer)
+
+
+@pytest.mark.parametrize(
+    "where, value",
+    [
+        ("root", True),
+        ("root", np.bool_(False)),
+        ("root", None),
+        ("root", {"a": 1}),
+        ("root", [1, 2]),
+        ("log_attn", True),
+        ("log_attn", {"a": 1}),
+        ("sample", None),
+    ],
+)
+def test_attributes_netcdf_cannot_store_are_refused_before_the_write(tmp_path, ds, where, value):
+    bad = ds.copy()
+    (bad.attrs if where == "root" else bad[where].attrs)["x"] = value
+    with pytest.raises(ac.SchemaError, match="netCDF takes strings and numbers only"):
+        ac.validate_dataset(bad)
+    with pytest.raises(ac.SchemaError, match="netCDF takes"):
+        ac.save(bad, tmp_path / "x.nc")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_dataset_given_a_dataarray_says_so(ds):
+    with pytest.raises(ac.SchemaError, match=r"a DataArray such as ds\.log_attn"):
+        ac.validate_dataset(ds["log_attn"])
+    with pytest.raises(ac.SchemaError, match="got list"):
+        ac.validate_dataset([1, 2])
