@@ -37,6 +37,7 @@ __all__ = [
     "NotClosedError",
     "OutputError",
     "OutputExistsError",
+    "PartIndexError",
     "ShapeMismatchError",
     "TooFewPartsError",
     "ZeroPartError",
@@ -125,6 +126,14 @@ class TooFewPartsError(CompositionError):
 
 class ShapeMismatchError(CompositionError):
     """Shapes, axes, masks or bases do not fit together."""
+
+
+class PartIndexError(ShapeMismatchError, IndexError):
+    """An index into the parts of a row (``ref``, a sink, a group member) is out of range.
+
+    An ``IndexError`` as in Python and scikit-bio (``alr(x, ref_idx=5)`` on 3 parts), and
+    still a :class:`ShapeMismatchError` (a ``ValueError``) for code that caught that.
+    """
 
 
 class DeviceMismatchError(CompositionError):
