@@ -842,4 +842,15 @@ def load(
     out = _open(target, fmt)
     validate_dataset(out, values=check_values)  # a newer schema version is refused here
     out.attrs.pop(SCHEMA_ATTR, None)
+    known = {*SUMMARY_VARIABLES, "log_attn", "learned_sink_log_attn"}
+    extra = sorted(str(v) for v in out.data_vars if v not in known)
+    if extra:  # named, never silently mixed with the schema's variables
+        import warnings
+
+        warnings.warn(
+            f"{str(target)!r} holds variables outside attncoda's schema: {', '.join(extra)}; "
+            "they are loaded as they are, unchecked",
+            UserWarning,
+            stacklevel=2,
+        )
     return out

@@ -635,3 +635,10 @@ def test_validate_dataset_given_a_dataarray_says_so(ds):
         ac.validate_dataset(ds["log_attn"])
     with pytest.raises(ac.SchemaError, match="got list"):
         ac.validate_dataset([1, 2])
+
+
+def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
+    path = ac.save(ds.assign(notes=ds["sink_share"] * 0), tmp_path / "x.nc")
+    with pytest.warns(UserWarning, match="outside attncoda's schema: notes"):
+        back = ac.load(path)
+    assert "notes" in back.data_vars
