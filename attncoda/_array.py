@@ -87,6 +87,7 @@ from ._errors import (
     NegativePartError,
     NonFiniteError,
     NotClosedError,
+    PartIndexError,
     ShapeMismatchError,
     TooFewPartsError,
     ZeroPartError,
@@ -148,7 +149,13 @@ def first_tensor(*arrays: object) -> Any:
 
 
 def _as_numpy(x: Any, what: str) -> np.ndarray:
-    """``numpy.asarray(x)`` with a readable refusal for ragged nested lists."""
+    """``numpy.asarray(x)`` with a readable refusal for ragged nested lists and for numpy
+    masked arrays (whose mask ``asarray`` would drop silently)."""
+    if isinstance(x, np.ma.MaskedArray) and np.ma.getmaskarray(x).any():
+        raise CompositionError(
+            f"{what} is a numpy masked array; attncoda does not read numpy masks (the masked "
+            f"values would count): pass {what}.data with mask=~{what}.mask (True = visible part)"
+        )
     try:
         return np.asarray(x)
     except (ValueError, TypeError):
@@ -263,7 +270,7 @@ def check_index(value: object, n: int, what: str) -> int:
         raise ShapeMismatchError(f"{what} must be an integer index, got {value!r}")
     i = int(value)  # type: ignore[call-overload]
     if not -n <= i < n:
-        raise ShapeMismatchError(f"{what}={i} is out of range for rows of {n} parts")
+        raise PartIndexError(f"{what}={i} is out of range for rows of {n} parts")
     return i % n
 
 

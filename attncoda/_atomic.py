@@ -43,6 +43,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -55,16 +56,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import OutputError, OutputExistsError
+from ._errors import ForeignFileError, OutputError, OutputExistsError
 
 __all__ = [
     "STAMP",
     "atomic_output",
+    "available_memory",
+    "check_free_space",
     "check_output",
     "deferred_interrupt",
+    "file_digest",
+    "file_is_ours",
     "folder_is_ours",
+    "own_files",
+    "read_own_file",
     "record_files",
+    "sign_text",
     "sweep",
+    "target_lock",
 ]
 
 #: The stamp attncoda writes into every output folder: the files it wrote there.
@@ -108,12 +117,22 @@ def folder_is_ours(folder: Path) -> str | None:
     return None
 
 
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's content, as hex (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def record_files(folder: Path, kind: str, names: list[str] | None = None) -> None:
     """Write (or extend) ``folder``'s :data:`STAMP` with the files attncoda wrote there.
 
     ``names=None`` lists every file now in the folder (a staging folder that attncoda filled);
     otherwise ``names`` are added to the stamp's list (a file written into an existing output,
-    e.g. ``report.html``).
+    e.g. ``report.html``). The stamp records each file's sha256 (``"sha256"``), which
+    :func:`read_own_file` checks before anything reads the file back.
     """
     from ._version import __version__
 
@@ -122,21 +141,221 @@ def record_files(folder: Path, kind: str, names: list[str] | None = None) -> Non
         files = sorted(
             p.relative_to(folder).as_posix()
             for p in folder.rglob("*")
-            if p.is_file() and p.name != STAMP
+            if p.is_file() and not p.is_symlink() and p.name != STAMP
         )
         data: dict[str, Any] = {"kind": kind}
+        hashes: dict[str, str] = {}
     else:
         try:
             data = json.loads(stamp.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {"kind": kind, "files": []}
+            hashes = dict(data.get("sha256", {}))
+        except (OSError, ValueError, TypeError, AttributeError):
+            data, hashes = {"kind": kind, "files": []}, {}
         files = sorted({*data.get("files", []), *names})
+    for name in files if names is None else names:
+        path = folder / name
+        if path.is_file() and not path.is_symlink():
+            hashes[name] = file_digest(path)
     data.update(
-        files=files, attncoda_version=__version__, written=time.strftime("%Y-%m-%dT%H:%M:%S")
+        files=files,
+        sha256={k: hashes[k] for k in files if k in hashes},
+        attncoda_version=__version__,
+        written=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     tmp = folder / f".{STAMP}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, stamp)
+
+
+#: The largest file :func:`read_own_file` and :func:`file_is_ours` read (a page, table or figure).
+MAX_OWN_BYTES = 256 << 20
+
+
+def _name_problem(name: object) -> str | None:
+    """Why ``name`` is not a plain relative path inside a folder (None if it is)."""
+    if not isinstance(name, str) or not name:
+        return f"{name!r} is not a file name"
+    if "\0" in name or "\\" in name or name.startswith(("/", "~")) or ":" in name.split("/")[0]:
+        return f"{name!r} is not a relative path inside the folder"
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return f"{name!r} is not a plain relative path inside the folder (no '..', '.', '//')"
+    return None
+
+
+def own_files(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """The files ``folder``'s :data:`STAMP` lists with a sha256: name -> hex digest.
+
+    Only plain relative names are returned (see :func:`read_own_file`); an unreadable stamp,
+    or one reached through a symlink, lists nothing.
+    """
+    try:
+        raw = json.loads(_read_regular(Path(folder) / STAMP, 16 << 20).decode("utf-8"))
+        listed = raw.get("sha256", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {
+        k: v
+        for k, v in listed.items()
+        if _name_problem(k) is None and isinstance(v, str) and len(v) == 64
+    }
+
+
+def read_own_file(folder: str | os.PathLike[str], name: object) -> bytes:
+    """The content of ``folder/name``, only if attncoda wrote it there and it is unchanged.
+
+    The file must be named by a plain relative path (no absolute path, no ``..``, no ``~``), lie
+    inside ``folder`` with no symlink on the way, be a regular file, and be listed in the
+    folder's :data:`STAMP` with the sha256 of the bytes read. Anything that reads back what a
+    folder's manifest names (the HTML report) reads through this function: a manifest is
+    treated as untrusted input.
+
+    Raises
+    ------
+    ForeignFileError
+        One line saying which condition failed.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "t.csv").write_text("a\\n1\\n")
+    >>> record_files(folder, "demo")
+    >>> read_own_file(folder, "t.csv")
+    b'a\\n1\\n'
+    >>> read_own_file(folder, "../t.csv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.ForeignFileError: ... not a plain relative path inside the folder ...
+    """
+    problem = _name_problem(name)
+    if problem is not None:
+        raise ForeignFileError(problem)
+    assert isinstance(name, str)
+    root = Path(folder)
+    want = own_files(root).get(name)
+    if want is None:
+        raise ForeignFileError(
+            f"{name!r} is not listed with its sha256 in {STAMP} of {str(root)!r}: attncoda did "
+            "not write it there (or wrote it before files were hashed; re-run the analysis)"
+        )
+    here = root
+    for part in name.split("/"):
+        here = here / part
+        if here.is_symlink():
+            raise ForeignFileError(f"{name!r} passes through a symlink; it is not read")
+    try:
+        data = _read_regular(here, MAX_OWN_BYTES)
+    except OSError as exc:
+        raise ForeignFileError(f"{name!r} cannot be read ({exc.strerror or exc})") from exc
+    if hashlib.sha256(data).hexdigest() != want:
+        raise ForeignFileError(
+            f"{name!r} was changed after attncoda wrote it (its sha256 differs from {STAMP}); "
+            "it is not read"
+        )
+    return data
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file, not following a final symlink, at most ``limit`` bytes."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        import stat
+
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB", str(path))
+    return data
+
+
+#: The last line of every single-file page attncoda writes: the sha256 of all lines before it.
+_SIGNATURE = "attncoda-sha256:"
+
+
+def sign_text(text: str, comment: tuple[str, str] = ("<!--", "-->")) -> str:
+    """``text`` with a last line signing it: a comment holding the sha256 of all before it.
+
+    Every single file page attncoda writes (views, reports, explorers) is signed so that
+    :func:`file_is_ours` recognises the whole file, not a tag anyone can copy.
+
+    Examples
+    --------
+    >>> signed = sign_text("<p>hi</p>")
+    >>> signed.splitlines()[-1].startswith("<!-- attncoda-sha256:")
+    True
+    """
+    body = text if text.endswith("\n") else text + "\n"
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return f"{body}{comment[0]} {_SIGNATURE}{digest} {comment[1]}\n"
+
+
+def file_is_ours(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not a whole file attncoda wrote with :func:`sign_text` (None if it is).
+
+    The one check every page writer passes as ``is_ours`` to :func:`atomic_output` before it
+    replaces a file: the file's last line must hold the sha256 of every byte before it, so a
+    user's page that merely contains (or copies) attncoda's output is never replaced.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> page = pathlib.Path(tempfile.mkdtemp()) / "view.html"
+    >>> _ = page.write_text(sign_text("<p>attncoda's</p>"))
+    >>> file_is_ours(page) is None
+    True
+    >>> _ = page.write_text("<p>mine</p>\\n" + page.read_text())
+    >>> file_is_ours(page)
+    'it is not a file attncoda wrote (its content does not match its attncoda signature)'
+    """
+    try:
+        data = _read_regular(Path(path), MAX_OWN_BYTES)
+    except OSError as exc:
+        return f"it is not a file attncoda wrote ({exc.strerror or exc})"
+    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    mark = _SIGNATURE.encode()
+    if mark not in last:
+        return "it is not a file attncoda wrote (no attncoda signature on its last line)"
+    digest = last.split(mark, 1)[1][:64].decode("ascii", "replace")
+    if hashlib.sha256(body + b"\n").hexdigest() != digest:
+        return "it is not a file attncoda wrote (its content does not match its attncoda signature)"
+    return None
+
+
+def write_signed_text(
+    path: str | os.PathLike[str],
+    text: str,
+    *,
+    overwrite: bool = False,
+    what: str = "page",
+    comment: tuple[str, str] = ("<!--", "-->"),
+) -> Path:
+    """Write ``text`` crash-safely as a signed page (:func:`sign_text`); replace only ours.
+
+    An existing file is replaced only with ``overwrite=True`` and only if
+    :func:`file_is_ours` says attncoda wrote the whole of it.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> page = pathlib.Path(tempfile.mkdtemp()) / "p.html"
+    >>> _ = write_signed_text(page, "<p>1</p>")
+    >>> _ = write_signed_text(page, "<p>2</p>", overwrite=True)
+    >>> page.read_text().startswith("<p>2</p>")
+    True
+    """
+    target = Path(path).expanduser()
+    signed = sign_text(text, comment)
+    with atomic_output(target, overwrite=overwrite, is_ours=file_is_ours, what=what) as tmp:
+        tmp.write_text(signed, encoding="utf-8")
+    return target
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +448,58 @@ def check_output(
     return path
 
 
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux ``MemAvailable``); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_free_space(
+    target: str | os.PathLike[str], need: int, *, what: str = "output", margin: float = 0.05
+) -> None:
+    """Refuse, before any work, an output of about ``need`` bytes that its disk cannot hold.
+
+    The free space (for this user) of the filesystem that will hold ``target`` must exceed
+    ``need`` by ``margin`` (a fraction) plus 256 KiB. Writers whose library cannot fail cleanly
+    on a full disk (HDF5 leaves a half-closed file behind that crashes the process later) run
+    this first.
+
+    Raises
+    ------
+    OutputError
+        Naming the size needed and the space free.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> check_free_space(tempfile.mkdtemp() + "/x.nc", 1000)
+    >>> check_free_space(tempfile.mkdtemp() + "/x.nc", 10**18)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.OutputError: output '...x.nc' needs about 1000000000000 MB ...
+    """
+    path = Path(target).expanduser()
+    folder = _nearest_existing(path.parent)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):  # pragma: no cover - no statvfs: nothing to check
+        return
+    free = st.f_bavail * st.f_frsize
+    want = int(need * (1 + margin)) + (256 << 10)
+    if free < want:
+        raise OutputError(
+            f"{what} {str(path)!r} needs about {max(1, round(need / 1e6))} MB and {folder} has "
+            f"{free / 1e6:.1f} MB free; free some space or write it elsewhere (nothing was "
+            "written)"
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # interrupts
 
@@ -238,51 +509,176 @@ class _Deferred:
         self.pending = False
 
 
+#: The signals a write defers until its swap is done: Ctrl-C, and (where the process handles
+#: them, as the ``attncoda`` command does, or leaves them at their default) ``kill`` and a
+#: closed terminal.
+_DEFERRED = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[_Deferred]:
-    """Hold back a first SIGINT until the block ends; a second one interrupts at once.
+    """Hold back a first SIGINT (and SIGTERM, SIGHUP) until the block ends; a second one
+    interrupts at once.
 
-    The caller checks ``state.pending`` (cleaning up first) and on exit the held-back SIGINT does
-    what it did before the block: ``KeyboardInterrupt`` (Python's default), ending the process
-    (``SIG_DFL``) or calling the caller's handler. Where SIGINT is ignored (a background job),
-    outside the main thread, or where signals are not available, it does nothing.
+    The caller checks ``state.pending`` (cleaning up first) and on exit the held-back signal
+    does what it did before the block: ``KeyboardInterrupt`` (Python's SIGINT default), ending
+    the process (``SIG_DFL``: SIGTERM and SIGHUP by default) or calling the caller's handler
+    (the ``attncoda`` command turns SIGTERM and SIGHUP into an interrupt). A signal that is
+    ignored (a background job's SIGINT) stays ignored. Outside the main thread, or where
+    signals are not available, it does nothing.
     """
     state = _Deferred()
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is signal.SIG_IGN or previous is None:  # ignored (a background job): stays so
-        yield state
-        return
+    previous: dict[int, Any] = {}
+    for sig in _DEFERRED:
+        handler_now = signal.getsignal(sig)
+        if handler_now is not signal.SIG_IGN and handler_now is not None:
+            previous[sig] = handler_now
+    first: list[int] = []
 
     def deliver(signum: int, frame: Any) -> None:
-        """What SIGINT did before the block: Python's KeyboardInterrupt, the default (end the
-        process), or the caller's own handler."""
-        if previous is signal.default_int_handler:
+        """What the signal did before the block: Python's KeyboardInterrupt, the default (end
+        the process), or the caller's own handler."""
+        before = previous[signum]
+        if before is signal.default_int_handler:
             raise KeyboardInterrupt
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        elif callable(previous):
-            previous(signum, frame)
+        if before is signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        elif callable(before):
+            before(signum, frame)
 
     def handler(signum: int, frame: Any) -> None:
-        if state.pending:  # second Ctrl-C: stop now; the staging folder is swept later
+        if state.pending:  # a second signal: stop now; the staging folder is swept later
             deliver(signum, frame)
         state.pending = True
+        first.append(signum)
 
+    installed: list[int] = []
     try:
-        signal.signal(signal.SIGINT, handler)
+        for sig in previous:
+            signal.signal(sig, handler)
+            installed.append(sig)
     except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        for sig in installed:
+            signal.signal(sig, previous[sig])
         yield state
         return
     try:
         yield state
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig in installed:
+            signal.signal(sig, previous[sig])
     if state.pending:
-        deliver(signal.SIGINT, None)
+        deliver(first[0], None)
+
+
+# --------------------------------------------------------------------------------------------
+# one writer at a time per target
+
+_LOCK_SUFFIX = ".attncoda.lock"
+_LOCK_MARK = b"attncoda lock"
+#: How long a writer waits for another process's lock on the same target (seconds).
+LOCK_WAIT_S = 120.0
+_held: dict[str, int] = {}
+_held_guard = threading.Lock()
+
+
+def _lock_file(target: Path) -> Path:
+    return target.parent / f".{target.name}{_LOCK_SUFFIX}"
+
+
+@contextlib.contextmanager
+def target_lock(
+    target: str | os.PathLike[str], *, what: str = "output", wait_s: float | None = None
+) -> Iterator[None]:
+    """Hold the advisory lock of ``target``: one attncoda writer at a time appends to it or
+    swaps it (other processes wait, at most ``wait_s`` seconds, default :data:`LOCK_WAIT_S`).
+
+    The lock is ``fcntl.flock`` on ``.NAME.attncoda.lock`` beside the target, created by the
+    first writer and removed by the holder when it is done (only if it holds attncoda's
+    mark: a file of that name that attncoda did not create is refused, never touched).
+    Re-entrant within a process. Where ``fcntl`` is missing (Windows), it does nothing.
+
+    Raises
+    ------
+    OutputError
+        Another process held the lock for longer than ``wait_s`` (its pid is named), or the
+        lock file is not attncoda's.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no advisory locks
+        yield
+        return
+    path = _lock_file(Path(target).expanduser().absolute())
+    key = str(path)
+    with _held_guard:
+        if key in _held:
+            _held[key] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[key] -= 1
+        return
+    deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise OutputError(
+                f"{what} {str(target)!r} cannot be locked ({path.name}: {exc.strerror or exc})"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+            os.close(fd)
+            if time.monotonic() > deadline:
+                pid = holder[2] if len(holder) > 2 and holder[2].isdigit() else "?"
+                raise OutputError(
+                    f"{what} {str(target)!r} is being written by another attncoda process "
+                    f"(pid {pid}); nothing was written; try again when it is done"
+                ) from None
+            time.sleep(0.05)
+            continue
+        try:  # the holder before us may have removed the file: lock the one at the path
+            same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+        except OSError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        content = os.pread(fd, 200, 0)
+        if content and not content.startswith(_LOCK_MARK):
+            raise OutputError(
+                f"{what} {str(target)!r}: {path.name} exists and attncoda did not create it; "
+                "move it away"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _LOCK_MARK + f" {os.getpid()}\n".encode(), 0)
+        with _held_guard:
+            _held[key] = 1
+        try:
+            yield
+        finally:
+            with _held_guard:
+                del _held[key]
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while locked: a waiter then sees another file and retries
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,7 +863,7 @@ def atomic_output(
             if kind == "folder":
                 staging.mkdir()
             yield staging
-            with deferred_interrupt() as interrupt:
+            with target_lock(path, what=what), deferred_interrupt() as interrupt:
                 if kind == "folder" and stamp is not None:
                     record_files(staging, stamp)
                 if not interrupt.pending:

@@ -216,14 +216,16 @@ def _pivot_basis_t(lc: LogComposition) -> Array:
 
 
 def basis_tolerance(dtype: Any) -> float:
-    """How far an explicit basis of ``dtype`` may be from orthonormal: ``sqrt(eps)``.
+    """How far an explicit basis of ``dtype`` may be from orthonormal: ``sqrt(eps)``, and at
+    least 1e-6 (scikit-bio's absolute tolerance).
 
-    1.5e-8 in float64 (well-built bases are orthonormal to ~1e-14) and 3.5e-4 in float32 (a
-    pivot basis of 4,096 parts built in float32 is off by ~1e-5).
+    1e-6 in float64: a basis typed or stored to 8 decimals is off by ~2e-8 and must pass
+    (well-built ones are orthonormal to ~1e-14); 3.5e-4 in float32 (a pivot basis of 4,096
+    parts built in float32 is off by ~1e-5).
     """
     name = str(dtype).replace("torch.", "")
     eps = float(np.finfo(np.dtype(name)).eps) if name != "bfloat16" else 2.0**-7
-    return math.sqrt(eps)
+    return max(math.sqrt(eps), 1e-6)
 
 
 # Bases large enough that their Gram product costs more than hashing them (D >= ~512) are

@@ -52,6 +52,22 @@ _SUMMARY_ATTRS = {
 }
 
 
+#: The version of the on-disk schema that :func:`save` writes (root attribute
+#: :data:`SCHEMA_ATTR`); :func:`load` refuses a newer one. Files without it are version 0.
+SCHEMA_VERSION = 1
+SCHEMA_ATTR = "attncoda_schema"
+
+
+def _version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
 class SchemaError(AttncodaError, ValueError):
     """A dataset does not follow attncoda's schema."""
 
@@ -217,6 +233,15 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     ...
     attncoda._data.SchemaError: log_attn has values above 0 (up to 1); log-probabilities are <= 0
     """
+    if not isinstance(ds, xr.Dataset):
+        hint = (
+            "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
+            if isinstance(ds, xr.DataArray)
+            else ""
+        )
+        raise SchemaError(
+            f"validate_dataset takes an xarray.Dataset, got {type(ds).__name__}{hint}"
+        )
     present = [v for v in (*SUMMARY_VARIABLES, "log_attn") if v in ds.data_vars]
     if not present:
         raise SchemaError("dataset has neither summaries nor log_attn; is it an attncoda capture?")
@@ -230,12 +255,30 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     for name in (*present, "learned_sink_log_attn"):
         if name in ds.data_vars and not np.issubdtype(ds[name].dtype, np.floating):
             raise SchemaError(f"{name} must hold floats, holds {ds[name].dtype}")
-    for key, val in ds.attrs.items():
-        if not isinstance(val, (str, int, float, np.integer, np.floating, np.ndarray)):
-            raise SchemaError(
-                f"attribute {key!r} has type {type(val).__name__}; netCDF takes strings and "
-                "numbers only (encode dicts as JSON, booleans as 0/1)"
-            )
+    owners = [("", ds.attrs)] + [(f"{name}.", ds[name].attrs) for name in ds.variables]
+    for where, attrs in owners:
+        for key, val in attrs.items():
+            plain = isinstance(val, (str, int, float, np.integer, np.floating, np.ndarray))
+            if (
+                not plain
+                or isinstance(val, (bool, np.bool_))
+                or (isinstance(val, np.ndarray) and val.dtype.kind not in "iufU")
+            ):
+                raise SchemaError(
+                    f"attribute {where}{key!r} has type {type(val).__name__}; netCDF takes "
+                    "strings and numbers only (encode dicts as JSON, booleans as 0/1, None as "
+                    "'')"
+                )
+    version = ds.attrs.get(SCHEMA_ATTR)
+    if version is not None and (
+        isinstance(version, (bool, np.bool_))
+        or not isinstance(version, (int, np.integer))
+        or int(version) > SCHEMA_VERSION
+    ):
+        raise SchemaError(
+            f"the dataset's schema version is {_plain(version)!r}; this attncoda "
+            f"({_version()}) reads versions up to {SCHEMA_VERSION}: upgrade attncoda"
+        )
     for dim in ds.dims:
         if dim in ds.indexes and not ds.indexes[dim].is_unique:
             dup = ds.indexes[dim][ds.indexes[dim].duplicated()][0]
@@ -368,8 +411,17 @@ def _open(path: Path, fmt: str) -> xr.Dataset:
         if fmt == "netcdf":
             if not path.is_file():
                 raise SchemaError(f"{str(path)!r} is not a netCDF file (it is a folder)")
-            with xr.open_dataset(path, engine="h5netcdf") as opened:
-                ds = opened.load()
+            try:
+                with xr.open_dataset(path, engine="h5netcdf") as opened:
+                    ds = opened.load()
+            except OSError as exc:
+                bad = _find_bad_hdf5_chunk(path)
+                if bad is None:
+                    raise
+                raise SchemaError(
+                    f"netCDF file {str(path)!r} is damaged: {bad} fails its fletcher32 "
+                    "checksum; restore it from a copy or re-create it"
+                ) from exc
         else:
             if not path.is_dir():
                 raise SchemaError(f"{str(path)!r} is not a zarr store (a .zarr store is a folder)")
@@ -607,7 +659,7 @@ def save(
     True
     >>> _ = ac.save(ds, p, overwrite=True)  # replacing needs overwrite=True
     """
-    from ._atomic import atomic_output, deferred_interrupt, sweep
+    from ._atomic import deferred_interrupt, sweep, target_lock
 
     if not isinstance(ds, xr.Dataset):
         raise SchemaError(f"save() takes an xarray.Dataset, got {type(ds).__name__}")
@@ -619,28 +671,137 @@ def save(
         ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     if append:
         check_save(target, format=fmt, append=True)
-        if target.exists():
-            sweep(target)
-            with load(target, check_values=False) as old:
-                _check_append(old, ds, target)
-                n_old = old.sizes["sample"]
-            ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
-            with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
-                ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
-            return target
+        # one writer at a time: another process's append (or replacement) finishes first, so
+        # the samples are numbered after it; a store created meanwhile is appended to
+        with target_lock(target, what="dataset"):
+            if target.exists():
+                sweep(target)
+                with load(target, check_values=False) as old:
+                    _check_append(old, ds, target)
+                    n_old = old.sizes["sample"]
+                ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
+                with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
+                    ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
+                return target
+            return _save_new(ds, target, fmt, overwrite)
+    return _save_new(ds, target, fmt, overwrite)
+
+
+def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
+    """Every numeric array carries checksums: CRC32C per zarr chunk, fletcher32 per HDF5 chunk
+    (:func:`load` then refuses a chunk whose bytes changed). Strings are left to the engine."""
+    checksum: dict[str, Any]
+    if fmt == "zarr":
+        from numcodecs import CRC32C
+
+        checksum = {"filters": [CRC32C()]}
+    else:
+        checksum = {"fletcher32": True}
+    return {
+        str(name): dict(checksum)
+        for name, v in ds.variables.items()
+        if v.dtype.kind in "biuf" and v.ndim > 0 and v.size > 0
+    }
+
+
+def _verify_zarr_chunks(path: Path) -> None:
+    """Decode every chunk of every checksummed array of a zarr v2 store; a chunk whose bytes
+    changed (bit rot, a bad copy) raises :class:`SchemaError` naming the variable and chunk."""
+    from numcodecs import get_codec
+
+    for key, zarray in _zarr_metadata(path).items():
+        if not key.endswith("/.zarray"):
+            continue
+        filters = [get_codec(f) for f in zarray.get("filters") or []]
+        if not any(getattr(f, "codec_id", "") in ("crc32c", "crc32") for f in filters):
+            continue
+        compressor = get_codec(zarray["compressor"]) if zarray.get("compressor") else None
+        name = key[: -len("/.zarray")]
+        for chunk in sorted((path / name).rglob("*")):
+            if chunk.name.startswith(".") or not chunk.is_file():
+                continue
+            try:
+                data: Any = chunk.read_bytes()
+                if compressor is not None:
+                    data = compressor.decode(data)
+                for f in reversed(filters):
+                    data = f.decode(data)
+            except Exception as exc:  # a codec's own error: a checksum, a broken stream
+                label = chunk.relative_to(path / name).as_posix()
+                raise SchemaError(
+                    f"zarr store {str(path)!r} is damaged: variable {name!r}, chunk {label} "
+                    f"fails its checksum ({' '.join(str(exc).split())[:120]}); restore it from "
+                    "a copy or re-create the store"
+                ) from exc
+
+
+def _find_bad_hdf5_chunk(path: Path) -> str | None:
+    """Which variable and chunk of a netCDF file fail their fletcher32 checksum, if any."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            for name, dset in f.items():
+                if not isinstance(dset, h5py.Dataset) or dset.chunks is None:
+                    continue
+                for sl in dset.iter_chunks():
+                    try:
+                        dset[sl]
+                    except OSError:
+                        where = ", ".join(f"{s.start}:{s.stop}" for s in sl)
+                        return f"variable {name!r}, chunk [{where}]"
+    except OSError:
+        return None
+    return None
+
+
+def _netcdf_bytes(ds: xr.Dataset) -> int:
+    """About how many bytes ``ds`` takes as an (uncompressed) netCDF file."""
+    return int(sum(v.nbytes for v in ds.variables.values())) + (64 << 10)
+
+
+def _memory_budget() -> int:
+    """How large a netCDF file may be built in memory before it is written: half the memory
+    available now, else 1 GiB."""
+    from ._atomic import available_memory
+
+    free = available_memory()
+    return free // 2 if free is not None else 1 << 30
+
+
+def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
+    """Write a whole file or store at ``target`` (staged, then swapped in)."""
+    from ._atomic import atomic_output, check_free_space, deferred_interrupt
+
     kind: Literal["file", "store"] = "file" if fmt == "netcdf" else "store"
+    need = _netcdf_bytes(ds)
+    if fmt == "netcdf":  # HDF5 on a full disk crashes the process: refuse before the write
+        check_free_space(target, need, what="dataset")
     with atomic_output(
         target, overwrite=overwrite, kind=kind, is_ours=lambda p: _is_ours(p, fmt), what="dataset"
     ) as staging:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
-            if fmt == "netcdf":
-                ds.to_netcdf(staging, engine="h5netcdf")
+            ds = ds.assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
+            encoding = _checksum_encoding(ds, fmt)
+            if fmt == "netcdf" and need <= _memory_budget():
+                # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
+                # is a plain OSError (ENOSPC), not a half-closed HDF5 file that crashes later
+                data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
+                with open(staging, "wb") as fh:
+                    fh.write(data)
+            elif fmt == "netcdf":  # too large for memory: checked against the free space above
+                ds.to_netcdf(staging, engine="h5netcdf", encoding=encoding)
             else:
                 out = ds.assign_attrs({_ALL_CHUNKS: 1})
                 out.to_zarr(
-                    staging, mode="w-", zarr_format=2, consolidated=True, write_empty_chunks=True
+                    staging,
+                    mode="w-",
+                    zarr_format=2,
+                    consolidated=True,
+                    write_empty_chunks=True,
+                    encoding=encoding,
                 )
     return target
 
@@ -676,6 +837,20 @@ def load(
     if not target.exists():
         raise FileNotFoundError(f"no capture at {str(target)!r}")
     fmt = _format(target, format)
+    if fmt == "zarr" and check_values and target.is_dir():
+        _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
     out = _open(target, fmt)
-    validate_dataset(out, values=check_values)
+    validate_dataset(out, values=check_values)  # a newer schema version is refused here
+    out.attrs.pop(SCHEMA_ATTR, None)
+    known = {*SUMMARY_VARIABLES, "log_attn", "learned_sink_log_attn"}
+    extra = sorted(str(v) for v in out.data_vars if v not in known)
+    if extra:  # named, never silently mixed with the schema's variables
+        import warnings
+
+        warnings.warn(
+            f"{str(target)!r} holds variables outside attncoda's schema: {', '.join(extra)}; "
+            "they are loaded as they are, unchecked",
+            UserWarning,
+            stacklevel=2,
+        )
     return out

@@ -30,12 +30,14 @@ __all__ = [
     "AttncodaError",
     "CompositionError",
     "DeviceMismatchError",
+    "ForeignFileError",
     "InputError",
     "NegativePartError",
     "NonFiniteError",
     "NotClosedError",
     "OutputError",
     "OutputExistsError",
+    "PartIndexError",
     "ShapeMismatchError",
     "TooFewPartsError",
     "ZeroPartError",
@@ -81,6 +83,11 @@ class OutputExistsError(OutputError, FileExistsError):
     """An output path exists and may not be replaced (not attncoda's, or ``overwrite`` not set)."""
 
 
+class ForeignFileError(InputError):
+    """A file that attncoda was asked to read back is not one it wrote: outside its folder,
+    reached through a symlink, not listed with its sha256 in the folder's stamp, or changed."""
+
+
 class CompositionError(AttncodaError, ValueError):
     """Base class of every input error raised by attncoda's compositional core."""
 
@@ -119,6 +126,14 @@ class TooFewPartsError(CompositionError):
 
 class ShapeMismatchError(CompositionError):
     """Shapes, axes, masks or bases do not fit together."""
+
+
+class PartIndexError(ShapeMismatchError, IndexError):
+    """An index into the parts of a row (``ref``, a sink, a group member) is out of range.
+
+    An ``IndexError`` as in Python and scikit-bio (``alr(x, ref_idx=5)`` on 3 parts), and
+    still a :class:`ShapeMismatchError` (a ``ValueError``) for code that caught that.
+    """
 
 
 class DeviceMismatchError(CompositionError):

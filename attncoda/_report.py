@@ -147,25 +147,88 @@ class Analysis:
 
     @classmethod
     def from_json(cls, text: str) -> Analysis:
-        """Read a manifest written by :meth:`to_json`."""
+        """Read a manifest written by :meth:`to_json`.
+
+        Every field is checked as untrusted input: texts must be strings, ``max_rows`` a
+        whole number, ``numbers`` numbers (or strings and lists of strings), ``meta`` plain
+        values. File names are checked later, when the report reads the files
+        (:func:`attncoda._atomic.read_own_file`).
+
+        Raises
+        ------
+        ValueError, KeyError, TypeError
+            A field is missing or of the wrong type.
+        """
         raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise TypeError("the manifest is not a JSON object")
         sections = [
             Section(
-                heading=s["heading"],
-                text=list(s.get("text", [])),
-                figures=[FigureRef(**f) for f in s.get("figures", [])],
-                tables=[TableRef(**t) for t in s.get("tables", [])],
+                heading=_text(s, "heading"),
+                text=_texts(s.get("text", []), "text"),
+                figures=[
+                    FigureRef(_text(f, "stem"), _text(f, "caption"), _text(f, "view", ""))
+                    for f in _list(s.get("figures", []), "figures")
+                ],
+                tables=[
+                    TableRef(_text(t, "file"), _text(t, "caption"), _whole(t.get("max_rows", 40)))
+                    for t in _list(s.get("tables", []), "tables")
+                ],
             )
-            for s in raw.get("sections", [])
+            for s in _list(raw.get("sections", []), "sections")
         ]
+        numbers = _dict(raw.get("numbers", {}), "numbers")
+        for key, value in numbers.items():
+            ok = (
+                value is None
+                or isinstance(value, (int, float, str))
+                or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+            )
+            if not ok:
+                raise TypeError(f"numbers[{key!r}] is a {type(value).__name__}")
+        meta = _dict(raw.get("meta", {}), "meta")
+        for key, value in meta.items():
+            if isinstance(value, (dict, list)):
+                meta[key] = json.dumps(value, ensure_ascii=False)[:2000]
         return cls(
-            title=raw["title"],
-            summary=list(raw.get("summary", [])),
-            numbers=dict(raw.get("numbers", {})),
-            meta=dict(raw.get("meta", {})),
+            title=_text(raw, "title"),
+            summary=_texts(raw.get("summary", []), "summary"),
+            numbers=numbers,
+            meta=meta,
             sections=sections,
-            files=list(raw.get("files", [])),
+            files=_texts(raw.get("files", []), "files"),
         )
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise TypeError(f"{name} must be a list of objects")
+    return value
+
+
+def _dict(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be an object")
+    return dict(value)
+
+
+def _text(obj: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise TypeError(f"{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _texts(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{name} must be a list of strings")
+    return list(value)
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
+        raise TypeError(f"max_rows must be a whole number from 0 to 10**6, got {value!r}")
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -352,6 +415,8 @@ def analyze(
         )
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ReportError(f"n_boot must be a whole number >= 0, got {n_boot!r}")
+    if rows is not None:  # only rows are bootstrapped (the verdict flips)
+        _check_bootstrap_memory(n_boot, rows)
     if isinstance(threshold, bool) or not (
         isinstance(threshold, (int, float, np.number)) and 0 < threshold < 1
     ):
@@ -375,6 +440,22 @@ def analyze(
             progress,
             seed,
             device,
+        )
+
+
+def _check_bootstrap_memory(n_boot: int, rows: xr.Dataset) -> None:
+    """Refuse, before any work, more bootstrap replicates than memory holds: each replicate
+    holds a weight per sample (drawn as int64, kept as float64) and its flip rates."""
+    from ._atomic import available_memory
+
+    n_samples = int(rows.sizes.get("sample", 1))
+    need = int(n_boot) * (16 * n_samples + 64)
+    free = available_memory()
+    if free is not None and need > free // 2:
+        raise ReportError(
+            f"n_boot={int(n_boot):,} needs about {need / 1e9:.1f} GB of memory for the "
+            f"bootstrap ({n_samples} samples) and {free / 1e9:.1f} GB are available; choose a "
+            "smaller n_boot (--n-boot; 200 to 2000 replicates give stable intervals)"
         )
 
 
@@ -1175,9 +1256,52 @@ def _cell(value: str) -> str:
     return f"<td>{_esc(_fmt(x, 3))}</td>"
 
 
-def _table_html(path: Path, ref: TableRef) -> str:
-    with open(path, newline="", encoding="utf-8") as fh:
-        data = list(csv.reader(fh))
+def _own(folder: Path, name: str) -> bytes | str:
+    """The bytes of a file the analysis names, or why it is not read (see
+    :func:`attncoda._atomic.read_own_file`: only unchanged files attncoda wrote there)."""
+    from ._atomic import read_own_file
+    from ._errors import ForeignFileError
+
+    try:
+        return read_own_file(folder, name)
+    except ForeignFileError as exc:
+        return str(exc)
+
+
+def _href(name: str) -> str:
+    """A link to a file of the folder, percent-encoded (a ``:`` too: never a URL scheme)."""
+    from urllib.parse import quote
+
+    return quote(name, safe="/")
+
+
+def _linkable(folder: Path, name: str) -> bool:
+    """Whether the page may link to ``name``: a plain relative name of a regular file in the
+    folder, not a symlink (a link is not a read, but it must not lead out of the folder)."""
+    from ._atomic import _name_problem
+
+    if _name_problem(name) is not None:
+        return False
+    here = folder
+    for part in name.split("/"):
+        here = here / part
+        if here.is_symlink():
+            return False
+    return here.is_file()
+
+
+def _not_shown(what: str, name: str, reason: str) -> str:
+    return f'<p class="muted">{what} {_esc(name[:200])} is not shown: {_esc(reason[:400])}</p>'
+
+
+def _table_html(folder: Path, ref: TableRef) -> str:
+    data_bytes = _own(folder, ref.file)
+    if isinstance(data_bytes, str):
+        return _not_shown("table", ref.file, data_bytes)
+    try:
+        data = list(csv.reader(data_bytes.decode("utf-8").splitlines()))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return _not_shown("table", ref.file, f"it cannot be read as CSV ({exc})")
     if not data:
         return ""
     header, body = data[0], data[1:]
@@ -1188,8 +1312,8 @@ def _table_html(path: Path, ref: TableRef) -> str:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>"
 
     caption = (
-        f'<p class="muted">{_esc(ref.caption)} (<a href="{_esc(ref.file)}">{_esc(ref.file)}</a>,'
-        f" {len(body)} rows)</p>"
+        f'<p class="muted">{_esc(ref.caption)} (<a href="{_esc(_href(ref.file))}">'
+        f"{_esc(ref.file)}</a>, {len(body)} rows)</p>"
     )
     if ref.max_rows and len(body) <= ref.max_rows:
         return caption + table(body)
@@ -1199,31 +1323,39 @@ def _table_html(path: Path, ref: TableRef) -> str:
     )
 
 
-def _inline_svg(path: Path) -> str:
-    """An SVG file of the folder as an element of the page (HTML gives it its namespace)."""
-    text = path.read_text(encoding="utf-8").strip()
-    return text.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
+def _inline_svg(folder: Path, name: str) -> str:
+    """An SVG file of the folder as an element of the page, rebuilt by :func:`safe_svg` from
+    attncoda's own vocabulary (HTML gives it its namespace); or why it is not shown."""
+    data = _own(folder, name)
+    if isinstance(data, str):
+        return _not_shown("figure", name, data)
+    try:
+        svg = vw.safe_svg(data.decode("utf-8"))
+    except (UnicodeDecodeError, AttributeError, ValueError) as exc:
+        return _not_shown("figure", name, str(exc))
+    return svg
 
 
 def _figure_html(folder: Path, ref: FigureRef) -> str:
-    png = folder / f"{ref.stem}.png"
-    view = folder / ref.view if ref.view else None
     links = " ".join(
-        f'<a href="{_esc(ref.stem)}.{ext}">{ext.upper()}</a>'
+        f'<a href="{_esc(_href(f"{ref.stem}.{ext}"))}">{ext.upper()}</a>'
         for ext in ("png", "svg")
-        if (folder / f"{ref.stem}.{ext}").is_file()
+        if _linkable(folder, f"{ref.stem}.{ext}")
     )
-    if view is not None and view.is_file():
+    if ref.view:
         if links:
             links = "static: " + links
         return (
             f'<figure id="fig-{_esc(ref.stem)}" class="view"><div class="scroll">'
-            f"{_inline_svg(view)}</div><figcaption>{_esc(ref.caption)}; hover for values"
-            f"{f' ({links})' if links else ''}</figcaption></figure>"
+            f"{_inline_svg(folder, ref.view)}</div><figcaption>{_esc(ref.caption)}; hover for "
+            f"values{f' ({links})' if links else ''}</figcaption></figure>"
         )
-    if not png.is_file():
-        return f'<p class="muted">figure {_esc(ref.stem)} is missing</p>'
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    png = _own(folder, f"{ref.stem}.png")
+    if isinstance(png, str):
+        return _not_shown("figure", ref.stem, png)
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _not_shown("figure", ref.stem, "it is not a PNG image")
+    data = base64.b64encode(png).decode("ascii")
     return (
         f'<figure id="fig-{_esc(ref.stem)}"><img class="figure" alt="{_esc(ref.caption)}" '
         f'src="data:image/png;base64,{data}"><figcaption>{_esc(ref.caption)} ({links})'
@@ -1248,17 +1380,22 @@ def _plain_words(analysis: Analysis) -> str:
     num = analysis.numbers
 
     def has(*keys: str) -> bool:
-        return all(isinstance(num.get(k), (int, float)) for k in keys)
+        return all(
+            isinstance(num.get(k), (int, float)) and not isinstance(num.get(k), bool) for k in keys
+        )
+
+    def number(key: str, default: float) -> float:
+        return float(num[key]) if has(key) else default
 
     said = []
     if has("heavy_heads", "n_layers", "n_heads", "sink_rate"):
         total = int(num["n_layers"]) * int(num["n_heads"])
         said.append(
             f"{num['heavy_heads']} of the {total} heads ({_pct(num['sink_rate'])}) put more than "
-            f"{num.get('sink_rate_threshold', 0.3):g} of their attention on the sink on average; "
-            f"across all heads the mean sink share is {_pct(num.get('mean_sink_share', math.nan))}."
+            f"{number('sink_rate_threshold', 0.3):g} of their attention on the sink on average; "
+            f"across all heads the mean sink share is {_pct(number('mean_sink_share', math.nan))}."
         )
-    if num.get("sink_tokens"):
+    if isinstance(num.get("sink_tokens"), list) and num["sink_tokens"]:
         toks = ", ".join(_quoted(t) for t in num["sink_tokens"][:6])
         said.append(
             f"The sink, the first visible token of each sample, is {toks}"
@@ -1302,6 +1439,13 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
     The page loads nothing: figures are ``data:`` URIs or inline SVG (tooltips are SVG
     ``<title>`` elements, no script), the stylesheet is inline, and a Content-Security-Policy
     meta tag forbids every other source.
+
+    ``analysis`` and the folder are untrusted input: every text is escaped; a file is read
+    only if attncoda wrote it into ``folder`` and it is unchanged (named by a plain relative
+    path, no symlink, listed with its sha256 in the folder's stamp:
+    :func:`attncoda._atomic.read_own_file`); SVG views are rebuilt from attncoda's own
+    vocabulary (:func:`attncoda.safe_svg`), never pasted; links are relative. What does not
+    pass is replaced by a line saying why.
     """
     root = Path(folder)
     parts = [
@@ -1334,10 +1478,7 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
         parts.append(f'<section id="sec-{i}"><h2>{_esc(sec.heading)}</h2>')
         parts += [f"<p>{_esc(t)}</p>" for t in sec.text]
         parts += [_figure_html(root, f) for f in sec.figures]
-        for t in sec.tables:
-            path = root / t.file
-            if path.is_file():
-                parts.append(_table_html(path, t))
+        parts += [_table_html(root, t) for t in sec.tables]
         parts.append("</section>")
     meta_rows = "".join(
         f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>"
@@ -1346,7 +1487,9 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
     )
     parts.append(f'<h2>Provenance</h2><table class="meta">{meta_rows}</table>')
     files = "".join(
-        f'<li><a href="{_esc(f)}">{_esc(f)}</a></li>' for f in analysis.files if f != REPORT
+        f'<li><a href="{_esc(_href(f))}">{_esc(f)}</a></li>'
+        for f in analysis.files
+        if f != REPORT and _linkable(root, f)
     )
     parts.append(f'<h2>Files in this folder</h2><ul class="files">{files}</ul>')
     parts.append("</body></html>")
@@ -1368,20 +1511,22 @@ def write_report(
     out : path, optional
         The HTML file; default ``folder/report.html``.
     overwrite : bool, default False
-        Replace an existing report (only a page attncoda rendered).
+        Replace an existing report: only a whole page attncoda rendered (its last line signs
+        its content: :func:`attncoda._atomic.file_is_ours`).
 
     Returns
     -------
     pathlib.Path
         The page written (atomically).
     """
-    from ._atomic import STAMP, atomic_output, record_files
+    from ._atomic import STAMP, record_files, write_signed_text
 
     analysis = load_analysis(folder)
     inside = out is None or Path(out).expanduser().resolve().parent == Path(folder).resolve()
     target = Path(out).expanduser() if out is not None else Path(folder) / REPORT
-    with atomic_output(target, overwrite=overwrite, is_ours=_is_report, what="report") as staging:
-        staging.write_text(render_html(analysis, folder), encoding="utf-8")
+    check_report(target, overwrite=overwrite)
+    page = render_html(analysis, folder)
+    write_signed_text(target, page, overwrite=overwrite, what="report")
     if inside and (Path(folder) / STAMP).is_file():
         record_files(Path(folder), "analysis", [target.name])
     return target
@@ -1389,20 +1534,9 @@ def write_report(
 
 def check_report(out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
     """Refuse, before any work, a report file that :func:`write_report` would refuse."""
-    from ._atomic import check_output
+    from ._atomic import check_output, file_is_ours
 
-    return check_output(out, overwrite=overwrite, is_ours=_is_report, what="report")
-
-
-def _is_report(path: Path) -> str | None:
-    """None if ``path`` is a report attncoda rendered (its head names attncoda's policy)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            head = fh.read(4096)
-    except (OSError, UnicodeDecodeError):
-        return "it is not an attncoda report"
-    ours = f'<meta name="generator" content="{_GENERATOR} ' in head
-    return None if ours else "it is not an attncoda report (no attncoda generator tag)"
+    return check_output(out, overwrite=overwrite, is_ours=file_is_ours, what="report")
 
 
 def print_summary(analysis: Analysis, write: Callable[[str], Any] = print) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +34,7 @@ import xarray as xr
 from . import _rows
 from ._errors import InputError, require_int
 
-__all__ = ["HeadView", "head_view", "token_labels"]
+__all__ = ["HeadView", "head_view", "safe_svg", "token_labels"]
 
 #: The only sources a saved view may load: inline styles (no network, no script).
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -192,29 +193,128 @@ class HeadView:
         -------
         pathlib.Path
         """
-        from ._atomic import atomic_output
+        from ._atomic import write_signed_text
 
         target = Path(path).expanduser()
         if target.suffix.lower() == ".svg":  # a file of its own needs the SVG namespace
-            text = self.svg.replace("<svg ", f'<svg xmlns="{_SVG_NS}" ', 1) + "\n"
+            text = self.svg.replace("<svg ", f'<svg xmlns="{_SVG_NS}" ', 1)
         else:
             text = self.to_html()
-        with atomic_output(target, overwrite=overwrite, is_ours=_is_view, what="view") as tmp:
-            tmp.write_text(text, encoding="utf-8")
-        return target
+        return write_signed_text(target, text, overwrite=overwrite, what="view")
 
     def __repr__(self) -> str:
         return f"<HeadView {self.title}{' (truncated)' if self.truncated else ''}>"
 
 
-def _is_view(path: Path) -> str | None:
+# --------------------------------------------------------------------------------------------
+# reading an SVG back: only the markup attncoda's views are made of
+
+_NUM = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+_COLOUR = r"#[0-9a-fA-F]{6}|#[0-9a-fA-F]{3}|none|transparent"
+#: Every attribute attncoda's SVG views use, with the values it writes (a full match).
+_SVG_ATTRS: dict[str, str] = {
+    "class": r"[a-z]+(?:-[a-z]+)*",
+    "data-generator": r"attncoda",
+    "role": r"img",
+    "aria-label": r"[^\x00-\x08\x0b\x0c\x0e-\x1f]*",
+    **{k: _NUM for k in ("x", "y", "width", "height", "cx", "cy", "r", "stroke-width")},
+    "viewBox": rf"{_NUM} {_NUM} {_NUM} {_NUM}",
+    "transform": rf"rotate\({_NUM} {_NUM} {_NUM}\)",
+    "points": rf"{_NUM},{_NUM}(?: {_NUM},{_NUM})*",
+    "fill": _COLOUR,
+    "stroke": _COLOUR,
+    "style": r"fill:#[0-9a-fA-F]{3,6}",
+    "text-anchor": r"start|middle|end",
+}
+#: Every element attncoda's SVG views use.
+_SVG_ELEMENTS = frozenset({"svg", "style", "text", "title", "rect", "circle", "polyline", "g"})
+_SVG_MAX_ELEMENTS = 2_000_000
+
+
+def safe_svg(text: str) -> str:
+    """An SVG file's markup rebuilt from attncoda's own vocabulary, for inlining in a page.
+
+    The SVG is parsed as XML (no DOCTYPE, entity or CDATA allowed) and written out again
+    element by element: only the elements, attributes and attribute values attncoda's views
+    use are accepted (no script, no link, no ``on*`` handler, no ``foreignObject``, no
+    ``href``, no URL anywhere), the only style sheets are attncoda's own, and all text is
+    escaped. Anything else is refused, not stripped: a figure that does not pass is not shown.
+
+    Raises
+    ------
+    InputError
+        Naming the first element, attribute or value that attncoda does not write.
+
+    Examples
+    --------
+    >>> svg = grid_svg(np.eye(2), ["a", "b"], ["x", "y"], [["1", "2"], ["3", "4"]],
+    ...                heading="h", row_name="r", col_name="c", legend="v")
+    >>> safe_svg(svg) == svg
+    True
+    >>> safe_svg('<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>')
+    Traceback (most recent call last):
+    ...
+    attncoda._errors.InputError: the SVG holds <script>, which attncoda's views never contain
+    """
+    import xml.etree.ElementTree as ET
+
+    if re.search(r"<!(?!--)", text):
+        raise InputError("the SVG holds a DOCTYPE, entity or CDATA section; attncoda writes none")
+    if "<svg" in text and f'xmlns="{_SVG_NS}"' not in text:
+        text = text.replace("<svg", f'<svg xmlns="{_SVG_NS}"', 1)
     try:
-        with open(path, encoding="utf-8") as fh:
-            head = fh.read(4096)
-    except (OSError, UnicodeDecodeError):
-        return "it is not an attncoda view"
-    ours = f'content="{_GENERATOR} ' in head or 'data-generator="attncoda"' in head
-    return None if ours else "it is not an attncoda view (no attncoda generator tag)"
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise InputError(f"the SVG is not well-formed XML ({exc})") from exc
+    styles = {_STYLE, _FIG_STYLE}
+    count = 0
+    out: list[str] = []
+
+    def tag_of(el: ET.Element) -> str:
+        ns, _, local = el.tag.rpartition("}")
+        if ns != "{" + _SVG_NS or local not in _SVG_ELEMENTS:
+            raise InputError(
+                f"the SVG holds <{local}>, which attncoda's views never contain"
+                if ns == "{" + _SVG_NS
+                else f"the SVG holds an element outside SVG ({el.tag[:80]!r})"
+            )
+        return local
+
+    def emit(el: ET.Element, top: bool) -> None:
+        nonlocal count
+        count += 1
+        if count > _SVG_MAX_ELEMENTS:
+            raise InputError(f"the SVG holds more than {_SVG_MAX_ELEMENTS:,} elements")
+        tag = tag_of(el)
+        if top != (tag == "svg"):
+            raise InputError("the SVG's root must be <svg>, and only its root")
+        attrs = []
+        for key, value in el.attrib.items():
+            rule = _SVG_ATTRS.get(key)
+            if rule is None or not re.fullmatch(rule, value):
+                shown = value if len(value) <= 40 else value[:37] + "..."
+                raise InputError(
+                    f"the SVG's <{tag}> has {key[:60]}={shown!r}, which attncoda's views never "
+                    "write"
+                )
+            attrs.append(f' {key}="{html.escape(value, quote=True)}"')
+        out.append(f"<{tag}{''.join(attrs)}>")
+        if tag == "style":
+            if len(el) or (el.text or "") not in styles:
+                raise InputError("the SVG holds a style sheet that is not attncoda's")
+            out.append(el.text or "")
+        elif el.text:
+            out.append(html.escape(el.text, quote=True))
+        for child in el:
+            emit(child, False)
+            if child.tail:
+                out.append(html.escape(child.tail, quote=True))
+        out.append(f"</{tag}>")
+
+    emit(root, True)
+    rebuilt = "".join(out)
+    # attncoda writes empty elements as <x .../>; write them back the same way
+    return re.sub(r"<(rect|circle|polyline)([^<>]*)></\1>", r"<\1\2/>", rebuilt)
 
 
 def _pick(ds: xr.Dataset, dim: str, value: Any) -> int:

@@ -315,7 +315,7 @@ def test_analyze_and_report_replace_their_own_outputs_only_with_force(tmp_path, 
     elsewhere.write_text("<html>my page</html>")
     code, _, err = _run(["report", str(out), "--out", str(elsewhere), "--force"], capsys)
     assert code == 2
-    _one_line_error(err, "not an attncoda report")
+    _one_line_error(err, "not a file attncoda wrote")
     assert elsewhere.read_text() == "<html>my page</html>"
 
 
@@ -394,7 +394,7 @@ def test_prune_never_replaces_a_folder_of_user_files(tmp_path, capsys, no_model_
 def test_exit_codes_are_listed_in_help(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for code in ("0", "1", "2", "70", "130"):
+    for code in ("0", "1", "2", "70", "129", "130", "143"):
         assert f"\n  {code} " in out, out
 
 
@@ -438,8 +438,19 @@ def test_a_failed_run_exits_1(monkeypatch, capsys, tmp_path, text_file):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
-def test_sigint_during_a_cli_save_exits_130_and_keeps_the_old_output(tmp_path, suffix):
+@pytest.mark.parametrize(
+    "suffix, sig, code",
+    [
+        (".zarr", signal.SIGINT, 130),
+        (".nc", signal.SIGINT, 130),
+        (".zarr", signal.SIGTERM, 143),
+        (".nc", signal.SIGTERM, 143),
+        (".zarr", signal.SIGHUP, 129),
+    ],
+)
+def test_a_signal_during_a_cli_save_exits_with_its_code_and_keeps_the_old_output(
+    tmp_path, suffix, sig, code
+):
     paras = [" ".join(f"w{i}x{j}" for j in range(120)) for i in range(200)]
     text = tmp_path / "long.txt"
     text.write_text("\n\n".join(paras))
@@ -466,11 +477,28 @@ def test_sigint_during_a_cli_save_exits_130_and_keeps_the_old_output(tmp_path, s
             if ".attncoda-" in p.name and marker.is_file() and marker.stat().st_size:
                 hit = True
         time.sleep(0.002)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=300)
     assert hit, "the save ended before the interrupt could land"
-    assert proc.returncode == 130, (out, err)
+    assert proc.returncode == code, (out, err)
     assert "wrote" not in out
-    assert "interrupted" in err and "Exception in thread" not in err
+    assert "left as they were" in err and "Exception in thread" not in err
+    assert "Traceback" not in err
     assert ac.load(target).sizes["sample"] == 2
     assert [p.name for p in tmp_path.iterdir() if ".attncoda-" in p.name] == []
+
+
+@pytest.mark.parametrize("n_boot", ["1000000000", str(10**30)])
+def test_an_n_boot_beyond_memory_is_refused_before_any_work(tmp_path, capsys, n_boot):
+    data = ac.save(
+        ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=3, length=6),
+        tmp_path / "rows.nc",
+    )
+    out = tmp_path / "an"
+    code, _, err = _run(["analyze", str(data), "--out", str(out), "--n-boot", n_boot], capsys)
+    assert code == 2
+    _one_line_error(err, "GB of memory for the bootstrap")
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if ".attncoda" in p.name]
+    # the same through the API (a ReportError, exit code 2)
+    with pytest.raises(ac.ReportError, match="choose a smaller n_boot"):
+        ac.analyze(ac.load(data), out, n_boot=int(n_boot), progress=False)

@@ -164,8 +164,9 @@ def test_disk_full_while_writing_keeps_the_old_file(tmp_path, ds):
 
     target = ac.save(ds.assign_attrs(tag="old"), tmp_path / "cap.nc")
 
-    def half_written(self, path, *args, **kwargs):
-        Path(path).write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 1000)
+    def half_written(self, path=None, *args, **kwargs):
+        if path is not None:  # a file written by HDF5 itself (large datasets)
+            Path(path).write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 1000)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with (
@@ -562,3 +563,82 @@ def test_rows_without_rows_are_refused_before_any_file(tmp_path):
     with pytest.raises(ac.AttncodaError, match="holds no rows"):
         ac.analyze(summaries, tmp_path / "a", rows=summaries, progress=False, figures=False)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_deferred_sigterm_or_sighup_ends_the_process_after_the_block(sig):
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        from attncoda import _atomic
+        with _atomic.deferred_interrupt() as state:
+            os.kill(os.getpid(), {int(sig)})
+            print("swap finished", state.pending, flush=True)
+        print("not reached", flush=True)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert run.returncode == -sig, run
+    assert "swap finished True" in run.stdout and "not reached" not in run.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# schema version, attributes netCDF cannot store, the wrong type
+
+
+def test_the_schema_version_is_written_and_a_newer_one_refused(tmp_path, ds):
+    import xarray as xr
+
+    for name in ("v.nc", "v.zarr"):
+        path = ac.save(ds, tmp_path / name)
+        raw = xr.open_zarr(path) if name.endswith("zarr") else xr.open_dataset(path)
+        assert raw.attrs["attncoda_schema"] == 1
+        raw.close()
+        assert "attncoda_schema" not in ac.load(path).attrs  # as it was given
+    newer = tmp_path / "newer.nc"
+    ds.assign_attrs(attncoda_schema=99).to_netcdf(newer, engine="h5netcdf")
+    with pytest.raises(ac.SchemaError, match=r"schema version is 99.*upgrade attncoda"):
+        ac.load(newer)
+
+
+@pytest.mark.parametrize(
+    "where, value",
+    [
+        ("root", True),
+        ("root", np.bool_(False)),
+        ("root", None),
+        ("root", {"a": 1}),
+        ("root", [1, 2]),
+        ("log_attn", True),
+        ("log_attn", {"a": 1}),
+        ("sample", None),
+    ],
+)
+def test_attributes_netcdf_cannot_store_are_refused_before_the_write(tmp_path, ds, where, value):
+    bad = ds.copy()
+    (bad.attrs if where == "root" else bad[where].attrs)["x"] = value
+    with pytest.raises(ac.SchemaError, match="netCDF takes strings and numbers only"):
+        ac.validate_dataset(bad)
+    with pytest.raises(ac.SchemaError, match="netCDF takes"):
+        ac.save(bad, tmp_path / "x.nc")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_dataset_given_a_dataarray_says_so(ds):
+    with pytest.raises(ac.SchemaError, match=r"a DataArray such as ds\.log_attn"):
+        ac.validate_dataset(ds["log_attn"])
+    with pytest.raises(ac.SchemaError, match="got list"):
+        ac.validate_dataset([1, 2])
+
+
+def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
+    path = ac.save(ds.assign(notes=ds["sink_share"] * 0), tmp_path / "x.nc")
+    with pytest.warns(UserWarning, match="outside attncoda's schema: notes"):
+        back = ac.load(path)
+    assert "notes" in back.data_vars

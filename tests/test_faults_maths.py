@@ -26,7 +26,7 @@ X = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]])
 ALL_HIDDEN = np.zeros((2, 3), bool)
 NOT_ORTHONORMAL = np.array([[1.0, 0.0, -1.0], [0.0, 1.0, -1.0]])  # the reported basis
 NOT_CLR = np.eye(3)[:2]  # orthonormal rows, but they do not sum to 0
-TOL64 = math.sqrt(np.finfo(np.float64).eps)
+TOL64 = _bases.basis_tolerance(np.dtype(np.float64))  # sqrt(eps), at least 1e-6 (scikit-bio's)
 TOL32 = math.sqrt(np.finfo(np.float32).eps)
 
 
@@ -575,8 +575,9 @@ def test_float32_bases_of_many_parts_pass():
         basis = ac.pivot_basis(d).astype(np.float32)
         x = ac.closure(np.linspace(1.0, 2.0, d)).astype(np.float32)
         ac.ilr(x, basis)
-        # but the same basis, held to float64 precision, is not orthonormal enough
-        _refused(lambda b=basis, x=x: ac.ilr(x, b.astype(np.float64)), CE, "float64")
+        # the same basis cast to float64 is a basis to 7 digits (off by ~7e-8): accepted, as
+        # scikit-bio accepts it (a false refusal before issue 27)
+        ac.ilr(x.astype(np.float64), basis.astype(np.float64))
 
 
 @requires_torch
@@ -985,3 +986,49 @@ def test_hidden_parts_are_never_read():
     visible_nan = mask.copy()
     visible_nan[0, 2] = True
     _refused(lambda: ac.clr(z, mask=visible_nan, from_logits=True), NF, "visible parts")
+
+
+# --------------------------------------------------------------------------------------------
+# false refusals and numpy masked arrays (issue 27)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: ac.clr(x),
+        lambda x: ac.alr(x),
+        lambda x: ac.ilr(x),
+        lambda x: ac.closure(x),
+        lambda x: ac.decompose(x),
+        lambda x: ac.aitchison_distance(x, x),
+    ],
+)
+def test_a_masked_numpy_array_is_refused_not_read_without_its_mask(call):
+    x = np.ma.array([[0.5, 0.3, 0.2, 0.1]], mask=[[0, 0, 1, 0]])
+    with pytest.raises(ac.CompositionError, match=r"masked array.*mask=~"):
+        call(x)
+    call(np.ma.array([[0.5, 0.3, 0.2, 0.1]]))  # nothing masked: plain numbers
+
+
+@pytest.mark.parametrize("kw", ["ref", "ref_idx", "denominator_idx"])
+@pytest.mark.parametrize("value", [3, 5, -4])
+def test_an_out_of_range_reference_is_an_index_error(kw, value):
+    with pytest.raises(IndexError, match="out of range"):
+        ac.alr([[0.5, 0.3, 0.2]], **{kw: value})
+    with pytest.raises(ValueError):  # and still the ValueError it was
+        ac.alr([[0.5, 0.3, 0.2]], **{kw: value})
+
+
+@pytest.mark.parametrize("decimals", [8, 7])
+def test_a_basis_given_to_8_decimals_is_accepted(decimals):
+    basis = np.round(ac.pivot_basis(12), decimals)
+    assert np.abs(basis @ basis.T - np.eye(11)).max() > 1.5e-8 or decimals == 8
+    x = np.random.default_rng(0).dirichlet(np.ones(12), size=3)
+    np.testing.assert_allclose(ac.ilr(x, basis=basis), ac.ilr(x), atol=1e-5)
+
+
+def test_a_basis_that_is_not_orthonormal_is_still_refused():
+    basis = ac.pivot_basis(6)
+    basis[0] *= 1 + 1e-4
+    with pytest.raises(ac.CompositionError, match="not orthonormal"):
+        ac.ilr(np.full((1, 6), 1 / 6), basis=basis)

@@ -155,7 +155,7 @@ def test_save_is_a_page_that_loads_nothing(tmp_path: Path) -> None:
         view.save(page)
     view.save(page, overwrite=True)
     (folder / "mine.html").write_text("not a view")
-    with pytest.raises(ac.OutputExistsError, match="not an attncoda view"):
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
         view.save(folder / "mine.html", overwrite=True)
     svg = view.save(folder / "view.svg").read_text(encoding="utf-8")
     assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg" ')

@@ -9,7 +9,9 @@ Errors a user can fix print one line, ``attncoda: error: ...``, on stderr, and n
 such error is an :class:`attncoda.AttncodaError`, and its class says the exit code
 (``exit_code``): 2 for bad usage (an option, argument or input the user can correct), 1 for a run
 that could not complete (a corrupted file, a failed download, a full disk). Anything else is a bug:
-its traceback is printed and the exit code is 70. An interrupt (Ctrl-C) exits with 130.
+its traceback is printed and the exit code is 70. An interrupt (Ctrl-C) exits with 130; SIGTERM
+(``kill``) and SIGHUP (the terminal closed) are handled as an interrupt (outputs being written are
+left as they were, staging folders removed) and exit with 143 and 129.
 
 Examples
 --------
@@ -21,9 +23,11 @@ Examples
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from attncoda import (
@@ -41,6 +45,11 @@ from ._common import PROG, CommandError, print_error
 
 __all__ = ["EXIT_CODES", "PROG", "CommandError", "build_parser", "main"]
 
+#: Killed with SIGTERM (``kill``), handled as an interrupt: 128 + 15.
+EXIT_TERMINATED = 128 + 15
+#: The terminal closed (SIGHUP), handled as an interrupt: 128 + 1.
+EXIT_HANGUP = 128 + 1
+
 #: Exit codes (documented in ``attncoda --help``).
 
 EXIT_CODES = (
@@ -49,7 +58,43 @@ EXIT_CODES = (
     (EXIT_USAGE, "bad usage: an option, argument or input file to correct"),
     (EXIT_INTERNAL, "internal error: a bug in attncoda (traceback printed; please report it)"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    (EXIT_HANGUP, "hung up (SIGHUP: the terminal closed), handled as an interrupt"),
+    (EXIT_TERMINATED, "terminated (SIGTERM), handled as an interrupt"),
 )
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C would raise ``KeyboardInterrupt``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`_Terminated` (a ``KeyboardInterrupt``) while the
+    command runs, so every write cleans up as after Ctrl-C (and defers them during a swap)."""
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        raise _Terminated(signum)
+
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                previous[sig] = signal.signal(sig, raise_terminated)
+        except (ValueError, OSError):  # not the main thread: leave the defaults
+            pass
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
 
 _REGISTER: tuple[Callable[[Any], None], ...] = (
     _demo.register,
@@ -110,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         0 on success, 1 when the run failed, 2 on a usage error, 70 on an internal error
-        (a bug), 130 when interrupted (:data:`EXIT_CODES`).
+        (a bug), 130 when interrupted, 143 on SIGTERM, 129 on SIGHUP (:data:`EXIT_CODES`).
 
     Examples
     --------
@@ -129,9 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
-        with warnings.catch_warnings():  # restores the caller's warning display afterwards
-            warnings.showwarning = _show_warning
+        with warnings.catch_warnings(), _terminate_as_interrupt():
+            warnings.showwarning = _show_warning  # restored with the caller's display
             return int(args.func(args))
+    except _Terminated as exc:
+        name = "SIGTERM" if exc.signum == getattr(signal, "SIGTERM", 15) else "SIGHUP"
+        print_error(f"{name}: stopped; outputs being written were left as they were before")
+        return EXIT_TERMINATED if name == "SIGTERM" else EXIT_HANGUP
     except KeyboardInterrupt:
         print_error("interrupted; outputs being written were left as they were before")
         return EXIT_INTERRUPTED

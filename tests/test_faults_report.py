@@ -1,0 +1,345 @@
+"""A hostile analysis folder against the report: every field of ``analysis.json`` and every file
+of the folder (and its stamp) is under an attacker's control.
+
+``write_report`` / ``attncoda report`` must read nothing outside the folder (absolute paths,
+``../``, symlinks, even when the attacker forges the stamp's hashes), read no file attncoda did
+not write (not in the stamp, or changed since), and paste no markup: SVG views are rebuilt from
+attncoda's own vocabulary or not shown. The page is then opened in headless chromium: no element
+of the hostile markup exists, the page does not navigate and requests nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from browser import needs_chromium, open_page
+
+import attncoda as ac
+from attncoda import _atomic
+from attncoda._report import MANIFEST, REPORT
+
+pytest.importorskip("matplotlib")
+
+SECRET = "TOPSECRET-8c1f2e"
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Hostile markup, each piece marked ``data-hostile`` (or named HOSTILE) so the DOM check finds it.
+HOSTILE_SVG = {
+    "script": '<script data-hostile="1">document.title="HOSTILE"</script>',
+    "img_onerror": '<img data-hostile="1" src="x" onerror="document.title=\'HOSTILE\'"/>',
+    "meta_refresh": '<meta data-hostile="1" http-equiv="refresh" content="0;url=http://127.0.0.1:9/"/>',
+    "a_javascript": '<a data-hostile="1" href="javascript:alert(1)"><text>HOSTILE</text></a>',
+    "foreign_object": (
+        '<foreignObject data-hostile="1"><div xmlns="http://www.w3.org/1999/xhtml">'
+        "HOSTILE</div></foreignObject>"
+    ),
+    "use_remote": '<use data-hostile="1" href="http://127.0.0.1:9/x.svg#a"/>',
+    "xlink_image": (
+        '<image data-hostile="1" xmlns:xlink="http://www.w3.org/1999/xlink" '
+        'xlink:href="http://127.0.0.1:9/x.png" width="9" height="9"/>'
+    ),
+    "on_attribute": '<rect data-hostile="1" x="1" y="1" width="5" height="5" onclick="x()"/>',
+    "on_attribute_known_tag": '<rect x="1" y="1" width="5" height="5" onmouseover="x()"/>',
+    "style_import": '<style data-hostile="1">@import url(http://127.0.0.1:9/x.css);</style>',
+    "style_attr_url": '<rect x="1" y="1" width="5" height="5" style="fill:url(http://127.0.0.1:9/)"/>',
+    "animate_href": '<set data-hostile="1" attributeName="href" to="javascript:alert(1)"/>',
+    "iframe": '<iframe data-hostile="1" src="http://127.0.0.1:9/"/>',
+    "html_namespace": '<h:b xmlns:h="http://www.w3.org/1999/xhtml" data-hostile="1">HOSTILE</h:b>',
+}
+
+HOSTILE_TEXT = (
+    '"><script data-hostile="1">document.title="HOSTILE"</script><img data-hostile="1" src=x '
+    "onerror=alert(1)><meta http-equiv=refresh content=0;url=http://127.0.0.1:9/>"
+)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _forge_stamp(folder: Path, names: list[str]) -> None:
+    """What an attacker would do: list the names with their hashes (followed through links)."""
+    stamp = json.loads((folder / _atomic.STAMP).read_text())
+    for name in names:
+        target = folder / name
+        if target.exists():
+            stamp["files"].append(name)
+            stamp["sha256"][name] = _sha(target)
+    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("good") / "analysis"
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    ac.analyze(rows, out, n_boot=0, progress=False)
+    return out
+
+
+@pytest.fixture
+def hostile(good: Path, tmp_path: Path) -> Path:
+    """A copy of a real analysis folder, every field and file turned hostile."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret_svg = (good / "sink_grid_view.svg").read_text().replace("</svg>", "")
+    secret_svg += f"<text>{SECRET}</text></svg>"
+    (outside / "secret.svg").write_text(secret_svg)
+    (outside / "secret.csv").write_text(f"a,b\n{SECRET},1\n")
+    (outside / "secret.txt").write_text(SECRET)
+    shutil.copy(good / "sink_grid.png", outside / "secret.png")
+    folder = tmp_path / "analysis"
+    shutil.copytree(good, folder)
+    view = (folder / "sink_grid_view.svg").read_text()
+    for key, markup in HOSTILE_SVG.items():
+        (folder / f"evil_{key}.svg").write_text(view.replace("</svg>", markup + "</svg>"))
+    (folder / "evil_doctype.svg").write_text(
+        f'<!DOCTYPE svg [<!ENTITY s SYSTEM "file://{outside}/secret.txt">]>'
+        + view.replace("</svg>", "<text>&s;</text></svg>")
+    )
+    (folder / "evil_changed.svg").write_text(view)
+    for kind in ("svg", "csv", "png", "txt"):
+        os.symlink(outside / f"secret.{kind}", folder / f"link.{kind}")
+    os.symlink(outside, folder / "linkdir")
+    evil = [f"evil_{k}.svg" for k in HOSTILE_SVG] + ["evil_doctype.svg", "evil_changed.svg"]
+    _forge_stamp(folder, [*evil, "link.svg", "link.csv", "link.png", "link.txt"])
+    stamp = json.loads((folder / _atomic.STAMP).read_text())
+    for kind in ("svg", "csv"):  # through a linked folder; and names that are paths out
+        stamp["sha256"][f"linkdir/secret.{kind}"] = _sha(outside / f"secret.{kind}")
+        stamp["sha256"][str(outside / f"secret.{kind}")] = _sha(outside / f"secret.{kind}")
+        stamp["sha256"][f"../outside/secret.{kind}"] = _sha(outside / f"secret.{kind}")
+    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
+    (folder / "evil_changed.svg").write_text(
+        view.replace("</svg>", HOSTILE_SVG["script"] + "</svg>")
+    )
+
+    manifest = json.loads((folder / MANIFEST).read_text())
+    views = [
+        *evil,
+        str(outside / "secret.svg"),
+        "../outside/secret.svg",
+        "link.svg",
+        "linkdir/secret.svg",
+        "~/secret.svg",
+        "javascript:alert(1)",
+    ]
+    tables = [
+        str(outside / "secret.csv"),
+        "../outside/secret.csv",
+        "link.csv",
+        "linkdir/secret.csv",
+        "link.txt",
+    ]
+    stems = [str(outside / "secret"), "../outside/secret", "link", HOSTILE_TEXT]
+    manifest["title"] = HOSTILE_TEXT
+    manifest["summary"] = [HOSTILE_TEXT]
+    manifest["meta"] = {HOSTILE_TEXT: HOSTILE_TEXT, "nested": {"x": HOSTILE_TEXT}}
+    manifest["numbers"].update(
+        sink_tokens=[HOSTILE_TEXT], sink_rate_threshold=HOSTILE_TEXT, mean_sink_share="x"
+    )
+    manifest["files"] = [
+        str(outside / "secret.txt"),
+        "../outside/secret.txt",
+        "javascript:alert(1)",
+        HOSTILE_TEXT,
+        "link.txt",
+    ]
+    manifest["sections"].append(
+        {
+            "heading": HOSTILE_TEXT,
+            "text": [HOSTILE_TEXT],
+            "figures": [{"stem": "sink_grid", "caption": HOSTILE_TEXT, "view": v} for v in views]
+            + [{"stem": s, "caption": HOSTILE_TEXT} for s in stems],
+            "tables": [{"file": t, "caption": HOSTILE_TEXT, "max_rows": 5} for t in tables],
+        }
+    )
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+def _check_page(page: str) -> None:
+    assert SECRET not in page
+    for markup in HOSTILE_SVG.values():
+        assert markup not in page
+    assert 'data-hostile="' not in page and "<script" not in page.lower()
+    assert 'href="javascript' not in page and "<meta http-equiv=refresh" not in page.lower()
+
+
+def test_a_hostile_folder_gives_a_page_without_the_secret_or_the_markup(hostile: Path) -> None:
+    page = ac.write_report(hostile).read_text(encoding="utf-8")
+    _check_page(page)
+    # the refusals are said in the page, one line each
+    assert page.count("is not shown") >= len(HOSTILE_SVG) + 10
+    # what is attncoda's still renders: the real views and tables
+    assert page.count('<svg class="acf"') >= 3 and "<table>" in page
+
+
+def test_the_cli_report_on_a_hostile_folder(hostile: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-m", "attncoda", "report", str(hostile), "--force"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert SECRET not in run.stdout + run.stderr
+    _check_page((hostile / REPORT).read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("title", 3),
+        ("sections", {"a": 1}),
+        ("sections", [{"heading": ["x"]}]),
+        (
+            "sections",
+            [{"heading": "h", "tables": [{"file": "a", "caption": "c", "max_rows": "9"}]}],
+        ),
+        ("sections", [{"heading": "h", "figures": [{"stem": 1, "caption": "c"}]}]),
+        ("numbers", {"n": {"nested": 1}}),
+        ("summary", "not a list"),
+        ("files", [1]),
+    ],
+)
+def test_a_manifest_of_the_wrong_types_is_refused_in_one_line(good, tmp_path, field, value):
+    folder = tmp_path / "a"
+    shutil.copytree(good, folder)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest[field] = value
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ac.ReportError, match="not a valid analysis manifest"):
+        ac.write_report(folder)
+    assert not (folder / REPORT).exists()
+
+
+def test_read_own_file_refuses_each_way_out(good: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "a"
+    shutil.copytree(good, folder)
+    (tmp_path / "s.csv").write_text(SECRET)
+    os.symlink(tmp_path / "s.csv", folder / "l.csv")
+    _forge_stamp(folder, ["l.csv"])
+    for name in (str(tmp_path / "s.csv"), "../s.csv", "l.csv", "./layers.csv", "a//b", "", None):
+        with pytest.raises(ac.InputError):
+            _atomic.read_own_file(folder, name)
+    assert _atomic.read_own_file(folder, "layers.csv").startswith(b"layer,")
+    with open(folder / "layers.csv", "a") as fh:  # changed after attncoda wrote it
+        fh.write("9,9,9,9,9\n")
+    with pytest.raises(ac.InputError, match="changed after attncoda wrote it"):
+        _atomic.read_own_file(folder, "layers.csv")
+    (folder / "mine.csv").write_text("a\n")  # never stamped
+    with pytest.raises(ac.InputError, match="not listed"):
+        _atomic.read_own_file(folder, "mine.csv")
+
+
+def test_an_old_folder_without_hashes_shows_its_text_not_its_files(good, tmp_path) -> None:
+    folder = tmp_path / "a"
+    shutil.copytree(good, folder)
+    stamp = json.loads((folder / _atomic.STAMP).read_text())
+    del stamp["sha256"]
+    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
+    page = ac.write_report(folder).read_text()
+    assert "<svg" not in page and "re-run the analysis" in page
+
+
+@pytest.mark.real
+@needs_chromium
+def test_the_hostile_page_in_chromium_has_no_hostile_element_navigation_or_request(
+    hostile: Path, tmp_path: Path
+) -> None:
+    page = ac.write_report(hostile)
+    uri = page.resolve().as_uri()
+    with open_page(page, tmp_path / "profile") as tab:
+        time.sleep(1.5)  # a meta refresh of 0 s, or a script, would have run by now
+        found = tab.evaluate(
+            "JSON.stringify({"
+            "hostile: document.querySelectorAll('[data-hostile]').length,"
+            "bad: document.querySelectorAll('script, iframe, object, embed, foreignObject, use,"
+            ' image, set, animate, a[href^="javascript"], meta[http-equiv=refresh]\').length,'
+            "on: Array.from(document.querySelectorAll('*')).filter(e => Array.from(e.attributes)"
+            ".some(a => a.name.startsWith('on'))).length,"
+            "svgs: document.querySelectorAll('svg').length,"
+            "title: document.title, href: location.href})"
+        )
+        urls = tab.requests()
+    state = json.loads(found)
+    assert state["hostile"] == 0 and state["bad"] == 0 and state["on"] == 0, state
+    assert state["svgs"] >= 3 and state["title"] != "HOSTILE"
+    assert state["href"] == uri
+    assert [u for u in urls if u != uri and not u.startswith("data:")] == []
+
+
+@pytest.mark.real
+@needs_chromium
+def test_the_browser_check_sees_a_navigation(tmp_path: Path) -> None:
+    """The navigation check above can fail: a page with a meta refresh is seen to move."""
+    (tmp_path / "other.html").write_text("<!DOCTYPE html><p>moved</p>")
+    page = tmp_path / "refresh.html"
+    page.write_text('<!DOCTYPE html><meta http-equiv="refresh" content="0;url=other.html">')
+    with open_page(page, tmp_path / "profile") as tab:
+        time.sleep(1.5)
+        href = tab.evaluate("location.href")
+    assert href.endswith("/other.html")
+
+
+# --------------------------------------------------------------------------------------------
+# a page is replaced only if attncoda wrote the whole of it (file_is_ours)
+
+
+def _user_pages(tmp_path: Path) -> dict[str, Path]:
+    view = ac.head_view(ac.testing.synthetic_rows(length=6))
+    ours = view.save(tmp_path / "ours.html").read_text()
+    pages = {
+        # a user's page that embeds a view (the old check looked for this in the first 4 KB)
+        "embeds_a_view": f"<html><body><h1>my notes</h1>{view.svg}</body></html>",
+        "copies_the_head": ours.split("<body")[0] + "<body>my page</body></html>",
+        # attncoda's page with one line a user added: its signature no longer matches
+        "edited": ours.replace("<body", "<p>my line</p><body", 1),
+        # a user's page with a signature line copied from attncoda's
+        "copied_signature": "<p>mine</p>\n" + ours.splitlines()[-1] + "\n",
+        "empty": "",
+    }
+    out = {}
+    for name, text in pages.items():
+        out[name] = tmp_path / f"{name}.html"
+        out[name].write_text(text)
+    return out
+
+
+@pytest.mark.parametrize(
+    "name", ["embeds_a_view", "copies_the_head", "edited", "copied_signature", "empty"]
+)
+def test_a_users_page_is_never_replaced_by_a_view_or_report(tmp_path, good, name) -> None:
+    page = _user_pages(tmp_path)[name]
+    before = page.read_bytes()
+    view = ac.head_view(ac.testing.synthetic_rows(length=6))
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
+        view.save(page, overwrite=True)
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
+        ac.write_report(good, page, overwrite=True)
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
+        ac.check_report(page, overwrite=True)
+    assert page.read_bytes() == before
+
+
+def test_attncodas_own_pages_are_replaced_with_overwrite(tmp_path, good) -> None:
+    view = ac.head_view(ac.testing.synthetic_rows(length=6))
+    for suffix in ("html", "svg"):
+        page = view.save(tmp_path / f"v.{suffix}")
+        assert _atomic.file_is_ours(page) is None
+        view.save(page, overwrite=True)
+    report = ac.write_report(good, tmp_path / "r.html")
+    assert _atomic.file_is_ours(report) is None
+    ac.write_report(good, report, overwrite=True)
+    # a view page and a report are both attncoda's pages: either may replace the other
+    view.save(report, overwrite=True)
+    assert _atomic.file_is_ours(report) is None
