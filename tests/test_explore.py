@@ -235,16 +235,22 @@ def test_save_notebook_and_accessor(tmp_path: Path) -> None:
     ex = ds.coda.explore(layer=1)
     assert _data(ex.html)["start"]["layer"] == 1
     page = ex.save(tmp_path / "explorer.html")
-    assert page.read_text(encoding="utf-8") == ex.html
+    written = page.read_text(encoding="utf-8")
+    assert written.startswith(ex.html) and "attncoda-sha256:" in written.splitlines()[-1]
     with pytest.raises(ac.OutputExistsError, match="exists; pass overwrite=True"):
         ex.save(page)
     ac.explore(ds, layer=0).save(page, overwrite=True)
     assert _data(page.read_text(encoding="utf-8"))["start"]["layer"] == 0
     mine = tmp_path / "mine.html"
     mine.write_text("<p>my own notes</p>")
-    with pytest.raises(ac.OutputExistsError, match="not an attncoda view"):
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
         ex.save(mine, overwrite=True)
     assert mine.read_text() == "<p>my own notes</p>"
+    # a user's page that holds a whole explorer (signature included) plus notes is theirs
+    mine.write_text("<p>my own notes</p>\n" + page.read_text(encoding="utf-8"))
+    with pytest.raises(ac.OutputExistsError, match="not a file attncoda wrote"):
+        ex.save(mine, overwrite=True)
+    assert mine.read_text().startswith("<p>my own notes</p>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer.html", "mine.html"]
     frame = ex._repr_html_()
     assert frame.startswith("<iframe ") and 'sandbox="allow-scripts"' in frame

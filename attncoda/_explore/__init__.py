@@ -144,10 +144,10 @@ class Explorer:
         >>> Explorer.check_target(folder / "explorer.html").name
         'explorer.html'
         """
-        from .._atomic import check_output
+        from .._atomic import check_output, file_is_ours
 
-        # the explorer is a view: replaced only if attncoda's generator tag heads it
-        return check_output(path, overwrite=overwrite, is_ours=vw._is_view, what="explorer")
+        # replaced only if attncoda wrote the whole file (its signature covers every byte)
+        return check_output(path, overwrite=overwrite, is_ours=file_is_ours, what="explorer")
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write the page crash-safely (staged beside ``path``, then renamed into place).
@@ -176,12 +176,9 @@ class Explorer:
         >>> ex.save(pathlib.Path(tempfile.mkdtemp()) / "explorer.html").name
         'explorer.html'
         """
-        from .._atomic import atomic_output
+        from .._atomic import write_signed_text
 
-        target = Path(path).expanduser()
-        with atomic_output(target, overwrite=overwrite, is_ours=vw._is_view, what="explorer") as t:
-            t.write_text(self.html, encoding="utf-8")
-        return target
+        return write_signed_text(path, self.html, overwrite=overwrite, what="explorer")
 
     def __repr__(self) -> str:
         s = self.shape
@@ -334,7 +331,9 @@ def explore(
     sub = ds.isel(sample=picked)
     k_pos = [int(k) for k in (la["key"].values if "key" in la.coords else range(n_k))]
     # a custom sink= goes on as key positions of the samples kept (sinks are key indices)
-    rows_summ = _profiles._row_summaries(sub, None if sink is None else np.asarray(k_pos)[sinks[picked]])
+    rows_summ = _profiles._row_summaries(
+        sub, None if sink is None else np.asarray(k_pos)[sinks[picked]]
+    )
     from_vars = sink is None and all(v in ds.data_vars for v in ("sink_share", "content_entropy"))
     has_h = from_vars and "entropy" in ds.data_vars
     summ = sub if from_vars and has_h else rows_summ
