@@ -1,13 +1,25 @@
 """Docstring examples write where a user would, ``tempfile.mkdtemp()``; while one runs, that is a
 folder of pytest's own temporary tree, so the suite leaves nothing behind in the system's.
+
+Under pytest-xdist (``-n auto`` in pyproject.toml) each worker, and every process a test starts,
+gets its share of the cores for its thread pools (``OMP_NUM_THREADS``, read when torch is first
+imported, which is after this file): two workers with two threads each on two cores spend their
+time waiting on each other. A value already in the environment is kept.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import pytest
 from _pytest.doctest import DoctestItem
+
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, _THREADS)
 
 
 @pytest.fixture(autouse=True)

@@ -28,19 +28,25 @@ has_composition_stats, requires_composition_stats = _importorskip("composition_s
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """GPU tests skip cleanly where CUDA is absent."""
+    """GPU tests skip cleanly where CUDA is absent; ``slow`` tests run first, then the other
+    ``real`` ones, each kind in its collection order, so that pytest-xdist starts the longest
+    tests while the short ones are left to fill the cores at the end (otherwise a docs build
+    or a study's quick mode drawn last keeps one core busy after the other has finished)."""
     try:
         import torch
 
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    if cuda:
-        return
     skip = pytest.mark.skip(reason="needs a CUDA device")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not cuda:
             item.add_marker(skip)
+
+    def kind(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("real") else 2
+
+    items.sort(key=kind)
 
 
 # vendored files are run by the test modules that import them, never collected on their own

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import pkgutil
 import re
@@ -13,7 +14,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ FENCE = re.compile(r"^```(bash|console|shell|sh|python)\s*\n(.*?)^```", re.M | r
 
 def _blocks(lang: set[str]) -> list[tuple[str, str]]:
     out = []
-    for page in [ROOT / "README.md", *PAGES]:
+    for page in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *PAGES]:
         for m in FENCE.finditer(page.read_text(encoding="utf-8")):
             if m.group(1) in lang:
                 out.append((str(page.relative_to(ROOT)), m.group(2)))
@@ -87,6 +87,15 @@ def test_readme_main_job_is_the_demo() -> None:
     first = next(b for w, b in _blocks({"bash"}) if w == "README.md")
     assert "attncoda fetch smollm2-135m austen" in first
     assert "attncoda demo" in first
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """``.ci/run`` runs the README's test command (its second command) verbatim, and that
+    command ends with the whole test suite, ``pytest`` with nothing deselected."""
+    second = [b for w, b in _blocks({"bash"}) if w == "README.md"][1].strip()
+    assert second.startswith("pip install") and second.endswith("&& pytest"), second
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert second in ci, ".ci/run does not run the README's test command verbatim"
 
 
 API_PAGES = [DOCS / "api.md", *sorted((DOCS / "api").glob("*.md"))]
@@ -438,38 +447,86 @@ def test_sphinx_site_builds_with_the_executed_gallery(tmp_path: Path) -> None:
     assert 'href="api/decompose.html#attncoda.group_decompose"' in maths
 
 
+def _python_blocks_by_page() -> dict[str, list[str]]:
+    """The ```python blocks of each docs page (not the README's), in page order."""
+    pages: dict[str, list[str]] = {}
+    for where, code in _blocks({"python"}):
+        if where.startswith("docs/"):
+            pages.setdefault(where, []).append(code)
+    return pages
+
+
+def test_the_docs_pages_show_python_blocks() -> None:
+    """There are blocks for ``test_python_blocks_of_the_docs_run`` to run."""
+    assert sum(len(blocks) for blocks in _python_blocks_by_page().values()) >= 4
+
+
+#: Runs the block files named on its command line one after another in this interpreter, each as
+#: its own ``__main__`` script (``runpy.run_path``: fresh globals, ``__file__`` the block, so a
+#: spawned worker process imports the block as a script's would), in its own folder as working
+#: directory and temporary directory; writes one traceback (or null) per block to ``argv[1]``.
+_PAGE_RUNNER = """\
+import json, os, runpy, sys, tempfile, traceback
+import torch
+torch.set_num_threads(1)
+out, results = os.path.abspath(sys.argv[1]), []
+for script in sys.argv[2:]:
+    folder = os.path.dirname(script)
+    os.chdir(folder)
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+    print(f"--- {script}", file=sys.stderr, flush=True)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        results.append(None if exc.code in (None, 0) else f"SystemExit({exc.code!r})")
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        results.append(traceback.format_exc())
+    else:
+        results.append(None)
+with open(out, "w", encoding="utf-8") as fh:
+    json.dump(results, fh)
+"""
+
+
 @pytest.mark.real
 @pytest.mark.slow
-def test_python_blocks_of_the_docs_run(tmp_path: Path) -> None:
-    """Each ```python block of the docs pages runs as written, in a fresh interpreter."""
+@pytest.mark.parametrize("page", sorted(_python_blocks_by_page()))
+def test_python_blocks_of_the_docs_run(page: str, tmp_path: Path) -> None:
+    """Each ```python block of a docs page runs as written: as its own script, with nothing
+    from the page's other blocks, in a fresh interpreter for the page (importing torch and
+    attncoda once per page, not once per block)."""
     from attncoda.hooks import assets
 
     if not (assets.is_fetched("smollm2-135m") and assets.is_fetched("austen")):
         pytest.skip("needs `attncoda fetch smollm2-135m austen`")
-    blocks = [(w, b) for w, b in _blocks({"python"}) if w.startswith("docs/")]
-    assert len(blocks) >= 4
-
-    def run_block(i: int, code: str) -> subprocess.CompletedProcess[str]:
-        folder = tmp_path / f"block{i}"  # a folder each: blocks run side by side
+    blocks = _python_blocks_by_page()[page]
+    scripts = []
+    for i, code in enumerate(blocks, 1):
+        folder = tmp_path / f"block{i}"  # a block's files and tempfile.mkdtemp() land here
         folder.mkdir()
-        script = folder / "block.py"
-        script.write_text("import torch\ntorch.set_num_threads(1)\n" + code, encoding="utf-8")
-        return subprocess.run(
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=folder,
-            # a block's tempfile.mkdtemp() lands in its folder, which pytest cleans up
-            env={**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(folder)},
-        )
-
-    # one-thread blocks, two at a time: the slowest test of CI took twice as long serially
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = [pool.submit(run_block, i, code) for i, (_, code) in enumerate(blocks)]
+        (folder / "block.py").write_text(code, encoding="utf-8")
+        scripts.append(str(folder / "block.py"))
+    runner = tmp_path / "run_blocks.py"
+    runner.write_text(_PAGE_RUNNER, encoding="utf-8")
+    results = tmp_path / "results.json"
+    res = subprocess.run(
+        [sys.executable, str(runner), str(results), *scripts],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)},
+    )
+    assert res.returncode == 0 and results.is_file(), (
+        f"{page}: the runner failed\n" + (res.stderr[-3000:])
+    )
+    errors = json.loads(results.read_text(encoding="utf-8"))
+    assert len(errors) == len(blocks)
     failed = [
-        f"{where}, block {i}:\n{code}\n{run.result().stderr[-3000:]}"
-        for i, ((where, code), run) in enumerate(zip(blocks, runs, strict=True))
-        if run.result().returncode != 0
+        f"{page}, block {i} of {len(blocks)}:\n{code}\n{error[-3000:]}"
+        for i, (code, error) in enumerate(zip(blocks, errors, strict=True), 1)
+        if error is not None
     ]
     assert not failed, "\n\n".join(failed)

@@ -21,7 +21,9 @@ from conftest import UPDATE_TABLES, check_capture_on_text, eager_weights, need, 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture, zoo  # noqa: E402
 
-pytestmark = pytest.mark.real
+# one worker runs this module under pytest-xdist: the Qwen model loads once, and with
+# ATTNCODA_UPDATE_TABLES=1 one process writes the table rows
+pytestmark = [pytest.mark.real, pytest.mark.xdist_group("test_qwen_real")]
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]

@@ -8,8 +8,6 @@ import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -187,35 +185,13 @@ def _quick(name: str, out: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def quick_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Future]]:
-    """The selected studies' quick runs whose assets are here, started together, two at a time
-    (they spend most of their time in one thread, and serially they were minutes of CI)."""
-    from attncoda.hooks import assets
-
-    selected = {
-        item.callspec.params["name"]
-        for item in request.session.items
-        if getattr(item, "originalname", None) == "test_quick_mode_reproduces_the_golden_results"
-    }
-    ready = [
-        n
-        for n in STUDIES
-        if n in selected and all(assets.is_fetched(a) for a in _study_of(n).assets)
-    ]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        yield {n: pool.submit(_quick, n, tmp_path_factory.mktemp(n) / "q") for n in ready}
-
-
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("name", STUDIES)
-def test_quick_mode_reproduces_the_golden_results(name: str, quick_runs: dict[str, Future]) -> None:
-    """CI reruns each study's quick mode on the real offline models: a moved number fails."""
-
+def test_quick_mode_reproduces_the_golden_results(name: str, tmp_path: Path) -> None:
+    """CI reruns each study's quick mode on the real offline models: a moved number fails.
+    (Each is one test, so pytest-xdist runs the four side by side.)"""
     need(*_study_of(name).assets)
-    res = quick_runs[name].result()
+    res = _quick(name, tmp_path / "q")
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "reproduces the golden results" in res.stdout
