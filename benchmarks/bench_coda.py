@@ -16,11 +16,10 @@ from the environment (``OPENBLAS_CORETYPE``...) are left as they are and printed
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import platform
-import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,9 @@ from typing import Any
 import numpy as np
 
 import attncoda as ac
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import MARGIN, TABLE_HEAD, interleave, markdown_row, one_thread, row
 
 D = 64  # parts per row (keys)
 HEADS = 270  # SmolLM2-135M: 30 layers x 9 heads
@@ -71,46 +73,6 @@ def prefault(nbytes: int) -> None:
         del buf
 
 
-def _clock(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    out = fn()
-    elapsed = time.perf_counter() - start
-    del out
-    return elapsed
-
-
-def time_round_robin(
-    fns: dict[str, Callable[[], Any]], repeats: int, slow_s: float = SLOW_S, warm_bytes: int = 0
-) -> dict[str, float]:
-    """Median seconds per function over ``repeats`` rounds, after one untimed warm-up each.
-
-    The order inside a round rotates, so no implementation always runs after the same one (the
-    allocator and cache state a predecessor leaves behind is spread over all of them). A slow
-    function (warm-up over ``slow_s``) counts its warm-up as a sample and stops after 3 samples,
-    which keeps the per-pair loops affordable. ``warm_bytes``: see :func:`prefault`.
-    """
-    names = list(fns)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    wanted = dict.fromkeys(names, repeats)
-    gc.collect()
-    gc.disable()  # as timeit does: no collection pauses inside the timed calls
-    try:
-        for name in names:
-            prefault(warm_bytes)
-            t = _clock(fns[name])
-            if t > slow_s:
-                samples[name].append(t)
-                wanted[name] = min(repeats, 3)
-        for r in range(repeats):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                if len(samples[name]) < wanted[name]:
-                    prefault(warm_bytes)
-                    samples[name].append(_clock(fns[name]))
-    finally:
-        gc.enable()
-    return {n: statistics.median(v) for n, v in samples.items()}
-
-
 @dataclass
 class Case:
     """One attncoda operation and the anchors it is compared with, timed together."""
@@ -124,29 +86,21 @@ class Case:
 
     def rows(self, repeats: int, slow_s: float = SLOW_S) -> list[Row]:
         fns = {"__project__": self.project} | {a: f for a, f, _ in self.anchors}
-        t = time_round_robin(fns, repeats, slow_s, self.warm_bytes)
-        out = []
-        for label, _, target in self.anchors:
-            anchor_s = t[label] * self.extrapolate.get(label, 1.0)
-            ratio = t["__project__"] / anchor_s
-            out.append(
-                {
-                    "benchmark": self.name,
-                    "project_s": t["__project__"],
-                    "anchor": label,
-                    "anchor_s": anchor_s,
-                    "ratio": ratio,
-                    "target": _target_text(target),
-                    "holds": bool(ratio <= target),
-                }
+        warm = self.warm_bytes
+        measured = interleave(
+            fns, repeats, slow_s=slow_s, before=(lambda: prefault(warm)) if warm else None
+        )
+        return [
+            row(
+                self.name,
+                measured,
+                "__project__",
+                label,
+                target,
+                scale=self.extrapolate.get(label, 1.0),
             )
-        return out
-
-
-def _target_text(target: float) -> str:
-    if target < 1:
-        return f"<= {target:g}x ({1 / target:g}x faster)"
-    return f"<= {target:g}x"
+            for label, _, target in self.anchors
+        ]
 
 
 # ------------------------------------------------------------------------------------ data
@@ -569,8 +523,9 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     """Yield the table rows case by case (so that a long run shows progress)."""
     n = rows or (QUICK_ROWS if quick else FULL_ROWS)
     r = repeats or (3 if quick else 5)
-    for case in build_cases(n, quick):
-        yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
+    with one_thread():
+        for case in build_cases(n, quick):
+            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
 
 
 def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> list[Row]:
@@ -586,26 +541,13 @@ def header(rows: int, repeats: int) -> str:
         if mod is not None:
             versions.append(f"{name} {getattr(mod, '__version__', '?')}")
     blas = {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
-    threads = torch.get_num_threads() if torch is not None else "-"
     return (
         f"attncoda {ac.__version__}; {', '.join(versions)}; python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs, torch threads {threads}; BLAS env {blas or 'default'}\n"
-        f"{rows:,} rows x {D} parts, medians of {repeats} round-robin repeats; "
-        "ratio = attncoda time / anchor time (below 1: attncoda faster)"
-    )
-
-
-TABLE_HEAD = (
-    "| benchmark | attncoda | anchor | anchor time | ratio | target | holds? |\n"
-    "|---|---|---|---|---|---|---|"
-)
-
-
-def markdown_row(r: Row) -> str:
-    holds = "—" if r["holds"] is None else ("yes" if r["holds"] else "**NO**")
-    return (
-        f"| {r['benchmark']} | {r['project_s']:.3f} s | {r['anchor']} | {r['anchor_s']:.3f} s "
-        f"| {r['ratio']:.3f}x | {r['target']} | {holds} |"
+        f"{os.cpu_count()} CPUs; BLAS env {blas or 'default'}\n"
+        f"{rows:,} rows x {D} parts, one thread each side, medians of {repeats} interleaved "
+        "repeats (order rotated); ratio = attncoda CPU time / anchor CPU time (below 1: attncoda "
+        f"faster), unreliable where the wall-clock ratio differs by more than {MARGIN:.0%}; "
+        f"load {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -625,10 +567,10 @@ def main(argv: list[str] | None = None) -> list[Row]:
     start = time.perf_counter()
     print(TABLE_HEAD, flush=True)
     rows = []
-    for row in iter_rows(args.quick, rows_n, repeats):
-        rows.append(row)
-        print(markdown_row(row), flush=True)
-    print(f"\n({time.perf_counter() - start:.0f} s)")
+    for r in iter_rows(args.quick, rows_n, repeats):
+        rows.append(r)
+        print(markdown_row(r), flush=True)
+    print(f"\n({time.perf_counter() - start:.0f} s; load {os.getloadavg()[0]:.1f} at the end)")
     return rows
 
 
