@@ -5,8 +5,34 @@ Every public function moves the parts axis to the end, works on a *log-compositi
 in one place is what lets every transform accept the same ``axis=``, ``mask=`` and
 ``from_logits=`` arguments.
 
-The input rules below hold for every public maths function (:mod:`attncoda._coda` and
-:mod:`attncoda._decompose`); a call that breaks one is refused with a one-line
+The compositional core is split by idea: :mod:`attncoda._closure` (closure, the learned sink),
+:mod:`attncoda._zeros` (zero replacement), :mod:`attncoda._logratio` (clr, alr, ilr and their
+inverses), :mod:`attncoda._bases` (ilr bases), :mod:`attncoda._geometry` (the Aitchison geometry
+of matched rows), :mod:`attncoda._pairwise` (all pairs of rows) and :mod:`attncoda._decompose`.
+Names and argument order follow :mod:`skbio.stats.composition` (``clr(x, axis=-1,
+validate=True)``), with three additions:
+
+``mask=``
+    Boolean visibility broadcastable to ``x``. Invisible parts (keys hidden by causality or
+    padding) are *structural zeros*: they are excluded from every computation, never replaced.
+    Log-ratio outputs hold ``0`` there; compositions hold ``0``.
+``from_logits=True``
+    ``x`` holds logits or log-probabilities (any additive constant per row), with ``-inf`` at
+    invisible parts. This is what capture produces: ``clr(softmax(z)) = z - mean(z)``, so no zero
+    ever needs replacing and nothing underflows.
+``ref=`` / ``sink=``
+    The reference part defaults to the *sink*, the first visible part of each row (under left
+    padding that is not index 0). :func:`~attncoda.alr` and :func:`~attncoda.alr_inv` also take
+    scikit-bio's ``ref_idx=`` and composition-stats' ``denominator_idx=`` for it. R's
+    ``compositions::alr`` uses the *last* part instead.
+
+Every function that can meet a row with too few visible parts takes
+``degenerate="raise" | "nan"``. Precision: float64 inputs are exact to rounding (identities hold
+to 1e-10); float32 inputs are computed in float32 and hold to about 1e-5 relative;
+float16/bfloat16 are computed in float32. ``validate=False`` skips the checks that read the data
+(and an explicit basis), never the cheap checks of arguments.
+
+The input rules below hold for every public maths function (the modules above); a call that breaks one is refused with a one-line
 :class:`~attncoda.CompositionError` (or a subclass) that says what to do, never an internal
 ``AttributeError`` or a silently wrong number.
 

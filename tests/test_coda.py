@@ -290,7 +290,7 @@ def test_pairwise_summed_over_queries_matches_per_pair_loop(rng):
 
 
 def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
-    from attncoda import _coda
+    from attncoda import _pairwise
 
     x = random_compositions(rng, (30, 6, 8))
     y = random_compositions(rng, (30, 4, 8))
@@ -304,7 +304,7 @@ def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
     np.testing.assert_allclose(
         ac.pairwise_aitchison(x.transpose(2, 0, 1), axis=0, sum_over=1), whole["xx"], atol=1e-10
     )
-    monkeypatch.setattr(_coda, "_SUMMED_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
+    monkeypatch.setattr(_pairwise, "_SUMMED_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
     np.testing.assert_allclose(ac.pairwise_aitchison(x, sum_over=0), whole["xx"], atol=1e-10)
     np.testing.assert_allclose(ac.pairwise_aitchison(x, y, sum_over=0), whole["xy"], atol=1e-10)
     bad = x.copy()
@@ -314,13 +314,13 @@ def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
 
 
 def test_pairwise_block_path_equals_one_shot_and_full_mask(rng, monkeypatch):
-    from attncoda import _coda
+    from attncoda import _pairwise
 
     x = random_compositions(rng, (40, 12, 6))
     one_shot = ac.pairwise_aitchison(x, mask=np.ones((1, 6), dtype=bool))  # masks skip blocks
-    monkeypatch.setattr(_coda, "_BLOCK_BYTES", 12 * 12 * 8 * 3)  # 3 queries a block, 14 blocks
+    monkeypatch.setattr(_pairwise, "_BLOCK_BYTES", 12 * 12 * 8 * 3)  # 3 queries a block, 14 blocks
     blocked = ac.pairwise_aitchison(x)
-    assert _coda._pairwise_blocks(x, -1, True, False, False) is not None  # the block path ran
+    assert _pairwise._pairwise_blocks(x, -1, True, False, False) is not None  # the block path ran
     np.testing.assert_allclose(blocked, one_shot, atol=1e-12)
     np.testing.assert_allclose(
         ac.pairwise_aitchison(np.log(x), from_logits=True, squared=True), one_shot**2, atol=1e-9
