@@ -41,10 +41,12 @@ Array kinds
     summaries) may be a numpy array, a torch tensor, or anything :func:`numpy.asarray` takes
     (nested lists, tuples, scalars). **If any of them is a torch tensor, the call computes in
     torch on that tensor's device**: the numpy and list arguments are copied there and the
-    results are tensors. Otherwise it computes in numpy and returns numpy arrays. A tensor is
-    never converted to numpy (nothing leaves its device, no autograd history is dropped);
-    tensors on different devices raise :class:`~attncoda.DeviceMismatchError`, and numpy data
-    that torch cannot hold (``float128``) is refused. The basis builders (``pivot_basis``,
+    results are tensors. Otherwise it computes in numpy and returns numpy arrays. Nothing leaves
+    its device and no autograd history is dropped (on one torch thread, CPU tensors that autograd
+    does not track are computed by numpy on zero-copy views and returned as tensors:
+    :func:`numpy_views`); tensors on different devices raise
+    :class:`~attncoda.DeviceMismatchError`, and numpy data that torch cannot hold (``float128``)
+    is refused. The basis builders (``pivot_basis``,
     ``sbp_basis``, ``group_basis``) take no data and always return small numpy tables; ``ilr``
     moves a basis to the data's device. **If the data is an** :class:`xarray.DataArray`, the
     call is labelled (:func:`labelled`): DataArray in, DataArray out, dims and coordinates kept.

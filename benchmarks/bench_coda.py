@@ -563,45 +563,22 @@ def _inputs(rows: int, parts: int) -> dict[str, np.ndarray]:
     }
 
 
-def _numpy_softmax(c: np.ndarray) -> np.ndarray:
-    e = np.exp(c - c.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
 def _plain(xp: Any) -> dict[str, Callable[..., Any]]:
     """Plain formulas in numpy or torch (no validation at all)."""
-    if xp is np:
-        log, exp = np.log, np.exp
+    keep = {"keepdims": True} if xp is np else {"keepdim": True}
+    log, exp, cat = xp.log, xp.exp, (np.concatenate if xp is np else torch.cat)
 
-        def mean(a: Any) -> Any:
-            return a.mean(-1, keepdims=True)
+    def mean(a: Any) -> Any:
+        return a.mean(-1, **keep)
 
-        def total(a: Any) -> Any:
-            return a.sum(-1, keepdims=True)
+    def total(a: Any) -> Any:
+        return a.sum(-1, **keep)
 
-        def top(a: Any) -> Any:
-            return a.max(-1, keepdims=True)
+    def top(a: Any) -> Any:
+        return xp.amax(a, -1, **keep)
 
-        def norm(a: Any) -> Any:
-            return np.linalg.norm(a, axis=-1)
-
-        cat = np.concatenate
-    else:
-        log, exp = torch.log, torch.exp
-
-        def mean(a: Any) -> Any:
-            return a.mean(-1, keepdim=True)
-
-        def total(a: Any) -> Any:
-            return a.sum(-1, keepdim=True)
-
-        def top(a: Any) -> Any:
-            return a.amax(-1, keepdim=True)
-
-        def norm(a: Any) -> Any:
-            return torch.linalg.vector_norm(a, dim=-1)
-
-        cat = torch.cat
+    def norm(a: Any) -> Any:
+        return xp.sqrt((a * a).sum(-1))
 
     def clr(x: Any) -> Any:
         lx = log(x)
@@ -658,52 +635,43 @@ def _functions(basis: np.ndarray) -> list[Fn]:
         Fn("multi_replace", lambda d, v: ac.multi_replace(d["zeros"], validate=v), {}),
     ]
     by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns}
+    peers = [("scikit-bio", skc, "multi_replace"), ("composition-stats", cst, None)]
+    for label, lib, replace in peers:
+        if lib is None:
+            continue
+        # composition-stats takes an ilr basis as compositions, scikit-bio as clr vectors
+        lib_basis = basis if lib is skc else lib.clr_inv(basis)
+        for key, call in _peer_calls(lib, lib_basis, replace or "multiplicative_replacement"):
+            by[key].peers[label] = call
+            if lib is cst:
+                by[key].numpy_only |= {label}
     if skc is not None:
-        for key, call in {
-            "closure": lambda d: skc.closure(d["raw"]),
-            "clr": lambda d: skc.clr(d["x"]),
-            "clr_inv": lambda d: skc.clr_inv(d["c"]),
-            "alr": lambda d: skc.alr(d["x"]),
-            "alr_inv": lambda d: skc.alr_inv(d["a"]),
-            "ilr": lambda d: skc.ilr(d["x"]),
-            "ilr given": lambda d: skc.ilr(d["x"], d["basis"]),
-            "ilr_inv": lambda d: skc.ilr_inv(d["z"]),
-            "ilr_inv given": lambda d: skc.ilr_inv(d["z"], d["basis"]),
-            "perturb": lambda d: skc.perturb(d["x"], d["y"]),
-            "perturb_inv": lambda d: skc.perturb_inv(d["x"], d["y"]),
-            "power": lambda d: skc.power(d["x"], 2.0),
-            "inner": lambda d: skc.inner(d["xi"], d["yi"]),
-            "paired_inner": lambda d: (skc.clr(d["x"]) * skc.clr(d["y"])).sum(-1),
-            "aitchison_norm": lambda d: _norm(skc.clr(d["x"])),
-            "aitchison_distance": lambda d: _norm(skc.clr(d["x"]) - skc.clr(d["y"])),
-            "multi_replace": lambda d: skc.multi_replace(d["zeros"]),
-        }.items():
-            by[key].peers["scikit-bio"] = call
         by["multi_replace"].numpy_only |= {"scikit-bio"}  # it returns numpy for a tensor
-    if cst is not None:
-        simplex_basis = cst.clr_inv(basis)
-        for key, call in {
-            "closure": lambda d: cst.closure(d["raw"]),
-            "clr": lambda d: cst.clr(d["x"]),
-            "clr_inv": lambda d: cst.clr_inv(d["c"]),
-            "alr": lambda d: cst.alr(d["x"]),
-            "alr_inv": lambda d: cst.alr_inv(d["a"]),
-            "ilr": lambda d: cst.ilr(d["x"]),
-            "ilr given": lambda d: cst.ilr(d["x"], simplex_basis),
-            "ilr_inv": lambda d: cst.ilr_inv(d["z"]),
-            "ilr_inv given": lambda d: cst.ilr_inv(d["z"], simplex_basis),
-            "perturb": lambda d: cst.perturb(d["x"], d["y"]),
-            "perturb_inv": lambda d: cst.perturb_inv(d["x"], d["y"]),
-            "power": lambda d: cst.power(d["x"], 2.0),
-            "inner": lambda d: cst.inner(d["xi"], d["yi"]),
-            "paired_inner": lambda d: (cst.clr(d["x"]) * cst.clr(d["y"])).sum(-1),
-            "aitchison_norm": lambda d: _norm(cst.clr(d["x"])),
-            "aitchison_distance": lambda d: _norm(cst.clr(d["x"]) - cst.clr(d["y"])),
-            "multi_replace": lambda d: cst.multiplicative_replacement(d["zeros"]),
-        }.items():
-            by[key].peers["composition-stats"] = call
-            by[key].numpy_only |= {"composition-stats"}
     return fns
+
+
+def _peer_calls(lib: Any, basis: Any, replace: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """scikit-bio's or composition-stats' call for each function: the same names and arguments,
+    ``basis`` in the library's own form, ``replace`` its multiplicative replacement."""
+    return [
+        ("closure", lambda d: lib.closure(d["raw"])),
+        ("clr", lambda d: lib.clr(d["x"])),
+        ("clr_inv", lambda d: lib.clr_inv(d["c"])),
+        ("alr", lambda d: lib.alr(d["x"])),
+        ("alr_inv", lambda d: lib.alr_inv(d["a"])),
+        ("ilr", lambda d: lib.ilr(d["x"])),
+        ("ilr given", lambda d: lib.ilr(d["x"], basis)),
+        ("ilr_inv", lambda d: lib.ilr_inv(d["z"])),
+        ("ilr_inv given", lambda d: lib.ilr_inv(d["z"], basis)),
+        ("perturb", lambda d: lib.perturb(d["x"], d["y"])),
+        ("perturb_inv", lambda d: lib.perturb_inv(d["x"], d["y"])),
+        ("power", lambda d: lib.power(d["x"], 2.0)),
+        ("inner", lambda d: lib.inner(d["xi"], d["yi"])),
+        ("paired_inner", lambda d: (lib.clr(d["x"]) * lib.clr(d["y"])).sum(-1)),
+        ("aitchison_norm", lambda d: _norm(lib.clr(d["x"]))),
+        ("aitchison_distance", lambda d: _norm(lib.clr(d["x"]) - lib.clr(d["y"]))),
+        ("multi_replace", lambda d: getattr(lib, replace)(d["zeros"])),
+    ]
 
 
 def _apply(f: Callable[..., Any], args: list[Any]) -> Any:
