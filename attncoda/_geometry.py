@@ -30,7 +30,7 @@ from ._array import (
     to_kind,
     validate_parts,
 )
-from ._closure import closure
+from ._closure import closed_product, closure
 from ._errors import (
     NonFiniteError,
     ShapeMismatchError,
@@ -92,6 +92,10 @@ def perturb(
     xp, x, y = _pair(x, y, mask, axis)
     like = first_tensor(x, y)
     xf, yf = as_float(x, xp, like), as_float(y, xp, like, what="y")
+    if mask is None and normalize_axis(axis, xf.ndim) == xf.ndim - 1:
+        fused = closed_product(xf, yf, validate)
+        if fused is not None:
+            return fused
     xf, yf = broadcast_pair(xf, yf, xp, axis)
     if validate:  # each factor on its own: two negative parts would multiply to a positive one
         for arr, name in ((xf, "x"), (yf, "y")):
@@ -124,7 +128,12 @@ def perturb_inv(
     """
     xp, x, y = _pair(x, y, mask, axis)
     like = first_tensor(x, y)
-    x, y = broadcast_pair(as_float(x, xp, like), as_float(y, xp, like, what="y"), xp, axis)
+    x, y = as_float(x, xp, like), as_float(y, xp, like, what="y")
+    if mask is None and normalize_axis(axis, x.ndim) == x.ndim - 1:
+        fused = closed_product(x, y, validate, divide=True)
+        if fused is not None:
+            return fused
+    x, y = broadcast_pair(x, y, xp, axis)
     lc_y = log_composition(y, axis, mask=mask, validate=validate, what="y")
     with np.errstate(over="ignore"):
         inv = lc_y.restore(lc_y.zero_invisible(lc_y.xp.exp(-lc_y.log)))
@@ -165,6 +174,10 @@ def power(
     >>> ac.power([0.5, 0.25, 0.25], 2)
     array([0.66666667, 0.16666667, 0.16666667])
     """
+    if mask is None and isinstance(x, np.ndarray) and _real_number(a):
+        direct = _power_dense(x, float(a), axis, validate)
+        if direct is not None:
+            return direct
     lc = log_composition(x, axis, mask=mask, validate=validate, others=(a,))
     degenerate_rows = lc.degenerate_rows(1, degenerate, validate)
     xp = lc.xp
@@ -197,6 +210,37 @@ def power(
             scaled = xp.where(lc.visible, scaled, xp.full_like(scaled, -math.inf))
         powered = xp.exp(scaled - logsumexp(xp, scaled, keepdims=True))
     return lc.restore(nan_rows(xp, powered, degenerate_rows))
+
+
+def _real_number(a: object) -> bool:
+    """Whether ``a`` is one finite real number (not a bool, not an array)."""
+    if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
+        return False
+    return math.isfinite(float(a))
+
+
+def _power_dense(x: np.ndarray, a: float, axis: int, validate: bool) -> np.ndarray | None:
+    """:func:`power` of a float numpy array by one number, without logarithms: ``C((x/m)**a)``.
+
+    ``m`` is each row's largest part for ``a >= 0`` (its smallest for ``a < 0``), so every
+    ``(x/m)**a`` lies in ``[0, 1]`` and one of them is 1: nothing overflows, whatever ``|a|``,
+    and parts beyond the floating range round to 0 (the exact result, rounded), as in the
+    log-space path. With ``validate`` the parts must be positive and finite (the row extremes
+    and the smallest part show any that is not). ``None`` for other input, or when a check
+    fails: the general path then diagnoses it.
+    """
+    if x.dtype not in (np.float32, np.float64) or x.ndim < 1 or x.shape[axis] < 1:
+        return None
+    ax = normalize_axis(axis, x.ndim)
+    top = np.max(x, axis=ax, keepdims=True)
+    low = np.min(x, axis=ax, keepdims=True) if (validate or a < 0) else top
+    if validate and not (np.isfinite(top).all() and np.min(low) > 0):
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        out = np.divide(x, top if a >= 0 else low)
+        np.power(out, a, out=out)
+        out /= np.sum(out, axis=ax, keepdims=True)
+    return out
 
 
 @labelled(Spec(parts=("x", "y", "mask")))

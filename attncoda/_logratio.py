@@ -25,7 +25,6 @@ from ._array import (
     device_of,
     labelled,
     log_composition,
-    logsumexp,
     nan_rows,
     normalize_axis,
     parts_last,
@@ -193,8 +192,9 @@ def clr_inv(
     """
     lc = log_composition(z, axis, mask=mask, from_logits=True, validate=validate, what="z")
     low = lc.degenerate_rows(1, degenerate, validate)
-    with np.errstate(invalid="ignore"):  # rows without any part: NaN, as asked
-        return lc.restore(nan_rows(lc.xp, lc.xp.exp(lc.log_closed()), low))
+    # (checked above: NaN and +inf are refused; rows without any part come out NaN, as asked)
+    closed = _softmax_checked(lc.xp, lc.log, False, "z", owned=lc.owned)
+    return lc.restore(nan_rows(lc.xp, closed, low))
 
 
 def _sink_index(lc: LogComposition) -> Array:
@@ -298,13 +298,23 @@ def alr(
             raise ShapeMismatchError(f"the reference part {ref} is invisible in some rows")
     if lc.visible is None and mask is None:
         r = 0 if ref is None else ref
-        out = lc.log - lc.log[..., r : r + 1]
-        keep = [j for j in range(n) if j != r]
-        return lc.restore(nan_rows(xp, out[..., keep], low))
+        return lc.restore(nan_rows(xp, _drop_minus(xp, lc.log, r), low))
     if ref is None:
         ref_log = xp.take_along_axis(lc.log, _sink_index(lc), axis=-1)
     with np.errstate(invalid="ignore"):  # rows without any part: -inf - -inf, NaN as asked
         return lc.restore(nan_rows(xp, lc.zero_invisible(lc.log - ref_log), low))
+
+
+def _drop_minus(xp: Any, log: Array, r: int) -> Array:
+    """``log - log[..., r]`` without column ``r``: one subtraction written straight into the
+    ``D - 1`` columns of the result (no full-width difference, no gather of the kept columns)."""
+    ref = log[..., r : r + 1]
+    if isinstance(log, np.ndarray):
+        out = np.empty((*log.shape[:-1], log.shape[-1] - 1), dtype=log.dtype)
+        np.subtract(log[..., :r], ref, out=out[..., :r])
+        np.subtract(log[..., r + 1 :], ref, out=out[..., r:])
+        return out
+    return xp.concat([log[..., :r] - ref, log[..., r + 1 :] - ref], axis=-1)
 
 
 @labelled(Spec(parts=("y", "mask"), resized="inverse", default_dim=("key_alr", "key")))
@@ -396,7 +406,7 @@ def alr_inv(
             is_ref = xp.broadcast_to(positions == r, tuple(y_last.shape))
         neg_inf = xp.full((), -math.inf, dtype=y_last.dtype, device=device_of(y_last))
         log = xp.where(is_ref, xp.zeros_like(y_last), xp.where(visible, y_last, neg_inf))
-    return xp.moveaxis(_softmax_checked(xp, log, validate, "alr coordinates"), -1, ax)
+    return xp.moveaxis(_softmax_checked(xp, log, validate, "alr coordinates", owned=True), -1, ax)
 
 
 def _reference(
@@ -422,20 +432,31 @@ def _reference(
     return (given[0][1], given[0][0]) if given else (None, "ref")
 
 
-def _softmax_checked(xp: Any, log: Array, validate: bool, what: str) -> Array:
+def _softmax_checked(xp: Any, log: Array, validate: bool, what: str, owned: bool = False) -> Array:
     """``softmax`` over the last axis; with ``validate``, NaN or ``+inf`` inputs are refused.
 
-    The check is free: a row's log-sum-exp is finite exactly when the row has no NaN, no
-    ``+inf`` and at least one finite value.
+    ``exp(log - max) / sum``: one exponential per part (a log-sum-exp would take a second). The
+    check is free: a row's maximum is finite exactly when the row has no NaN, no ``+inf`` and at
+    least one finite value, and that maximum is computed anyway. With ``owned``, ``log`` is a
+    temporary of the caller's (never user input) and numpy writes the result into it.
     """
+    top = xp.max(log, axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", over="ignore"):
-        lse = logsumexp(xp, log, keepdims=True)
-        if validate and not all_finite(xp, lse):
-            raise NonFiniteError(
-                f"{what} contain NaN or infinite values (or a row has no finite value); "
-                "attncoda never propagates them silently. Fix those rows first"
-            )
-        return xp.exp(log - lse)
+        if not all_finite(xp, top):
+            if validate:
+                raise NonFiniteError(
+                    f"{what} contain NaN or infinite values (or a row has no finite value); "
+                    "attncoda never propagates them silently. Fix those rows first"
+                )
+            top = xp.where(xp.isfinite(top), top, xp.zeros_like(top))
+        if isinstance(log, np.ndarray):
+            out = log if owned and log.flags.writeable else np.empty_like(log)
+            np.subtract(log, top, out=out)
+            np.exp(out, out=out)
+            out /= np.sum(out, axis=-1, keepdims=True)
+            return out
+        e = xp.exp(log - top)
+        return e / xp.sum(e, axis=-1, keepdims=True)
 
 
 def _compact(lc: LogComposition) -> tuple[Array, Array | None, Array]:
@@ -463,6 +484,46 @@ def _pivot_coordinates(log: Array, counts: Array, xp: Any) -> Array:
     rs = xp.where(r > 0, r, xp.ones_like(r))
     coord = xp.sqrt(rs / (rs + 1)) * (safe[..., :-1] - after / rs)
     return xp.where(r > 0, coord, xp.zeros_like(coord))
+
+
+def _pivot_weights(n: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """For ``D = n`` parts: ``r_i = D - 1 - i`` (parts after part ``i``) and ``sqrt(r/(r+1))``."""
+    r = np.arange(n - 1, 0, -1, dtype=np.float64)
+    return r.astype(dtype), np.sqrt(r / (r + 1)).astype(dtype)
+
+
+def _pivot_dense(log: np.ndarray) -> np.ndarray:
+    """Pivot coordinates of rows whose parts are all visible, from their logs: O(D) per row.
+
+    ``z_i = sqrt(r/(r+1)) * (log x_i - mean of the r logs after i)``, the means from one
+    cumulative sum over the reversed row: the same numbers as ``clr(x) @ pivot_basis(D).T``
+    (to rounding) without the ``D x D`` product.
+    """
+    n = int(log.shape[-1])
+    r, scale = _pivot_weights(n, log.dtype)
+    suffix = np.cumsum(log[..., ::-1], axis=-1)  # suffix[..., j]: sum of the last j + 1 logs
+    out = np.divide(suffix[..., n - 2 :: -1], r)  # mean of the logs after part i
+    np.subtract(log[..., :-1], out, out=out)
+    out *= scale
+    return out
+
+
+def _pivot_inverse_dense(z: np.ndarray) -> np.ndarray:
+    """clr of rows with every part visible from their pivot coordinates (inverse of
+    :func:`_pivot_dense`): ``clr_j = z_j sqrt(r_j/(r_j+1)) - sum_{i<j} z_i / sqrt(r_i(r_i+1))``."""
+    n = int(z.shape[-1]) + 1
+    out = np.empty((*z.shape[:-1], n), dtype=z.dtype)
+    if n == 1:
+        out[...] = 0.0
+        return out
+    r, scale = _pivot_weights(n, z.dtype)
+    w = z / np.sqrt(r * (r + 1))
+    before = np.cumsum(w, axis=-1)  # before[..., j]: sum of w over i <= j
+    np.multiply(z, scale, out=out[..., :-1])
+    out[..., :-1] += w
+    out[..., :-1] -= before
+    out[..., -1] = -before[..., -1]
+    return out
 
 
 def _pivot_inverse(z: Array, counts: Array, xp: Any) -> Array:
@@ -562,8 +623,14 @@ def ilr(
     >>> bool(np.isclose(z[0], np.sqrt(3 / 4) * np.log(x[0] / np.exp(np.log(x[1:]).mean()))))
     True
     """
-    # (no blocks of rows here: each block would be a matmul, and every BLAS call synchronises
-    # its threads, which costs more than the blocks save as soon as other jobs share the cores)
+    if basis is None and mask is None:  # large numpy input: blocks of rows that stay in cache
+        blocks = by_row_blocks(
+            ilr, x, axis, validate=validate, from_logits=from_logits, degenerate=degenerate
+        )
+        if blocks is not None:
+            return blocks
+    # (no blocks with an explicit basis: each block would be a matmul, and every BLAS call
+    # synchronises its threads, which costs more than blocks save when other jobs share the cores)
     lc = log_composition(
         x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(basis,)
     )
@@ -578,7 +645,9 @@ def ilr(
             )
         return lc.restore(nan_rows(xp, lc.clr(consume=True) @ b.T, low))
     if lc.visible is None and lc.n_parts >= 2:
-        # every part visible: the pivot coordinates are one matmul of the centred logs
+        if isinstance(lc.log, np.ndarray):  # O(D) per row: suffix sums, no D x D matmul
+            return lc.restore(_pivot_dense(lc.log))
+        # a tensor: one matmul of the centred logs (fast on an accelerator)
         return lc.restore(lc.clr(consume=True) @ _pivot_basis_t(lc))
     log, _, counts = _compact(lc)
     with np.errstate(invalid="ignore", divide="ignore"):  # rows without any part: NaN, as asked
@@ -628,12 +697,25 @@ def ilr_inv(
     if basis is not None:
         b = _basis_like(basis, xp, zl, n, validate)
         clr_vals = zl @ b
-        return xp.moveaxis(_softmax_checked(xp, clr_vals, validate, "ilr coordinates"), -1, ax)
+        return xp.moveaxis(
+            _softmax_checked(xp, clr_vals, validate, "ilr coordinates", owned=True), -1, ax
+        )
+    if mask is None and isinstance(zl, np.ndarray):
+        blocks = by_row_blocks(ilr_inv, z, axis, validate=validate)
+        if blocks is not None:
+            return blocks
+        with np.errstate(invalid="ignore", over="ignore"):
+            clr_vals = _pivot_inverse_dense(zl)
+        return xp.moveaxis(
+            _softmax_checked(xp, clr_vals, validate, "ilr coordinates", owned=True), -1, ax
+        )
     if mask is None:
         counts = xp.full((*zl.shape[:-1], 1), float(n), dtype=zl.dtype, device=device_of(zl))
         with np.errstate(invalid="ignore"):
             clr_vals = _pivot_inverse(zl, counts, xp)
-        return xp.moveaxis(_softmax_checked(xp, clr_vals, validate, "ilr coordinates"), -1, ax)
+        return xp.moveaxis(
+            _softmax_checked(xp, clr_vals, validate, "ilr coordinates", owned=True), -1, ax
+        )
     lead = [int(v) for v in zl.shape[:-1]]
     caller_shape = [*lead[:ax], n, *lead[ax:]]  # the composition's shape, parts on ``axis``
     _, template, visible, _ = parts_last(
@@ -660,4 +742,6 @@ def ilr_inv(
     if order is not None:
         inverse = xp.argsort(order, axis=-1, stable=True)
         compact = xp.take_along_axis(compact, inverse, axis=-1)
-    return xp.moveaxis(_softmax_checked(xp, compact, validate, "ilr coordinates"), -1, ax)
+    return xp.moveaxis(
+        _softmax_checked(xp, compact, validate, "ilr coordinates", owned=True), -1, ax
+    )
