@@ -8,47 +8,21 @@ maths, the xarray schema and capture.
 
 from . import testing as testing
 from ._accessor import CodaAccessor
-from ._analysis import (
+from ._atomic import atomic_output, check_output
+from ._attribution import attribute_entropy
+from ._bases import group_basis, pivot_basis, sbp_basis
+from ._closure import add_learned_sink, closure
+from ._clustering import cluster_heads
+from ._comparisons import head_comparisons, head_distances
+from ._conventions import (
     CONVENTIONS,
     METRICS,
     VIEWS,
     AnalysisError,
     DatasetMismatchError,
-    FlipCount,
     RowsRequiredError,
     UnknownConventionError,
     UnknownMetricError,
-    attribute_entropy,
-    cluster_heads,
-    flip_rates,
-    head_comparisons,
-    head_distances,
-    head_profiles,
-    sink_rate,
-    verdict_flips,
-)
-from ._atomic import atomic_output, check_output
-from ._coda import (
-    add_learned_sink,
-    aitchison_distance,
-    aitchison_norm,
-    alr,
-    alr_inv,
-    closure,
-    clr,
-    clr_inv,
-    group_basis,
-    ilr,
-    ilr_inv,
-    inner,
-    multi_replace,
-    paired_inner,
-    pairwise_aitchison,
-    perturb,
-    perturb_inv,
-    pivot_basis,
-    power,
-    sbp_basis,
 )
 from ._data import (
     DIMS,
@@ -98,6 +72,10 @@ from ._errors import (
     require_int,
     require_real,
 )
+from ._flips import FlipCount, flip_rates, verdict_flips
+from ._geometry import aitchison_distance, aitchison_norm, paired_inner, perturb, perturb_inv, power
+from ._logratio import alr, alr_inv, clr, clr_inv, ilr, ilr_inv
+from ._pairwise import inner, pairwise_aitchison
 from ._plot import (
     plot_dendrograms,
     plot_entropy_attribution,
@@ -107,10 +85,12 @@ from ._plot import (
     plot_sink_vs_content,
     save_figure,
 )
+from ._profiles import head_profiles, sink_rate
 from ._report import Analysis, ReportError, analyze, check_report, load_analysis, write_report
 from ._tables import read_table, write_table
 from ._version import __version__
 from ._view import HeadView, head_view
+from ._zeros import multi_replace
 
 __all__ = [
     "CONVENTIONS",

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import _analysis as an
+from . import _attribution, _clustering, _comparisons, _flips, _profiles, _rows
 from . import _plot as pl
 from . import _view as vw
 
@@ -115,13 +115,13 @@ class CodaAccessor:
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds
 
-    head_profiles = _DatasetMethod(an.head_profiles)
-    sink_rate = _DatasetMethod(an.sink_rate)
-    head_comparisons = _DatasetMethod(an.head_comparisons)
-    head_distances = _DatasetMethod(an.head_distances)
-    flip_rates = _DatasetMethod(an.flip_rates)
-    cluster_heads = _DatasetMethod(an.cluster_heads)
-    attribute_entropy = _DatasetMethod(an.attribute_entropy)
+    head_profiles = _DatasetMethod(_profiles.head_profiles)
+    sink_rate = _DatasetMethod(_profiles.sink_rate)
+    head_comparisons = _DatasetMethod(_comparisons.head_comparisons)
+    head_distances = _DatasetMethod(_comparisons.head_distances)
+    flip_rates = _DatasetMethod(_flips.flip_rates)
+    cluster_heads = _DatasetMethod(_clustering.cluster_heads)
+    attribute_entropy = _DatasetMethod(_attribution.attribute_entropy)
     #: ``ds.coda.view(...)`` is :func:`attncoda.head_view` (``ds``, ...): the name the
     #: interactive view goes by in notebooks.
     view = _DatasetMethod(vw.head_view)
@@ -162,8 +162,8 @@ class CodaAccessor:
         (True, False)
         """
         ds = self._ds
-        summ = an._row_summaries(ds, sink)
-        sinks = an._sink_positions(ds, sink)
+        summ = _profiles._row_summaries(ds, sink)
+        sinks = _rows._sink_positions(ds, sink)
         if sink is not None:
             ds = ds.assign_coords(sink_index=("sample", sinks))
         # rows whose only visible key is the sink: all mass on it, as capture records them

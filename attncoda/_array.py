@@ -5,8 +5,34 @@ Every public function moves the parts axis to the end, works on a *log-compositi
 in one place is what lets every transform accept the same ``axis=``, ``mask=`` and
 ``from_logits=`` arguments.
 
-The input rules below hold for every public maths function (:mod:`attncoda._coda` and
-:mod:`attncoda._decompose`); a call that breaks one is refused with a one-line
+The compositional core is split by idea: :mod:`attncoda._closure` (closure, the learned sink),
+:mod:`attncoda._zeros` (zero replacement), :mod:`attncoda._logratio` (clr, alr, ilr and their
+inverses), :mod:`attncoda._bases` (ilr bases), :mod:`attncoda._geometry` (the Aitchison geometry
+of matched rows), :mod:`attncoda._pairwise` (all pairs of rows) and :mod:`attncoda._decompose`.
+Names and argument order follow :mod:`skbio.stats.composition` (``clr(x, axis=-1,
+validate=True)``), with three additions:
+
+``mask=``
+    Boolean visibility broadcastable to ``x``. Invisible parts (keys hidden by causality or
+    padding) are *structural zeros*: they are excluded from every computation, never replaced.
+    Log-ratio outputs hold ``0`` there; compositions hold ``0``.
+``from_logits=True``
+    ``x`` holds logits or log-probabilities (any additive constant per row), with ``-inf`` at
+    invisible parts. This is what capture produces: ``clr(softmax(z)) = z - mean(z)``, so no zero
+    ever needs replacing and nothing underflows.
+``ref=`` / ``sink=``
+    The reference part defaults to the *sink*, the first visible part of each row (under left
+    padding that is not index 0). :func:`~attncoda.alr` and :func:`~attncoda.alr_inv` also take
+    scikit-bio's ``ref_idx=`` and composition-stats' ``denominator_idx=`` for it. R's
+    ``compositions::alr`` uses the *last* part instead.
+
+Every function that can meet a row with too few visible parts takes
+``degenerate="raise" | "nan"``. Precision: float64 inputs are exact to rounding (identities hold
+to 1e-10); float32 inputs are computed in float32 and hold to about 1e-5 relative;
+float16/bfloat16 are computed in float32. ``validate=False`` skips the checks that read the data
+(and an explicit basis), never the cheap checks of arguments.
+
+The input rules below hold for every public maths function (the modules above); a call that breaks one is refused with a one-line
 :class:`~attncoda.CompositionError` (or a subclass) that says what to do, never an internal
 ``AttributeError`` or a silently wrong number.
 
@@ -766,6 +792,89 @@ def validate_closed(xp: Any, x: Array, visible: Array | None) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# CPU tensors on one thread: numpy's kernels on zero-copy views
+
+#: Tensor dtypes that numpy views share memory with (float16 and bfloat16 are computed in
+#: float32 either way; complex is refused by the functions themselves).
+_VIEWABLE = frozenset({"float32", "float64", "bool", "int8", "int16", "int32", "int64", "uint8"})
+
+
+class _NotViewable(Exception):
+    """A tensor argument that must stay in torch (another device, autograd, a dtype)."""
+
+
+def _view(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.name not in _VIEWABLE:
+        raise _NotViewable  # e.g. float128, which the torch path refuses with its own message
+    if not _is_torch(value):
+        return value
+    if (
+        value.device.type != "cpu"
+        or value.requires_grad
+        or str(value.dtype).removeprefix("torch.") not in _VIEWABLE
+        or value.is_conj()
+        or value.is_neg()
+    ):
+        raise _NotViewable
+    return value.numpy()
+
+
+def numpy_views(
+    args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]] | None:
+    """The call's arguments with CPU tensors replaced by numpy views, or ``None`` to stay in torch.
+
+    When torch computes on one thread (``torch.get_num_threads() == 1``) and every tensor
+    argument is a CPU tensor that autograd does not track, numpy computes the same numbers on
+    views of the same memory (no copy) and :func:`as_tensors` turns the results back into
+    tensors. On one thread numpy is the faster engine: it asks the kernel for huge pages for large
+    arrays, so a fresh 100 MB result costs ~12 ms to fault in against ~40 ms for torch's
+    allocator (measured on the 2-core development VM, transparent huge pages on ``madvise``), and
+    most maths steps write such a result. With several threads torch keeps its intra-op
+    parallelism, and tensors on other devices or with autograd history never leave torch.
+    """
+    tensors = [v for v in (*args, *kwargs.values()) if _is_torch(v)]
+    if not tensors:
+        return None
+    import torch
+
+    if torch.get_num_threads() != 1:
+        return None
+    try:
+        return [_view(a) for a in args], {k: _view(v) for k, v in kwargs.items()}
+    except _NotViewable:
+        return None
+
+
+def as_tensors(result: Any) -> Any:
+    """A result computed by numpy for tensor input (:func:`numpy_views`), as tensors.
+
+    numpy arrays and scalars become CPU tensors (sharing memory where the array is writable),
+    and the array fields of a result dataclass (:class:`~attncoda.SinkContent` and friends) and
+    of tuples likewise; anything else is returned as it is.
+    """
+    import torch
+
+    if isinstance(result, np.ndarray):
+        return torch.from_numpy(result if result.flags.writeable else result.copy())
+    if isinstance(result, np.generic):
+        return torch.from_numpy(np.asarray(result).copy())
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.replace(
+            result,
+            **{
+                f.name: as_tensors(getattr(result, f.name))
+                for f in dataclasses.fields(result)
+                if f.init
+            },
+        )
+    if isinstance(result, tuple):
+        items = [as_tensors(v) for v in result]
+        return type(result)(*items) if hasattr(result, "_fields") else tuple(items)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
 # labelled (xarray) inputs: DataArray in, DataArray out
 
 
@@ -852,6 +961,9 @@ def labelled(spec: Spec) -> Callable[[F], F]:
         def call(*args: Any, **kwargs: Any) -> Any:
             dim = kwargs.pop("dim", None) if has_dim else None
             if dim is None and not _any_labelled(args, kwargs):
+                views = numpy_views(args, kwargs)
+                if views is not None:
+                    return as_tensors(fn(*views[0], **views[1]))
                 return fn(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
             given = {k: v for k, v in bound.arguments.items() if k in names}

@@ -54,7 +54,7 @@ from ._array import (
     tolerance,
     too_few_parts,
 )
-from ._coda import _index_groups, gram_distances, gram_distances_nan
+from ._bases import _index_groups
 from ._errors import (
     CompositionError,
     NegativePartError,
@@ -62,6 +62,7 @@ from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
 )
+from ._pairwise import gram_distances, gram_distances_nan
 
 __all__ = [
     "AitchisonSplit",

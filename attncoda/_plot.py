@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from . import _analysis as an
 from ._atomic import atomic_output, check_output
 from ._errors import InputError
+from ._profiles import head_profiles
 from ._view import _show, token_labels
 
 __all__ = [
@@ -145,7 +145,7 @@ def _set_ticks(ax: Any, axis: str, labels: list[str], *, rotate: bool = False) -
 def _profiles(data: xr.Dataset) -> xr.Dataset:
     if "n_rows" in data.data_vars and "sample" not in data.dims and "sink_share" in data:
         return data
-    return an.head_profiles(data, max_offset=None)
+    return head_profiles(data, max_offset=None)
 
 
 def save_figure(
@@ -561,7 +561,7 @@ def plot_rows(
     >>> fig.axes[1].get_xticklabels()[0].get_text()  # the dataset's tokens label the keys
     '<bos> [sink]'
     """
-    from ._analysis import _require_rows, _sink_positions
+    from ._rows import _require_rows, _sink_positions
 
     la = _require_rows(ds)
     layer = int(ds["layer"].values[-1]) if layer is None else layer

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 import xarray as xr
 
-from . import _analysis as an
+from . import _attribution, _backend, _clustering, _comparisons, _conventions, _flips, _profiles
 from . import _view as vw
 from ._data import SUMMARY_VARIABLES
 from ._errors import EXIT_USAGE, AttncodaError
@@ -345,16 +345,18 @@ def analyze(
         )
     if rows is None and "log_attn" in summaries.data_vars:
         rows = summaries
-    wanted = an._metrics(metrics)
+    wanted = _conventions._metrics(metrics)
     if not wanted:
-        raise an.UnknownMetricError(f"no metric given; choose from {an.METRICS}")
+        raise _conventions.UnknownMetricError(
+            f"no metric given; choose from {_conventions.METRICS}"
+        )
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ReportError(f"n_boot must be a whole number >= 0, got {n_boot!r}")
     if isinstance(threshold, bool) or not (
         isinstance(threshold, (int, float, np.number)) and 0 < threshold < 1
     ):
         raise ReportError(f"threshold must lie in (0, 1), got {threshold!r}")
-    an._Backend.resolve("auto", device)  # a bad device fails here, before any file is written
+    _backend._Backend.resolve("auto", device)  # a bad device fails here, before any file is written
     from ._atomic import atomic_output
 
     with atomic_output(
@@ -418,7 +420,7 @@ def _analyze_into(
     try:
         _text_section(res, summaries if rows is None else rows, summaries, folder)
         bar("profiles")
-        prof = an.head_profiles(summaries, max_offset=None)
+        prof = _profiles.head_profiles(summaries, max_offset=None)
         _profiles_section(res, summaries, prof, folder, threshold, figures)
         bar.done()
         bar("entropy")
@@ -432,7 +434,7 @@ def _analyze_into(
             assert rows is not None
             bar("flips")
             # one pass over the rows serves the flips and the (js) clustering
-            cmp = an.head_comparisons(
+            cmp = _comparisons.head_comparisons(
                 rows,
                 wanted if "js" in wanted else (*wanted, "js"),
                 per_sample=True,
@@ -725,7 +727,7 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
 
 
 def _summ(ds: xr.Dataset) -> xr.Dataset:
-    return ds if _has_summaries(ds) else an._row_summaries(ds, None)
+    return ds if _has_summaries(ds) else _profiles._row_summaries(ds, None)
 
 
 def _entropy_section(res: Analysis, ds: xr.Dataset, folder: Path) -> None:
@@ -783,7 +785,7 @@ def _entropy_section(res: Analysis, ds: xr.Dataset, folder: Path) -> None:
 
 
 def _attribution_section(res: Analysis, ds: xr.Dataset, folder: Path, figures: bool) -> None:
-    att = an.attribute_entropy(_summ(ds), along="layer")
+    att = _attribution.attribute_entropy(_summ(ds), along="layer")
     w = att["n_rows"].astype(np.float64)
     others = [d for d in att["sink"].dims if d != "transition"]
 
@@ -845,7 +847,7 @@ def _flips_section(
     seed: int,
     figures: bool,
 ) -> None:
-    fr = an.flip_rates(
+    fr = _flips.flip_rates(
         cmp,
         list(metrics),
         between=(("kept", "dropped"), ("kept", "sink")),
@@ -955,7 +957,7 @@ def _clustering_section(
 ) -> None:
     n_units = rows.sizes["layer"] * rows.sizes["head"]
     ks = tuple(k for k in (2, 3, 4) if k < n_units) or (2,)
-    cl = an.cluster_heads(cmp, "js", ("kept", "dropped"), ks=ks, seed=seed)
+    cl = _clustering.cluster_heads(cmp, "js", ("kept", "dropped"), ks=ks, seed=seed)
     table = []
     pair = str(cl["pair"].values[0])
     for k in cl["k"].values:
@@ -1045,7 +1047,7 @@ def _clustering_section(
 
 
 def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path, figures: bool) -> None:
-    prof = an.head_profiles(rows, max_offset=None)
+    prof = _profiles.head_profiles(rows, max_offset=None)
     share = prof["sink_share"].transpose("layer", "head")
     vals = np.where(np.isfinite(share.values), share.values, np.nan)
     if not np.isfinite(vals).any():

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
-from . import _analysis as an
+from . import _rows
 from ._errors import InputError, require_int
 
 __all__ = ["HeadView", "head_view", "token_labels"]
@@ -303,7 +303,7 @@ def head_view(
     >>> ds.coda.view(layer=0, head=1).title
     'layer 0, head 1, sample 0'
     """
-    la = an._require_rows(ds)
+    la = _rows._require_rows(ds)
     layer_v, head_v = _pick(ds, "layer", layer), _pick(ds, "head", head)
     n_samples = ds.sizes["sample"]
     sample = require_int(sample, "sample", low=0, high=n_samples - 1)
@@ -319,7 +319,7 @@ def head_view(
     z = np.asarray(la.sel(layer=layer_v, head=head_v).isel(sample=sample).values, np.float64)
     q_pos = [int(q) for q in np.asarray(la["query"].values)]
     k_pos = [int(k) for k in (la["key"].values if "key" in la.coords else range(z.shape[1]))]
-    s_idx = int(an._sink_positions(ds, sink)[sample])
+    s_idx = int(_rows._sink_positions(ds, sink)[sample])
     vis = np.isfinite(z)
     p = np.where(vis, np.exp(np.where(vis, z, 0.0)), 0.0)
     # the sample's tokens are the keys some query sees: padding is never seen (a padded query

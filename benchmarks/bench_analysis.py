@@ -49,6 +49,7 @@ SETS = {
 def _rows(samples: int, length: int) -> tuple[Any, float]:
     """Capture rows of every head of SmolLM2 over ``samples`` windows; (dataset, seconds)."""
     import torch
+
     from attncoda.hooks import assets, capture
 
     model, tokenizer = assets.load_model(MODEL)

@@ -33,6 +33,7 @@ def measure(
     length: int, repeats: int, model_name: str = MODEL, threads: int | None = None
 ) -> dict[str, Any]:
     import torch
+
     from attncoda.hooks import arach, assets
 
     if threads is not None:

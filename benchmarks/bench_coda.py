@@ -1,26 +1,36 @@
-"""CoDa core benchmark: clr, ilr, the sink/content decomposition and all-pairs Aitchison distances.
+"""CoDa core benchmark: every maths function against its peers, and the sink/content decomposition.
 
-Rows of 64 parts (10^6 rows by default; float64 unless marked), timed against the anchors a user
-would otherwise reach for, measured in the same process: scikit-bio and composition-stats for the
-transforms, scipy for pairwise distances, and a plain numpy / torch computation of the same
-quantities where no library has the operation (the decomposition, rows given as logits). Every
-benchmark checks once that attncoda and its anchors compute the same numbers, then times them
-round-robin (the order rotates each round) and reports medians. ``ratio`` is
-``project_s / anchor_s``: below 1 means attncoda is faster; ``<= 0.1x`` means 10x faster.
+Two parts, timed against the anchors a user would otherwise reach for, in the same process, one
+thread each side, interleaved (``benchmarks/_measure.py``):
+
+- every public maths function with a peer (closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv,
+  perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
+  multi_replace) on 25,000 x 512 float64, numpy input and torch input: against scikit-bio and
+  composition-stats (target 1x: never slower; on torch input composition-stats gets the numpy
+  array), a plain formula without validation and ``validate=False`` (target 1.2x each: validation
+  costs at most 20% of a call);
+- 10^6 rows of 64 parts: clr, ilr, the decomposition (which no library has: against plain
+  numpy / torch computations of the same quantities), rows given as logits, and all-pairs
+  Aitchison distances against scipy.
+
+Every benchmark checks once that attncoda and its anchors compute the same numbers. ``ratio`` is
+the CPU-time ratio ``project / anchor``: below 1 means attncoda is faster; ``<= 0.1x`` means 10x
+faster.
 
 Run: ``python benchmarks/bench_coda.py [--rows N] [--repeats R] [--quick]``. The full run takes
-2-3 minutes on an idle 2-core machine; ``--quick`` (5 x 10^4 rows) under 20 s. BLAS settings
-from the environment (``OPENBLAS_CORETYPE``...) are left as they are and printed in the header.
+~5 minutes on an idle 2-core machine; ``--quick`` (5 x 10^4 and 2,500 rows) about a minute. BLAS
+settings from the environment (``OPENBLAS_CORETYPE``...) are left as they are and printed in the
+header.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import importlib
 import os
 import platform
-import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +39,9 @@ from typing import Any
 import numpy as np
 
 import attncoda as ac
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import MARGIN, TABLE_HEAD, interleave, markdown_row, one_thread, row
 
 D = 64  # parts per row (keys)
 HEADS = 270  # SmolLM2-135M: 30 layers x 9 heads
@@ -71,46 +84,6 @@ def prefault(nbytes: int) -> None:
         del buf
 
 
-def _clock(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    out = fn()
-    elapsed = time.perf_counter() - start
-    del out
-    return elapsed
-
-
-def time_round_robin(
-    fns: dict[str, Callable[[], Any]], repeats: int, slow_s: float = SLOW_S, warm_bytes: int = 0
-) -> dict[str, float]:
-    """Median seconds per function over ``repeats`` rounds, after one untimed warm-up each.
-
-    The order inside a round rotates, so no implementation always runs after the same one (the
-    allocator and cache state a predecessor leaves behind is spread over all of them). A slow
-    function (warm-up over ``slow_s``) counts its warm-up as a sample and stops after 3 samples,
-    which keeps the per-pair loops affordable. ``warm_bytes``: see :func:`prefault`.
-    """
-    names = list(fns)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    wanted = dict.fromkeys(names, repeats)
-    gc.collect()
-    gc.disable()  # as timeit does: no collection pauses inside the timed calls
-    try:
-        for name in names:
-            prefault(warm_bytes)
-            t = _clock(fns[name])
-            if t > slow_s:
-                samples[name].append(t)
-                wanted[name] = min(repeats, 3)
-        for r in range(repeats):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                if len(samples[name]) < wanted[name]:
-                    prefault(warm_bytes)
-                    samples[name].append(_clock(fns[name]))
-    finally:
-        gc.enable()
-    return {n: statistics.median(v) for n, v in samples.items()}
-
-
 @dataclass
 class Case:
     """One attncoda operation and the anchors it is compared with, timed together."""
@@ -124,29 +97,21 @@ class Case:
 
     def rows(self, repeats: int, slow_s: float = SLOW_S) -> list[Row]:
         fns = {"__project__": self.project} | {a: f for a, f, _ in self.anchors}
-        t = time_round_robin(fns, repeats, slow_s, self.warm_bytes)
-        out = []
-        for label, _, target in self.anchors:
-            anchor_s = t[label] * self.extrapolate.get(label, 1.0)
-            ratio = t["__project__"] / anchor_s
-            out.append(
-                {
-                    "benchmark": self.name,
-                    "project_s": t["__project__"],
-                    "anchor": label,
-                    "anchor_s": anchor_s,
-                    "ratio": ratio,
-                    "target": _target_text(target),
-                    "holds": bool(ratio <= target),
-                }
+        warm = self.warm_bytes
+        measured = interleave(
+            fns, repeats, slow_s=slow_s, before=(lambda: prefault(warm)) if warm else None
+        )
+        return [
+            row(
+                self.name,
+                measured,
+                "__project__",
+                label,
+                target,
+                scale=self.extrapolate.get(label, 1.0),
             )
-        return out
-
-
-def _target_text(target: float) -> str:
-    if target < 1:
-        return f"<= {target:g}x ({1 / target:g}x faster)"
-    return f"<= {target:g}x"
+            for label, _, target in self.anchors
+        ]
 
 
 # ------------------------------------------------------------------------------------ data
@@ -562,6 +527,261 @@ def _pairwise_cases(x: np.ndarray, quick: bool) -> list[Case]:
     return [per_query, head]
 
 
+# ------------------------------------------------------------------------------------ functions
+
+FN_ROWS, FN_PARTS = 25_000, 512  # the size of issue #31's comparison (100 MB per float64 array)
+QUICK_FN_ROWS = 2_500
+INNER_ROWS = 4_000  # inner returns the N x M Gram matrix: 4,000^2 x 8 B = 128 MB
+VALIDATION = 1.2  # validation may cost at most 20% of a call
+PLAIN = "unvalidated"  # marks anchors that skip validation: their target is VALIDATION
+
+
+@dataclass
+class Fn:
+    """One public maths function and its peers, for numpy or torch input of the same values."""
+
+    name: str
+    ours: Callable[[Any, bool], Any]  # (inputs, validate) -> result
+    peers: dict[str, Callable[[Any], Any]]  # label -> (inputs) -> result
+    numpy_only: frozenset[str] = frozenset()  # peers that take numpy input only
+
+
+def _inputs(rows: int, parts: int) -> dict[str, np.ndarray]:
+    z = attention_logits(rows, parts, seed=2)
+    x = softmax(z)
+    y = softmax(attention_logits(rows, parts, seed=3))
+    zeros = x.copy()
+    zeros[x < np.quantile(x, 0.05)] = 0.0  # 5% rounding zeros
+    zeros /= zeros.sum(-1, keepdims=True)  # closed, as composition-stats expects
+    return {
+        "x": x,
+        "y": y,
+        "raw": np.exp(z),  # positive, unclosed
+        "c": np.log(x) - np.log(x).mean(-1, keepdims=True),
+        "a": np.log(x[:, 1:]) - np.log(x[:, :1]),
+        "zeros": zeros,
+    }
+
+
+def _numpy_softmax(c: np.ndarray) -> np.ndarray:
+    e = np.exp(c - c.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _plain(xp: Any) -> dict[str, Callable[..., Any]]:
+    """Plain formulas in numpy or torch (no validation at all)."""
+    if xp is np:
+        log, exp = np.log, np.exp
+
+        def mean(a: Any) -> Any:
+            return a.mean(-1, keepdims=True)
+
+        def total(a: Any) -> Any:
+            return a.sum(-1, keepdims=True)
+
+        def top(a: Any) -> Any:
+            return a.max(-1, keepdims=True)
+
+        def norm(a: Any) -> Any:
+            return np.linalg.norm(a, axis=-1)
+
+        cat = np.concatenate
+    else:
+        log, exp = torch.log, torch.exp
+
+        def mean(a: Any) -> Any:
+            return a.mean(-1, keepdim=True)
+
+        def total(a: Any) -> Any:
+            return a.sum(-1, keepdim=True)
+
+        def top(a: Any) -> Any:
+            return a.amax(-1, keepdim=True)
+
+        def norm(a: Any) -> Any:
+            return torch.linalg.vector_norm(a, dim=-1)
+
+        cat = torch.cat
+
+    def clr(x: Any) -> Any:
+        lx = log(x)
+        return lx - mean(lx)
+
+    def softmax_(c: Any) -> Any:
+        e = exp(c - top(c))
+        return e / total(e)
+
+    def alr_inv(a: Any) -> Any:
+        return softmax_(cat([a[:, :1] * 0, a], -1))
+
+    return {
+        "closure": lambda x: x / total(x),
+        "clr": clr,
+        "clr_inv": softmax_,
+        "alr": lambda x: log(x[:, 1:]) - log(x[:, :1]),
+        "alr_inv": alr_inv,
+        "perturb": lambda x, y: (x * y) / total(x * y),
+        "perturb_inv": lambda x, y: (x / y) / total(x / y),
+        "power": lambda x: softmax_(2.0 * log(x)),
+        "norm": lambda x: norm(clr(x)),
+        "distance": lambda x, y: norm(clr(x) - clr(y)),
+        "inner": lambda x, y: clr(x) @ clr(y).T,
+        "paired_inner": lambda x, y: (clr(x) * clr(y)).sum(-1),
+    }
+
+
+def _functions(basis: np.ndarray) -> list[Fn]:
+    """Every public maths function with a peer, and the peers (label -> call on the inputs)."""
+    fns = [
+        Fn("closure", lambda d, v: ac.closure(d["raw"], validate=v), {}),
+        Fn("clr", lambda d, v: ac.clr(d["x"], validate=v), {}),
+        Fn("clr_inv", lambda d, v: ac.clr_inv(d["c"], validate=v), {}),
+        Fn("alr", lambda d, v: ac.alr(d["x"], validate=v), {}),
+        Fn("alr_inv", lambda d, v: ac.alr_inv(d["a"], validate=v), {}),
+        Fn("ilr (default basis)", lambda d, v: ac.ilr(d["x"], validate=v), {}),
+        Fn("ilr (given basis)", lambda d, v: ac.ilr(d["x"], d["basis"], validate=v), {}),
+        Fn("ilr_inv (default basis)", lambda d, v: ac.ilr_inv(d["z"], validate=v), {}),
+        Fn("ilr_inv (given basis)", lambda d, v: ac.ilr_inv(d["z"], d["basis"], validate=v), {}),
+        Fn("perturb", lambda d, v: ac.perturb(d["x"], d["y"], validate=v), {}),
+        Fn("perturb_inv", lambda d, v: ac.perturb_inv(d["x"], d["y"], validate=v), {}),
+        Fn("power (a=2)", lambda d, v: ac.power(d["x"], 2.0, validate=v), {}),
+        Fn(
+            f"inner ({INNER_ROWS:,} x {INNER_ROWS:,} Gram)",
+            lambda d, v: ac.inner(d["xi"], d["yi"], validate=v),
+            {},
+        ),
+        Fn("paired_inner", lambda d, v: ac.paired_inner(d["x"], d["y"], validate=v), {}),
+        Fn("aitchison_norm", lambda d, v: ac.aitchison_norm(d["x"], validate=v), {}),
+        Fn(
+            "aitchison_distance", lambda d, v: ac.aitchison_distance(d["x"], d["y"], validate=v), {}
+        ),
+        Fn("multi_replace", lambda d, v: ac.multi_replace(d["zeros"], validate=v), {}),
+    ]
+    by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns}
+    if skc is not None:
+        for key, call in {
+            "closure": lambda d: skc.closure(d["raw"]),
+            "clr": lambda d: skc.clr(d["x"]),
+            "clr_inv": lambda d: skc.clr_inv(d["c"]),
+            "alr": lambda d: skc.alr(d["x"]),
+            "alr_inv": lambda d: skc.alr_inv(d["a"]),
+            "ilr": lambda d: skc.ilr(d["x"]),
+            "ilr given": lambda d: skc.ilr(d["x"], d["basis"]),
+            "ilr_inv": lambda d: skc.ilr_inv(d["z"]),
+            "ilr_inv given": lambda d: skc.ilr_inv(d["z"], d["basis"]),
+            "perturb": lambda d: skc.perturb(d["x"], d["y"]),
+            "perturb_inv": lambda d: skc.perturb_inv(d["x"], d["y"]),
+            "power": lambda d: skc.power(d["x"], 2.0),
+            "inner": lambda d: skc.inner(d["xi"], d["yi"]),
+            "paired_inner": lambda d: (skc.clr(d["x"]) * skc.clr(d["y"])).sum(-1),
+            "aitchison_norm": lambda d: _norm(skc.clr(d["x"])),
+            "aitchison_distance": lambda d: _norm(skc.clr(d["x"]) - skc.clr(d["y"])),
+            "multi_replace": lambda d: skc.multi_replace(d["zeros"]),
+        }.items():
+            by[key].peers["scikit-bio"] = call
+        by["multi_replace"].numpy_only |= {"scikit-bio"}  # it returns numpy for a tensor
+    if cst is not None:
+        simplex_basis = cst.clr_inv(basis)
+        for key, call in {
+            "closure": lambda d: cst.closure(d["raw"]),
+            "clr": lambda d: cst.clr(d["x"]),
+            "clr_inv": lambda d: cst.clr_inv(d["c"]),
+            "alr": lambda d: cst.alr(d["x"]),
+            "alr_inv": lambda d: cst.alr_inv(d["a"]),
+            "ilr": lambda d: cst.ilr(d["x"]),
+            "ilr given": lambda d: cst.ilr(d["x"], simplex_basis),
+            "ilr_inv": lambda d: cst.ilr_inv(d["z"]),
+            "ilr_inv given": lambda d: cst.ilr_inv(d["z"], simplex_basis),
+            "perturb": lambda d: cst.perturb(d["x"], d["y"]),
+            "perturb_inv": lambda d: cst.perturb_inv(d["x"], d["y"]),
+            "power": lambda d: cst.power(d["x"], 2.0),
+            "inner": lambda d: cst.inner(d["xi"], d["yi"]),
+            "paired_inner": lambda d: (cst.clr(d["x"]) * cst.clr(d["y"])).sum(-1),
+            "aitchison_norm": lambda d: _norm(cst.clr(d["x"])),
+            "aitchison_distance": lambda d: _norm(cst.clr(d["x"]) - cst.clr(d["y"])),
+            "multi_replace": lambda d: cst.multiplicative_replacement(d["zeros"]),
+        }.items():
+            by[key].peers["composition-stats"] = call
+            by[key].numpy_only |= {"composition-stats"}
+    return fns
+
+
+def _apply(f: Callable[..., Any], args: list[Any]) -> Any:
+    return f(*args)
+
+
+def _check_function(fn: Fn, case: Case, kind: str) -> None:
+    """attncoda against each anchor that computes the same numbers (not the default-basis ilr of
+    the peers, whose Gram-Schmidt basis differs: there the norms must agree)."""
+    ours = case.project()
+    for label, call, _ in case.anchors:
+        theirs = call()
+        if fn.name.startswith("ilr (default") and "attncoda" not in label and "plain" not in label:
+            ours_n, theirs_n = _norm(ours), _norm(theirs)
+            _check(f"{case.name} vs {label} (norms)", ours_n, theirs_n, 1e-9)
+        elif fn.name.startswith("ilr_inv (default") and "attncoda" not in label:
+            continue  # another basis: other compositions
+        else:
+            _check(f"{case.name} vs {label}", ours, theirs, 1e-9)
+        del theirs
+
+
+def _norm(a: Any) -> Any:
+    return np.linalg.norm(a, axis=-1) if isinstance(a, np.ndarray) else a.norm(dim=-1)
+
+
+def function_cases(rows: int, parts: int = FN_PARTS) -> list[Case]:
+    """Every maths function on ``rows x parts`` float64, numpy and torch input: against each peer
+    (target 1x), a plain unvalidated formula and ``validate=False`` (target 1.2x each: validation
+    costs at most 20%)."""
+    basis = ac.pivot_basis(parts)
+    data = _inputs(rows, parts)
+    data["basis"] = basis
+    data["z"] = ac.ilr(data["x"])
+    data["xi"], data["yi"] = data["x"][:INNER_ROWS], data["y"][:INNER_ROWS]
+    kinds: list[tuple[str, dict[str, Any], Any]] = [("numpy", data, np)]
+    if torch is not None:
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in data.items()}
+        kinds.append(("torch", tensors, torch))
+    plain_keys = {
+        "closure": ("closure", ("raw",)),
+        "clr": ("clr", ("x",)),
+        "clr_inv": ("clr_inv", ("c",)),
+        "alr": ("alr", ("x",)),
+        "alr_inv": ("alr_inv", ("a",)),
+        "perturb": ("perturb", ("x", "y")),
+        "perturb_inv": ("perturb_inv", ("x", "y")),
+        "power": ("power", ("x",)),
+        "inner": ("inner", ("xi", "yi")),
+        "paired_inner": ("paired_inner", ("x", "y")),
+        "aitchison_norm": ("norm", ("x",)),
+        "aitchison_distance": ("distance", ("x", "y")),
+    }
+    cases = []
+    for kind, d, xp in kinds:
+        plain = _plain(xp)
+        for fn in _functions(basis):
+            label = f"{fn.name}, {rows:,} x {parts} f64 {kind}"
+            case = Case(label, functools.partial(fn.ours, d, True))
+            for peer, call in fn.peers.items():
+                on = data if peer in fn.numpy_only else d
+                suffix = " on numpy" if kind == "torch" and peer in fn.numpy_only else ""
+                case.anchors.append((peer + suffix, functools.partial(call, on), 1.0))
+            key = fn.name.split(" ")[0]
+            if key in plain_keys:
+                name, args = plain_keys[key]
+                f = plain[name]
+                call = functools.partial(_apply, f, [d[k] for k in args])
+                case.anchors.append((f"plain {kind} formula, {PLAIN}", call, VALIDATION))
+            unvalidated = functools.partial(fn.ours, d, False)
+            case.anchors.append(
+                ("attncoda validate=False (validation's share)", unvalidated, VALIDATION)
+            )
+            _check_function(fn, case, kind)
+            cases.append(case)
+    return cases
+
+
 # ------------------------------------------------------------------------------------ report
 
 
@@ -569,8 +789,11 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     """Yield the table rows case by case (so that a long run shows progress)."""
     n = rows or (QUICK_ROWS if quick else FULL_ROWS)
     r = repeats or (3 if quick else 5)
-    for case in build_cases(n, quick):
-        yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
+    with one_thread():
+        for case in build_cases(n, quick):
+            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
+        for case in function_cases(QUICK_FN_ROWS if quick else FN_ROWS):
+            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
 
 
 def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> list[Row]:
@@ -586,26 +809,13 @@ def header(rows: int, repeats: int) -> str:
         if mod is not None:
             versions.append(f"{name} {getattr(mod, '__version__', '?')}")
     blas = {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
-    threads = torch.get_num_threads() if torch is not None else "-"
     return (
         f"attncoda {ac.__version__}; {', '.join(versions)}; python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs, torch threads {threads}; BLAS env {blas or 'default'}\n"
-        f"{rows:,} rows x {D} parts, medians of {repeats} round-robin repeats; "
-        "ratio = attncoda time / anchor time (below 1: attncoda faster)"
-    )
-
-
-TABLE_HEAD = (
-    "| benchmark | attncoda | anchor | anchor time | ratio | target | holds? |\n"
-    "|---|---|---|---|---|---|---|"
-)
-
-
-def markdown_row(r: Row) -> str:
-    holds = "—" if r["holds"] is None else ("yes" if r["holds"] else "**NO**")
-    return (
-        f"| {r['benchmark']} | {r['project_s']:.3f} s | {r['anchor']} | {r['anchor_s']:.3f} s "
-        f"| {r['ratio']:.3f}x | {r['target']} | {holds} |"
+        f"{os.cpu_count()} CPUs; BLAS env {blas or 'default'}\n"
+        f"{rows:,} rows x {D} parts, one thread each side, medians of {repeats} interleaved "
+        "repeats (order rotated); ratio = attncoda CPU time / anchor CPU time (below 1: attncoda "
+        f"faster), unreliable where the wall-clock ratio differs by more than {MARGIN:.0%}; "
+        f"load {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -625,10 +835,10 @@ def main(argv: list[str] | None = None) -> list[Row]:
     start = time.perf_counter()
     print(TABLE_HEAD, flush=True)
     rows = []
-    for row in iter_rows(args.quick, rows_n, repeats):
-        rows.append(row)
-        print(markdown_row(row), flush=True)
-    print(f"\n({time.perf_counter() - start:.0f} s)")
+    for r in iter_rows(args.quick, rows_n, repeats):
+        rows.append(r)
+        print(markdown_row(r), flush=True)
+    print(f"\n({time.perf_counter() - start:.0f} s; load {os.getloadavg()[0]:.1f} at the end)")
     return rows
 
 

@@ -32,6 +32,7 @@ MODEL = "smollm2-135m"
 
 def _setup(window: int, windows: int, fraction: float) -> tuple[Any, dict[str, Callable[[], Any]]]:
     import torch
+
     from attncoda.hooks import assets
     from attncoda.hooks import gates as G
     from attncoda.hooks.evaluate import perplexity, text_windows

@@ -230,6 +230,7 @@ def _check_bridge(
 def _check_child(threads: int) -> dict[str, Any]:
     """Each path's logits vs the plain forward; patterns vs attncoda's rows, at T=64."""
     import torch
+
     from attncoda.hooks import capture
 
     torch.set_num_threads(threads)

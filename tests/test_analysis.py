@@ -18,7 +18,7 @@ from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy as scipy_entropy
 
 import attncoda as ac
-from attncoda._analysis import _row_summaries
+from attncoda._profiles import _row_summaries
 from conftest import has_torch
 
 _needs_torch = pytest.mark.skipif(not has_torch, reason="torch")
@@ -155,9 +155,9 @@ def test_float32_captures_match_to_float32_precision(causal):
 
 @_needs_torch
 def test_the_device_path_steps_over_anchors_like_the_numpy_kernel(monkeypatch):
-    from attncoda import _analysis
+    from attncoda import _backend
 
-    monkeypatch.setattr(_analysis, "_DEVICE_MIN_BUDGET", 1)  # a few anchors per step
+    monkeypatch.setattr(_backend, "_DEVICE_MIN_BUDGET", 1)  # a few anchors per step
     ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=5, length=12, seed=3)  # float32
     on_device = ac.head_comparisons(ds, ["js", "tv"], device="cpu", block_elements=200)
     in_numpy = ac.head_comparisons(ds, ["js", "tv"], backend="numpy", block_elements=200)

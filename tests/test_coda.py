@@ -290,7 +290,7 @@ def test_pairwise_summed_over_queries_matches_per_pair_loop(rng):
 
 
 def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
-    from attncoda import _coda
+    from attncoda import _pairwise
 
     x = random_compositions(rng, (30, 6, 8))
     y = random_compositions(rng, (30, 4, 8))
@@ -304,7 +304,7 @@ def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
     np.testing.assert_allclose(
         ac.pairwise_aitchison(x.transpose(2, 0, 1), axis=0, sum_over=1), whole["xx"], atol=1e-10
     )
-    monkeypatch.setattr(_coda, "_SUMMED_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
+    monkeypatch.setattr(_pairwise, "_SUMMED_BLOCK_BYTES", (6 + 4) * 8 * 8 * 4)  # 4 queries a block
     np.testing.assert_allclose(ac.pairwise_aitchison(x, sum_over=0), whole["xx"], atol=1e-10)
     np.testing.assert_allclose(ac.pairwise_aitchison(x, y, sum_over=0), whole["xy"], atol=1e-10)
     bad = x.copy()
@@ -314,13 +314,13 @@ def test_pairwise_summed_block_by_block_equals_one_shot(rng, monkeypatch):
 
 
 def test_pairwise_block_path_equals_one_shot_and_full_mask(rng, monkeypatch):
-    from attncoda import _coda
+    from attncoda import _pairwise
 
     x = random_compositions(rng, (40, 12, 6))
     one_shot = ac.pairwise_aitchison(x, mask=np.ones((1, 6), dtype=bool))  # masks skip blocks
-    monkeypatch.setattr(_coda, "_BLOCK_BYTES", 12 * 12 * 8 * 3)  # 3 queries a block, 14 blocks
+    monkeypatch.setattr(_pairwise, "_BLOCK_BYTES", 12 * 12 * 8 * 3)  # 3 queries a block, 14 blocks
     blocked = ac.pairwise_aitchison(x)
-    assert _coda._pairwise_blocks(x, -1, True, False, False) is not None  # the block path ran
+    assert _pairwise._pairwise_blocks(x, -1, True, False, False) is not None  # the block path ran
     np.testing.assert_allclose(blocked, one_shot, atol=1e-12)
     np.testing.assert_allclose(
         ac.pairwise_aitchison(np.log(x), from_logits=True, squared=True), one_shot**2, atol=1e-9
@@ -553,3 +553,139 @@ def test_inputs_never_modified(rng):
     ac.decompose(z, mask=mask, from_logits=True)
     np.testing.assert_array_equal(z, z0)
     np.testing.assert_array_equal(mask, m0)
+
+
+# ---------------------------------------------------------------------------- fast paths
+# The speed paths (blocks of rows, fused checks, O(D) pivot coordinates, numpy views of CPU
+# tensors on one thread) must give the general paths' numbers and refusals.
+
+BLOCKED_ROWS = 20_000  # 20,000 x 512 float64 = 82 MB: above the 64 MB where blocks start
+
+
+@pytest.fixture(scope="module")
+def big():
+    rng = np.random.default_rng(7)
+    x = ac.closure(rng.gamma(0.5, size=(BLOCKED_ROWS, 512)) + 1e-3)
+    y = ac.closure(rng.gamma(0.5, size=(BLOCKED_ROWS, 512)) + 1e-3)
+    return x, y
+
+
+def test_blocked_paths_match_the_formulas(big):
+    x, y = big
+    basis = ac.pivot_basis(512)
+    assert np.abs(ac.closure(x * 3.0) - x).max() < TIGHT
+    z = ac.ilr(x)
+    assert np.abs(z - ac.clr(x) @ basis.T).max() < TIGHT
+    assert np.abs(ac.ilr_inv(z) - x).max() < TIGHT
+    assert np.abs(ac.ilr_inv(z, basis) - x).max() < TIGHT
+    xy = x * y
+    assert np.abs(ac.perturb(x, y) - xy / xy.sum(-1, keepdims=True)).max() < TIGHT
+    assert np.abs(ac.perturb_inv(ac.perturb(x, y), y) - x).max() < TIGHT
+    x2 = x**2
+    assert np.abs(ac.power(x, 2.0) - x2 / x2.sum(-1, keepdims=True)).max() < TIGHT
+    assert np.abs(ac.alr_inv(ac.alr(x)) - x).max() < TIGHT
+
+
+@pytest.mark.parametrize("parts", range(2, 13))
+def test_pivot_paths_agree_at_every_width(rng, parts):
+    """The O(D) pivot coordinates against the basis matmul, at small widths too (numpy 2.4's
+    strided ``np.negative`` once broke the last part at 9 parts)."""
+    x = random_compositions(rng, (5, parts))
+    z = ac.ilr(x)
+    np.testing.assert_allclose(z, ac.clr(x) @ ac.pivot_basis(parts).T, atol=TIGHT)
+    np.testing.assert_allclose(ac.ilr_inv(z), x, atol=TIGHT)
+
+
+@pytest.mark.parametrize(
+    ("fn", "error"),
+    [
+        (lambda x, y: ac.closure(x), ac.NegativePartError),
+        (lambda x, y: ac.perturb(x, y), ac.NegativePartError),
+        (lambda x, y: ac.perturb(y, x), ac.NegativePartError),
+        (lambda x, y: ac.power(x, 2.0), ac.NegativePartError),
+        (lambda x, y: ac.perturb_inv(y, x), ac.NegativePartError),
+    ],
+)
+def test_fused_checks_still_refuse_a_bad_part_in_a_late_block(big, fn, error):
+    x, y = big
+    bad = x.copy()
+    bad[-3, 100] = -0.5
+    with pytest.raises(error):
+        fn(bad, y)
+
+
+def test_perturb_refuses_two_negative_factors_whose_product_is_positive(big):
+    x, y = big
+    xb, yb = x.copy(), y.copy()
+    xb[5, 7] = yb[5, 7] = -0.1
+    with pytest.raises(ac.NegativePartError):
+        ac.perturb(xb, yb)
+
+
+def test_closure_and_power_refuse_nan_inf_and_zero_fast(big):
+    x, _ = big
+    for value, error in ((np.nan, ac.NonFiniteError), (np.inf, ac.NonFiniteError)):
+        bad = x.copy()
+        bad[-1, -1] = value
+        with pytest.raises(error):
+            ac.closure(bad)
+        with pytest.raises(error):
+            ac.power(bad, 0.5)
+    bad = x.copy()
+    bad[0, 0] = 0.0
+    with pytest.raises(ac.ZeroPartError):
+        ac.power(bad, 2.0)
+    with pytest.raises(ac.ZeroPartError):
+        ac.perturb_inv(x, bad)
+
+
+@pytest.mark.parametrize("a", [2.0, 0.5, -1.5, 0.0, 400.0, -400.0])
+def test_power_without_logs_matches_the_log_space_path(rng, a):
+    x = random_compositions(rng, (6, 9))
+    general = ac.power(x.tolist(), a)  # lists take the log-space path
+    np.testing.assert_allclose(ac.power(x, a), general, atol=TIGHT)
+
+
+def test_multi_replace_in_place_matches_the_definition(rng):
+    x = random_compositions(rng, (6, 9))
+    x[x < np.quantile(x, 0.2)] = 0.0
+    closed = x / x.sum(-1, keepdims=True)
+    k = (closed == 0).sum(-1, keepdims=True)
+    d = 1 / 81
+    expected = np.where(closed == 0, d, closed * (1 - k * d))
+    np.testing.assert_allclose(ac.multi_replace(x), expected, atol=1e-15)
+
+
+CPU_CALLS = {
+    "closure": lambda x, y: ac.closure(x),
+    "clr": lambda x, y: ac.clr(x),
+    "clr_inv": lambda x, y: ac.clr_inv(ac.clr(x)),
+    "alr": lambda x, y: ac.alr(x),
+    "ilr": lambda x, y: ac.ilr(x),
+    "ilr_inv": lambda x, y: ac.ilr_inv(ac.ilr(x)),
+    "perturb": lambda x, y: ac.perturb(x, y),
+    "power": lambda x, y: ac.power(x, 2.0),
+    "aitchison_distance": lambda x, y: ac.aitchison_distance(x, y),
+    "decompose": lambda x, y: ac.decompose(x).balance,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CPU_CALLS))
+def test_cpu_tensors_on_one_thread_give_torch_results(rng, name):
+    """On one torch thread numpy computes CPU tensors on views; the results are tensors with
+    torch's own numbers, and a tensor that autograd tracks stays in torch."""
+    x = torch.from_numpy(random_compositions(rng, (6, 9)))
+    y = torch.from_numpy(random_compositions(rng, (6, 9)))
+    call = CPU_CALLS[name]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        in_torch = call(x, y)
+        torch.set_num_threads(1)
+        via_numpy = call(x, y)
+        tracked = call(x.clone().requires_grad_(True), y)
+    finally:
+        torch.set_num_threads(threads)
+    assert isinstance(via_numpy, torch.Tensor) and via_numpy.dtype == in_torch.dtype
+    torch.testing.assert_close(via_numpy, in_torch, atol=TIGHT, rtol=0)
+    assert tracked.requires_grad

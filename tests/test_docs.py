@@ -333,7 +333,7 @@ def test_inline_code_naming_a_public_object_is_linked() -> None:
     assert resolve_name("attncoda.hooks.capture") == "attncoda.hooks.capture"
     assert resolve_name("attncoda.hooks.zoo.load") == "attncoda.hooks.zoo.load"
     assert resolve_name("ac.testing.synthetic_rows()") == "attncoda.testing.synthetic_rows"
-    for plain in ("ac.no_such_name", "attncoda._coda.clr", "np.log", "decompose", "ac."):
+    for plain in ("ac.no_such_name", "attncoda._logratio.clr", "np.log", "decompose", "ac."):
         assert resolve_name(plain) is None, plain
 
 

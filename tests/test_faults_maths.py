@@ -18,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 from strategies import ilr_bases, sbp_matrices
 
 import attncoda as ac
-from attncoda import _coda
+from attncoda import _bases
 from conftest import requires_skbio, requires_torch
 
 X3 = np.array([0.2, 0.3, 0.5])
@@ -639,12 +639,12 @@ def test_large_bases_are_checked_by_content(monkeypatch):
     the Gram product, but any change to it (even in place) is checked again."""
     d = 520  # (D-1) x D above the size from which validated bases are remembered
     basis = ac.pivot_basis(d)
-    assert basis.size >= _coda._CACHED_BASIS_SIZE
+    assert basis.size >= _bases._CACHED_BASIS_SIZE
     x = ac.closure(np.linspace(1.0, 3.0, d))
     ac.ilr(x, basis)
     calls = []
-    original = _coda.basis_tolerance
-    monkeypatch.setattr(_coda, "basis_tolerance", lambda dt: calls.append(dt) or original(dt))
+    original = _bases.basis_tolerance
+    monkeypatch.setattr(_bases, "basis_tolerance", lambda dt: calls.append(dt) or original(dt))
     ac.ilr(x, basis)  # remembered: no tolerance lookup, no Gram product
     assert calls == []
     basis[3, 5] += 1e-3  # the caller edits the basis in place
@@ -656,7 +656,7 @@ def test_validate_false_skips_the_basis_check(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the basis was checked despite validate=False")
 
-    monkeypatch.setattr(_coda, "check_basis", fail)
+    monkeypatch.setattr(_bases, "check_basis", fail)
     out = ac.ilr(X3, NOT_ORTHONORMAL, validate=False)  # the documented opt-out
     np.testing.assert_allclose(out, ac.clr(X3) @ NOT_ORTHONORMAL.T)
     ac.ilr_inv([0.1, 0.2], NOT_ORTHONORMAL, validate=False)

@@ -1,0 +1,214 @@
+"""Making compositions: closure of rows to sum one, and the learned sink as an explicit part.
+
+The input rules shared by every maths function (array kinds, ``mask=``, ``from_logits=``,
+``axis=``, precision) are in :mod:`attncoda._array`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._array import (
+    MIN_BLOCKED_BYTES,
+    ROW_BLOCK_BYTES,
+    Array,
+    Spec,
+    labelled,
+    parts_last,
+    tolerance,
+    validate_parts,
+)
+from ._errors import (
+    NotClosedError,
+)
+
+__all__ = [
+    "add_learned_sink",
+    "closure",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# closure and zeros
+
+
+@labelled(Spec())
+def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | None = None) -> Array:
+    """Scale each row to sum to one over its visible parts.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Non-negative parts; integer counts are accepted (converted to float64).
+    axis : int, default -1
+        The parts axis.
+    validate : bool, default True
+        Check for negative, non-finite and all-zero rows.
+    mask : array_like of bool, optional
+        Visible parts; invisible parts come out as exactly 0.
+
+    Returns
+    -------
+    Array of the input's shape and kind (float).
+
+    Raises
+    ------
+    NonFiniteError, NegativePartError, ZeroPartError
+        With ``validate``: NaN or infinite parts, negative parts, or a row without mass (all
+        zeros, or every part hidden by ``mask``).
+    CompositionError
+        ``x`` is not numeric (booleans, strings, objects, complex numbers) or ``mask`` is not
+        boolean.
+    ShapeMismatchError
+        ``axis`` is not an integer or out of range, ``x`` is a scalar, or ``mask`` does not
+        broadcast to ``x``.
+
+    See Also
+    --------
+    skbio.stats.composition.closure : The same, without ``mask``.
+    composition_stats.closure : 1-D or 2-D input only (it refuses ``ndim > 2``, which attncoda
+        accepts: captures are ``sample x layer x head x query x key``), and squeezes its output
+        (attncoda keeps the input's shape).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.closure([2, 1, 1])
+    array([0.5 , 0.25, 0.25])
+    >>> ac.closure([[2.0, 1.0, 7.0]], mask=[[True, True, False]])
+    array([[0.66666667, 0.33333333, 0.        ]])
+    """
+    xp, data, visible, ax = parts_last(x, axis, mask)
+    if visible is not None:
+        if validate:
+            validate_parts(xp, data, visible, allow_zeros=True)
+        data = xp.where(visible, data, xp.zeros_like(data))
+        return xp.moveaxis(data / xp.sum(data, axis=-1, keepdims=True), -1, ax)
+    blocks = _closure_blocks(data, validate)
+    if blocks is not None:
+        return xp.moveaxis(blocks, -1, ax)
+    total = xp.sum(data, axis=-1, keepdims=True)
+    if validate and not _closable(xp, data, total):
+        validate_parts(xp, data, None, allow_zeros=True)  # the precise refusal
+    return xp.moveaxis(data / total, -1, ax)
+
+
+def _closable(xp: Any, data: Array, total: Array) -> bool:
+    """Whether rows ``data`` with sums ``total`` are valid compositions, in one host sync.
+
+    The sums are finite when no part is NaN or infinite (unless they overflowed: then the
+    caller's precise check decides), and the smallest part is non-negative and every row has
+    mass: one reduction (the minimum) beyond the sums that closure needs anyway.
+    """
+    if math.prod(data.shape) == 0:
+        return False
+    with np.errstate(invalid="ignore"):
+        ok = xp.all(xp.isfinite(total)) & xp.all(total > 0) & (xp.min(data) >= 0)
+    return bool(ok)
+
+
+def _closure_blocks(x: Array, validate: bool) -> Array | None:
+    """:func:`closure` of a large C-contiguous float numpy array, block by block of rows.
+
+    Each block's sums, check and division run while the block is in cache: one pass over
+    memory. ``None`` (nothing written that the caller sees) for other input, or as soon as a
+    block fails the check: the one-shot path then diagnoses the whole input.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.ndim < 2:
+        return None
+    if not x.flags.c_contiguous or x.nbytes < MIN_BLOCKED_BYTES or x.shape[-1] < 1:
+        return None
+    n = int(x.shape[-1])
+    rows = x.reshape(-1, n)
+    out = np.empty_like(rows)
+    step = max(1, ROW_BLOCK_BYTES // (n * x.itemsize))
+    for start in range(0, rows.shape[0], step):
+        block, dest = rows[start : start + step], out[start : start + step]
+        total = np.sum(block, axis=-1, keepdims=True)
+        if validate and not _closable(np, block, total):
+            return None
+        np.divide(block, total, out=dest)
+    return out.reshape(x.shape)
+
+
+@labelled(Spec(resized="same"))
+def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
+    """Prepend the missing mass of rows that sum below one as an explicit sink part.
+
+    GPT-OSS style models add a learned per-head sink logit to the softmax and then drop that
+    column, so their returned rows sum to less than one. The missing mass *is* the sink; closing
+    the rows again would silently delete it. The result has one more part, at index 0, so the
+    default sink (the first visible part) is the learned sink.
+
+    Raises
+    ------
+    NotClosedError
+        With ``validate``: a row sums above one (beyond the closure tolerance of its dtype,
+        1e-6 in float64 and 1e-4 in float32), so it has no missing mass to hold.
+    NonFiniteError, NegativePartError, ZeroPartError
+        With ``validate``: as in :func:`closure`.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.add_learned_sink([0.3, 0.2, 0.1])
+    array([0.4, 0.3, 0.2, 0.1])
+    """
+    xp, x, _, ax = parts_last(x, axis)
+    if validate:
+        validate_parts(xp, x, None, allow_zeros=True)
+    total = xp.sum(x, axis=-1, keepdims=True)
+    tol = tolerance(x.dtype)
+    if validate and bool(xp.any(total > 1 + tol)):
+        worst = float(xp.max(total))
+        raise NotClosedError(
+            f"rows sum above 1 (up to {worst:.6g}); a learned sink can only hold missing mass: "
+            "pass the rows as the model returned them (summing to at most 1)"
+        )
+    sink = xp.clip(1 - total, 0.0, 1.0)
+    return xp.moveaxis(xp.concat([sink, x], axis=-1), -1, ax)
+
+
+def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) -> Array | None:
+    """``closure(x * y)`` (or ``closure(x / y)``) of two numpy arrays of one shape, fused.
+
+    Row blocks of the product, their sums, the checks and the division run while the block is
+    in cache. With ``validate`` the factors must be non-negative (a divisor positive and
+    finite) and every product row must have finite, positive mass: a NaN or an infinity in a
+    factor shows in the product's sums (``inf * 0`` is NaN). Returns ``None`` for other input
+    (masks, broadcasting, tensors, other dtypes) and when a check fails: the caller's general
+    path then diagnoses the input precisely.
+    """
+    if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
+        return None
+    if x.shape != y.shape or x.dtype != y.dtype or x.dtype not in (np.float32, np.float64):
+        return None
+    if x.ndim < 1 or x.shape[-1] < 1 or not (x.flags.c_contiguous and y.flags.c_contiguous):
+        return None
+    n = int(x.shape[-1])
+    xr, yr = x.reshape(-1, n), y.reshape(-1, n)
+    out = np.empty_like(xr)
+    step = xr.shape[0] if x.nbytes < MIN_BLOCKED_BYTES else max(1, ROW_BLOCK_BYTES // (n * 8))
+    op = np.divide if divide else np.multiply
+    with np.errstate(all="ignore"):  # whatever a bad value does here, the checks refuse it
+        for start in range(0, xr.shape[0], step):
+            xb, yb, dest = (
+                xr[start : start + step],
+                yr[start : start + step],
+                out[start : start + step],
+            )
+            op(xb, yb, out=dest)
+            total = np.sum(dest, axis=-1, keepdims=True)
+            if validate:
+                ok = np.min(xb) >= 0 and np.isfinite(total).all() and (total > 0).all()
+                if divide:
+                    ok = ok and np.min(yb) > 0 and np.isfinite(np.sum(yb))
+                elif ok:
+                    ok = np.min(yb) >= 0
+                if not ok:
+                    return None
+            dest /= total
+    return out.reshape(x.shape)

@@ -1,0 +1,129 @@
+"""Zero replacement: multiplicative replacement of zero parts (``multi_replace``).
+
+Structural zeros (keys hidden by ``mask``) are never replaced; only observed zeros are. The input
+rules shared by every maths function are in :mod:`attncoda._array`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._array import (
+    Array,
+    Spec,
+    labelled,
+    log_composition,
+    normalize_axis,
+)
+from ._closure import closure
+from ._errors import (
+    CompositionError,
+    NonFiniteError,
+)
+
+__all__ = [
+    "multi_replace",
+]
+
+
+@labelled(Spec())
+def multi_replace(
+    x: Array,
+    delta: float | None = None,
+    axis: int = -1,
+    validate: bool = True,
+    *,
+    mask: Array | None = None,
+) -> Array:
+    """Multiplicative replacement of rounding zeros (Martín-Fernández et al., 2003).
+
+    Only for user data with *rounding* zeros (e.g. probabilities that underflowed in fp16).
+    Never apply it to structural zeros (causal or padding masks): mark those with ``mask=``.
+
+    Each visible zero becomes ``delta`` and the non-zero parts are shrunk by ``1 - k * delta``
+    (``k`` zeros in the row), so ratios among non-zero parts are preserved. Rows are closed first.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        Non-negative parts.
+    delta : float, optional
+        Replacement value, a real number in ``(0, 1)``; default ``1 / D**2`` with ``D`` the
+        number of visible parts.
+    axis : int, default -1
+    validate : bool, default True
+    mask : array_like of bool, optional
+
+    Returns
+    -------
+    Array of closed rows without visible zeros.
+
+    Raises
+    ------
+    NonFiniteError
+        ``delta`` is NaN or infinite (or ``x`` holds NaN/inf, as in :func:`closure`).
+    CompositionError
+        ``delta`` is not a real number in ``(0, 1)``, or a row has ``k`` zeros with
+        ``k * delta >= 1`` (no room left for its non-zero parts).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ac.multi_replace([0.5, 0.5, 0.0]).round(4)
+    array([0.4444, 0.4444, 0.1111])
+    """
+    delta_f = None if delta is None else _real_scalar(delta, "delta")
+    if delta_f is not None and not 0 < delta_f < 1:
+        raise CompositionError(
+            f"delta={delta!r} must lie in (0, 1): it is the value given to each zero of a "
+            "closed row; leave it unset for the default 1/D**2"
+        )
+    closed = closure(x, axis, validate, mask=mask)
+    if mask is None and isinstance(closed, np.ndarray) and closed.ndim >= 1:
+        ax = normalize_axis(axis, closed.ndim)
+        n = int(closed.shape[ax])
+        if n >= 1:  # every part visible: in place on the closed rows (ours), no logs
+            delta_n = 1.0 / n**2 if delta_f is None else delta_f
+            zero = closed == 0
+            k = np.count_nonzero(zero, axis=ax, keepdims=True)
+            if bool((k * delta_n >= 1).any()):
+                raise _too_large(delta)
+            closed *= 1 - k * delta_n
+            np.copyto(closed, delta_n, where=zero)
+            return closed
+    lc = log_composition(closed, axis, mask=mask, validate=False, allow_zeros=True)
+    xp = lc.xp
+    data = xp.exp(lc.log)
+    n_visible = lc.count()
+    d = 1.0 / n_visible**2 if delta_f is None else xp.full_like(n_visible, delta_f)
+    zero = (data == 0) & lc.visible_full()
+    k = xp.sum(xp.astype(zero, data.dtype), axis=-1, keepdims=True)
+    if bool(xp.any(k * d >= 1)):
+        raise _too_large(delta)
+    out = xp.where(zero, d * xp.ones_like(data), data * (1 - k * d))
+    return lc.restore(lc.zero_invisible(out))
+
+
+def _too_large(delta: float | None) -> CompositionError:
+    return CompositionError(
+        f"delta={delta} is too large: a row has k zeros with k * delta >= 1; pick a smaller "
+        "delta (the default is 1/D**2)"
+    )
+
+
+def _real_scalar(value: object, what: str) -> float:
+    """``value`` as a finite Python float, or a refusal (bools and strings are not numbers)."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    if not ok and getattr(value, "ndim", None) == 0:  # a 0-d array or tensor
+        name = str(getattr(value, "dtype", ""))
+        ok = "float" in name or ("int" in name and "bool" not in name)
+    if not ok:
+        raise CompositionError(f"{what} must be a real number, got {value!r}")
+    out = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(out):
+        raise NonFiniteError(f"{what} is {out}; give a finite number")
+    return out
