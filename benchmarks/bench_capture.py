@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 MODEL = "smollm2-135m"
@@ -296,29 +297,19 @@ def _rows_paths(model: Any, ids: Any, store: str | None = None) -> dict[str, Any
 
     from attncoda.hooks import capture
 
-    def sdpa() -> Any:
-        with torch.no_grad():
-            return model(input_ids=ids)
+    base = _paths(model, ids)
 
     def rows() -> Any:
-        with torch.no_grad(), capture(model, what="rows") as cap:
-            out = model(input_ids=ids)
-        return out, cap.dataset
-
-    def eager() -> Any:
-        model.set_attn_implementation("eager")
-        try:
-            with torch.no_grad():
-                return model(input_ids=ids, output_attentions=True)
-        finally:
-            model.set_attn_implementation("sdpa")
-
-    def stream() -> Any:
         with torch.no_grad(), capture(model, what="rows", stream_to=store) as cap:
             out = model(input_ids=ids)
         return out, cap.dataset
 
-    return {"sdpa": sdpa, "attncoda_rows": rows, "hf_eager": eager, "stream": stream}
+    return {
+        "sdpa": base["sdpa"],
+        "attncoda_rows": rows,
+        "hf_eager": base["eager_output_attentions"],
+        "stream": rows,
+    }
 
 
 def time_rows(length: int, repeats: int) -> Any:
@@ -370,15 +361,18 @@ def _free_gb() -> float:
     return info["MemAvailable"] / 1e6
 
 
-def rows_rows(repeats: int = 3, long: int = 4096) -> list[dict[str, Any]]:
-    """Rows for results.md: time (CPU ratios to SDPA and to HF eager) and peak extra memory."""
+def rows_rows(
+    repeats: int = 3, long: int = 4096, lengths: tuple[int, ...] = ROWS_LENGTHS
+) -> Iterator[dict[str, Any]]:
+    """Rows for results.md, each as soon as measured: time (CPU ratios to HF eager and to
+    SDPA), peak extra memory, and a streamed capture at ``long`` tokens (0: none)."""
     import tempfile
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _measure import row
 
     out: list[dict[str, Any]] = []
-    for length in ROWS_LENGTHS:
+    for length in lengths:
         kept = 30 * 9 * length * length * 4 / 1e9
         if _free_gb() < 8:  # a shared machine: never start a large side with less free
             out.append({"benchmark": f"rows T={length}: skipped ({_free_gb():.1f} GB free)"})
@@ -414,18 +408,15 @@ def rows_rows(repeats: int = 3, long: int = 4096) -> list[dict[str, Any]]:
                 anchor_label="plain SDPA forward",
             )
         )
-        mem = {p: rows_memory(p, length) for p in ("attncoda_rows", "hf_eager")}
-        out.append({"memory": mem, "length": length, "kept_gb": kept})
-    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
-        store = os.path.join(tmp, "rows.zarr")
-        out.append(
-            {
-                "memory": {"stream": rows_memory("stream", long, store)},
-                "length": long,
-                "kept_gb": 30 * 9 * long * long * 4 / 1e9,
-            }
-        )
-    return out
+        yield from out
+        out = []
+        for p in ("attncoda_rows", "hf_eager", "sdpa"):
+            yield {"memory": rows_memory(p, length), "kept_gb": kept}
+    if long:
+        with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
+            store = os.path.join(tmp, "rows.zarr")
+            kept = 30 * 9 * long * long * 4 / 1e9
+            yield {"memory": rows_memory("stream", long, store), "kept_gb": kept}
 
 
 def dtype_error(length: int = 512) -> dict[str, Any]:
@@ -497,6 +488,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--rows-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--store", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
+        "--lengths", type=int, nargs="+", default=list(ROWS_LENGTHS), help="--rows lengths"
+    )
+    parser.add_argument(
         "--dtype-error", action="store_true", help="summaries from float16 vs float32 rows"
     )
     parser.add_argument(
@@ -525,8 +519,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         return []
     if args.rows:
         print(f"load at start {os.getloadavg()[0]:.1f}")
-        for r in rows_rows(args.repeats):
-            print(json.dumps(r, default=str))
+        for r in rows_rows(args.repeats, args.long, tuple(args.lengths)):
+            print(json.dumps(r, default=str), flush=True)
         print(f"load at end {os.getloadavg()[0]:.1f}")
         return []
     t = time_paths(args.length, args.repeats)
