@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -87,6 +87,7 @@ def make_dataset(
     tokens: np.ndarray | Sequence[Sequence[str]] | None = None,
     sink_index: Sequence[int] | np.ndarray | None = None,
     attrs: Mapping[str, Any] | None = None,
+    check_values: bool = True,
 ) -> xr.Dataset:
     """Build a dataset in attncoda's schema from arrays.
 
@@ -94,6 +95,8 @@ def make_dataset(
     ----------
     summaries : mapping of name -> array (sample, layer, head, query), optional
     log_attn : array (sample, layer, head, query, key), optional
+        Kept without a copy when it is a float32 or float16 numpy array or a lazy (dask) array
+        of either; anything else is converted to float32.
     learned_sink_log_attn : array (sample, layer, head, query), optional
     layers, heads : sequences of int
         Coordinates (the model's layer and head indices).
@@ -109,6 +112,10 @@ def make_dataset(
         First valid key of each sample.
     attrs : mapping, optional
         Provenance; dicts and lists are JSON-encoded, booleans stored as 0/1.
+    check_values : bool, default True
+        Check the values as :func:`validate_dataset` does (one pass, in blocks of at most
+        64 MB); False checks the structure only, for arrays that will be checked later
+        (:func:`save` checks them again before it writes).
 
     Returns
     -------
@@ -134,10 +141,17 @@ def make_dataset(
         arr = np.asarray(val, dtype=np.float32)
         data_vars[name] = (DIMS[:4], arr, {"long_name": _SUMMARY_ATTRS[name]})
     if log_attn is not None:
+        rows = _rows_array(log_attn)
         data_vars["log_attn"] = (
             DIMS,
-            np.asarray(log_attn, dtype=np.float32),
-            {"long_name": "fp32 log-attention; -inf at invisible keys"},
+            rows,
+            {
+                "long_name": (
+                    "fp32 log-attention; -inf at invisible keys"
+                    if rows.dtype == np.float32
+                    else "fp32 log-attention stored as float16 (lossy); -inf at invisible keys"
+                )
+            },
         )
     if learned_sink_log_attn is not None:
         data_vars["learned_sink_log_attn"] = (
@@ -165,8 +179,20 @@ def make_dataset(
         np.zeros(n_samples, np.int64) if sink_index is None else np.asarray(sink_index, np.int64),
     )
     ds = xr.Dataset(data_vars, coords=coords, attrs=_netcdf_attrs(attrs or {}))
-    validate_dataset(ds)
+    validate_dataset(ds, values=check_values)
     return ds
+
+
+def _rows_array(log_attn: Any) -> Any:
+    """``log_attn`` without a copy where it can be kept: a float32 or float16 numpy array (the
+    buffer capture wrote its rows into) or a lazy (dask) array of either, read only when used;
+    anything else becomes a float32 numpy array."""
+    dtype = getattr(log_attn, "dtype", None)
+    if dtype in (np.float32, np.float16) and (
+        isinstance(log_attn, np.ndarray) or hasattr(log_attn, "dask")
+    ):
+        return log_attn
+    return np.asarray(log_attn, dtype=np.float32)
 
 
 def _token_array(tokens: Any) -> np.ndarray:
@@ -320,13 +346,32 @@ _ROW_TOL = 1e-3
 _BLOCK_BYTES = 64 << 20
 
 
-def _sample_blocks(ds: xr.Dataset, name: str) -> Iterator[np.ndarray]:
-    """The values of ``ds[name]`` a bounded block of samples at a time (a dask array is read)."""
-    da = ds[name]
-    per_sample = max(1, int(np.prod([n for d, n in da.sizes.items() if d != "sample"])) * 4)
-    step = max(1, _BLOCK_BYTES // per_sample)
-    for start in range(0, da.sizes["sample"], step):
-        yield np.asarray(da.isel(sample=slice(start, start + step)).values)
+def _blocks(da: xr.DataArray, keep: tuple[str, ...] = ("key",)) -> Iterator[dict[Hashable, slice]]:
+    """``isel`` indexers that cut ``da`` into blocks of at most :data:`_BLOCK_BYTES` (as
+    float32), along its leading dims (never along ``keep``): one sample of all-layer rows at
+    T=2048 is 4.5 GB, so blocks of samples alone would make every check a copy of that size."""
+    dims, shape = da.dims, da.shape
+    trailing = max(4, da.dtype.itemsize)
+    split = len(dims)
+    while split > 0 and (dims[split - 1] in keep or trailing * shape[split - 1] <= _BLOCK_BYTES):
+        split -= 1
+        trailing *= shape[split]
+    if split == 0:
+        yield {}
+        return
+    j = split - 1
+    step = max(1, _BLOCK_BYTES // trailing)
+    for outer in np.ndindex(*shape[:j]):
+        for start in range(0, shape[j], step):
+            idx = {d: slice(o, o + 1) for d, o in zip(dims[:j], outer, strict=True)}
+            idx[dims[j]] = slice(start, start + step)
+            yield idx
+
+
+def _block(da: xr.DataArray, idx: dict[Hashable, slice]) -> np.ndarray:
+    """One block's values (read from disk for a lazy array), float16 upcast to float32."""
+    values = np.asarray(da.isel(idx).values)
+    return values.astype(np.float32) if values.dtype == np.float16 else values
 
 
 def _check_values(ds: xr.Dataset) -> None:
@@ -339,7 +384,8 @@ def _check_values(ds: xr.Dataset) -> None:
     for name, (lo, hi, rule) in bounds.items():
         if name not in ds.data_vars:
             continue
-        for block in _sample_blocks(ds, name):
+        for idx in _blocks(ds[name]):
+            block = _block(ds[name], idx)
             with np.errstate(invalid="ignore"):
                 bad = ~((block >= lo) & (block <= hi)) & ~np.isnan(block)
                 if name == "balance":
@@ -352,9 +398,11 @@ def _check_values(ds: xr.Dataset) -> None:
     if "log_attn" not in ds.data_vars:
         return
     learned = "learned_sink_log_attn" in ds.data_vars
-    blocks = _sample_blocks(ds, "log_attn")
-    extra = _sample_blocks(ds, "learned_sink_log_attn") if learned else None
-    for block in blocks:
+    # float16 rows carry up to half a float16 step of error in each log-probability, and so
+    # in the log of a row's sum: up to 2^-6 for log-probabilities down to -32
+    row_tol = _ROW_TOL if ds["log_attn"].dtype != np.float16 else 2.0**-5
+    for idx in _blocks(ds["log_attn"]):
+        block = _block(ds["log_attn"], idx)
         if np.isnan(block).any():
             raise SchemaError(
                 "log_attn holds NaN; invisible keys are -inf and every row is a "
@@ -373,15 +421,15 @@ def _check_values(ds: xr.Dataset) -> None:
                 m + np.log(np.exp(block - np.where(finite, m, 0)[..., None]).sum(-1)),
                 -np.inf,
             )
-            if extra is not None:
-                lse = np.logaddexp(lse, next(extra))
+            if learned:
+                lse = np.logaddexp(lse, _block(ds["learned_sink_log_attn"], idx))
                 finite = np.isfinite(lse)
         off = np.abs(np.where(finite, lse, 0.0))
-        if (off > _ROW_TOL).any():
+        if (off > row_tol).any():
             raise SchemaError(
                 f"log_attn rows do not close: a row's probabilities sum to "
-                f"{float(np.exp(lse[off > _ROW_TOL].flat[0])):.6g}, not 1 "
-                f"({int((off > _ROW_TOL).sum())} rows) — the data are corrupted or were not "
+                f"{float(np.exp(lse[off > row_tol].flat[0])):.6g}, not 1 "
+                f"({int((off > row_tol).sum())} rows) — the data are corrupted or were not "
                 "written by attncoda"
             )
 

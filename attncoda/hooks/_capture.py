@@ -21,7 +21,9 @@ exception.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -50,6 +52,7 @@ from ._registry import (
     observed,
     visible_mask,
 )
+from ._rows import _LayerWriter, _RowsBuffer
 from ._session import (
     _call_positions,
     _check_call,
@@ -73,6 +76,7 @@ from ._spec import (
     _is_int,
     _kind,
     _resolve,
+    _rows_dtype,
     _selection,
     _show,
     _show_sel,
@@ -132,18 +136,24 @@ def _capture_layer(
         sink_index=_sink_index(session, spec, attention_mask, batch, kv_len, q_len, query.device),
     )
     pos = torch.tensor(positions, device=query.device)
+    rows = learned = None
+    in_buffer = False
     if spec.what == "summaries" and _fast_path_applies(spec, ctx):
         summaries, redo = _fast_summaries(ctx, pos, spec.chunk_size)
         if bool(redo.any()):
-            fixed, _, _ = _explicit(spec, ctx, pos[redo])
+            fixed, _ = _explicit(spec, ctx, pos[redo], None)
             for name, val in fixed.items():
                 summaries[name][..., redo] = val
         result = {k: v.cpu().numpy() for k, v in summaries.items()}
-        rows = learned = None
     else:
-        summ, rows_t, learned_t = _explicit(spec, ctx, pos)
+        writer = None
+        if spec.what in ("rows", "both"):
+            shape = (batch, len(session.heads), len(positions), kv_len)
+            writer, in_buffer = _rows_writer(session, layer, call, shape)
+        summ, learned_t = _explicit(spec, ctx, pos, writer)
         result = {k: v.cpu().numpy() for k, v in summ.items()}
-        rows = rows_t.numpy() if rows_t is not None else None
+        if writer is not None and not in_buffer:
+            rows = writer.buf.read(0)
         learned = learned_t.numpy() if learned_t is not None else None
     session.add(
         _Record(
@@ -154,8 +164,32 @@ def _capture_layer(
             summaries=result or None,
             rows=rows,
             learned_sink_rows=learned,
+            in_buffer=in_buffer,
         )
     )
+
+
+def _rows_writer(
+    session: _Session, layer: int, call: int, shape: tuple[int, int, int, int]
+) -> tuple[_LayerWriter, bool]:
+    """Where a layer call writes its rows, and whether that is the pass's shared buffer.
+
+    The first call of every layer in a forward pass writes into the pass's buffer (allocated
+    for all captured layers when the first of them runs; on disk with ``stream_to=``); later
+    cached steps of ``generate()``, which append a few queries each, get an array of their own.
+    """
+    seg = session.current()
+    b, h, nq, kv = shape
+    full = (b, len(session.layers), h, nq, kv)
+    if call == 0:
+        if seg.rows_buf is None:
+            seg.rows_buf = _RowsBuffer(
+                full, session.spec.dtype, session.spec.chunk_size, session.store
+            )
+        if seg.rows_buf.shape == full:
+            return seg.rows_buf.writer(session.layers.index(layer)), True
+    own = _RowsBuffer((b, 1, h, nq, kv), session.spec.dtype, session.spec.chunk_size, None)
+    return own.writer(0), False
 
 
 @dataclass
@@ -311,15 +345,18 @@ def _fast_summaries(
 
 
 def _explicit(
-    spec: CaptureSpec, ctx: _LayerContext, pos: torch.Tensor
-) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
-    """Chunked fp32 logits over the keys that can be visible; summaries and/or rows."""
+    spec: CaptureSpec, ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter | None
+) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """Chunked fp32 logits over the keys that can be visible; summaries and/or rows.
+
+    Rows are written straight into ``rows`` (their final buffer), a chunk of queries at a time;
+    returns the summaries and the learned sink's log-attention (GPT-OSS sinks).
+    """
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
     kt = k.transpose(-1, -2)
     learned = ctx.sinks_logit is not None
     summaries: dict[str, list[torch.Tensor]] = {}
-    rows: list[torch.Tensor] = []
     learned_rows: list[torch.Tensor] = []
     for start in range(0, len(pos), spec.chunk_size):
         qp = pos[start : start + spec.chunk_size]
@@ -342,32 +379,66 @@ def _explicit(
             sink_mask[..., 0] = True
         else:
             sink_mask = _sink_mask(spec, ctx.sink_index, visible_len, q.device)
-        if spec.what in ("rows", "both"):
-            # log-softmax from max-shifted logits: with logits in the thousands (Qwen2.5's first
-            # layers) logits - logsumexp(logits) loses the small term of m + log(sum) to fp32
-            # rounding (5e-4 in probability near 1); (l - m) - log(sum exp(l - m)) does not
-            m = logits.amax(dim=-1, keepdim=True)
-            shifted = logits - torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-            lse = torch.log(shifted.exp().sum(dim=-1, keepdim=True))
-            # query rows with no visible key (padding queries) stay all -inf, not NaN
-            logp = torch.where(torch.isfinite(m), shifted - lse, -math.inf)
-            del shifted
-            if learned:
-                learned_rows.append(logp[..., 0].cpu())
-                logp = logp[..., 1:]
-            full = torch.full((b, h, len(qp), kv), -math.inf, device=q.device)
-            full[..., : logp.shape[-1]] = logp
-            rows.append(full.cpu())
+        if rows is not None:
+            dest = rows.chunk(start, len(qp))
+            lp = _log_softmax_into(logits, dest, offset=int(learned))
+            if lp is not None:
+                learned_rows.append(lp)
+            if visible_len < kv:
+                dest[..., visible_len:] = -math.inf
+            rows.written(start, len(qp))
         if spec.what in ("summaries", "both"):
-            work = logits if spec.what == "summaries" else logits.clone()
-            for name, val in _summaries_from_logits(work, vis, sink_mask).items():
+            # the rows were written out of place: the logits are still there, used up here
+            for name, val in _summaries_from_logits(logits, vis, sink_mask).items():
                 summaries.setdefault(name, []).append(val)
         del logits
     return (
         {k_: torch.cat(v, dim=-1) for k_, v in summaries.items()},
-        torch.cat(rows, dim=2) if rows else None,
         torch.cat(learned_rows, dim=2) if learned_rows else None,
     )
+
+
+_F16_MIN = float(torch.finfo(torch.float16).min)
+
+
+def _log_softmax_into(
+    logits: torch.Tensor, dest: torch.Tensor, *, offset: int
+) -> torch.Tensor | None:
+    """Write ``log_softmax(logits)[..., offset:]`` into ``dest[..., :n]``; ``logits`` unchanged.
+
+    From max-shifted logits: with logits in the thousands (Qwen2.5's first layers)
+    ``logits - logsumexp(logits)`` loses the small term of ``m + log(sum)`` to fp32 rounding
+    (5e-4 in probability near 1); ``(l - m) - log(sum exp(l - m))`` does not. Rows with no
+    visible key (padding queries) stay all ``-inf``, not NaN. For float32 rows the result is
+    computed in ``dest`` itself (one chunk-sized temporary: the exponentials); for float16 in
+    fp32 first, then rounded once, with visible keys below float16's range kept at its
+    minimum (-65504) so that ``-inf`` still means "invisible". With a learned sink
+    (``offset=1``) its column is returned, not written. Every row so written closes and is
+    ``<= 0`` by construction; a row with a NaN or ``+inf`` logit raises :class:`CaptureError`.
+    """
+    m = logits.amax(dim=-1, keepdim=True)
+    finite = torch.isfinite(m)
+    # a NaN or +inf logit makes the row's maximum NaN or +inf (amax propagates NaN): such
+    # rows are refused here, per row, so the finished rows need no pass over every value
+    if not bool((finite | (m == -math.inf)).all()):
+        raise CaptureError(
+            "the model gave NaN or infinite attention logits (overflowing activations, e.g. "
+            "in float16); capture a float32 or bfloat16 copy of the model"
+        )
+    m = torch.where(finite, m, torch.zeros_like(m))
+    n = logits.shape[-1] - offset
+    direct = offset == 0 and dest.dtype == torch.float32
+    out = dest[..., :n] if direct else torch.empty_like(logits)
+    torch.sub(logits, m, out=out)
+    lse = out.exp().sum(dim=-1, keepdim=True).log_()
+    out.sub_(torch.where(finite, lse, torch.zeros_like(lse)))
+    if direct:
+        return None
+    body = out[..., offset:]
+    if dest.dtype == torch.float16:
+        body = torch.where(torch.isneginf(body), body, body.clamp(min=_F16_MIN))
+    dest[..., :n].copy_(body)
+    return out[..., 0].clone() if offset else None
 
 
 def _has_future_keys(mask: torch.Tensor | None) -> bool:
@@ -447,6 +518,9 @@ def _flush(s: _Session, *, everything: bool) -> None:
             save(_assemble(s, seg, s.info, fallback=s.fallback), s.store, append=True)
             seg.records.clear()
             seg.inputs.clear()
+        if seg.rows_buf is not None:
+            seg.rows_buf.discard()
+            seg.rows_buf = None
     del s.segments[:-1]
 
 
@@ -489,7 +563,7 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
     query_pos = np.concatenate([r.query_pos for r in sorted(first, key=lambda r: r.call)])
     kv_max = max(r.kv_len for r in seg.records)
     summaries: dict[str, np.ndarray] = {}
-    rows = None
+    rows_layers: list[tuple[int, int, list[_Record]]] = []
     learned = None
     for li, layer in enumerate(layers):
         recs = sorted(by_layer[layer], key=lambda r: r.call)
@@ -505,16 +579,8 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
                     shape = (val.shape[0], len(layers), *val.shape[1:])
                     summaries[name] = np.empty(shape, np.float32)
                 summaries[name][:, li] = val
-        if recs[0].rows is not None:
-            parts = []
-            for r in recs:
-                assert r.rows is not None
-                pad = np.full((*r.rows.shape[:-1], kv_max - r.rows.shape[-1]), -np.inf, np.float32)
-                parts.append(np.concatenate([r.rows, pad], axis=-1))
-            val = np.concatenate(parts, axis=2)
-            if rows is None:
-                rows = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
-            rows[:, li] = val
+        if recs[0].rows is not None or recs[0].in_buffer:
+            rows_layers.append((li, layer, recs))
         if recs[0].learned_sink_rows is not None:
             val = np.concatenate(
                 [r.learned_sink_rows for r in recs if r.learned_sink_rows is not None], axis=-1
@@ -522,6 +588,7 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
             if learned is None:
                 learned = np.empty((val.shape[0], len(layers), *val.shape[1:]), np.float32)
             learned[:, li] = val
+    rows = _rows_of(s, seg, rows_layers, len(query_pos), kv_max) if rows_layers else None
     attrs = dict(info)
     attrs.update(
         capture_spec=s.spec.to_json(),
@@ -539,7 +606,7 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
         if token_ids is not None and s.tokenizer is not None
         else None
     )
-    return make_dataset(
+    ds = make_dataset(
         summaries=summaries or None,
         log_attn=rows,
         learned_sink_log_attn=learned,
@@ -551,7 +618,49 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
         tokens=tokens,
         sink_index=sink_index,
         attrs=attrs,
+        # rows computed here close by construction (non-finite logits were refused per row):
+        # a check of every value would cost as much as computing them; the eager fallback's
+        # rows are checked, and save() checks any rows it writes (stream_to= included)
+        check_values=rows is None or fallback,
     )
+    if rows is not None and not fallback and summaries:
+        attncoda.validate_dataset(ds.drop_vars(["log_attn"]))
+    return ds
+
+
+def _rows_of(
+    s: _Session,
+    seg: _Segment,
+    rows_layers: list[tuple[int, int, list[_Record]]],
+    n_queries: int,
+    kv_max: int,
+) -> Any:
+    """The segment's rows ``(sample, layer, head, query, key)``: its buffer itself when every
+    captured layer ran once (one forward pass), else one array filled once, record by record
+    (cached generate() steps add queries, and keys, to a layer)."""
+    buf = seg.rows_buf
+    if (
+        buf is not None
+        and [layer for _, layer, _ in rows_layers] == s.layers
+        and all(len(recs) == 1 and recs[0].in_buffer for _, _, recs in rows_layers)
+        and buf.shape[-2:] == (n_queries, kv_max)
+    ):
+        return buf.full()
+    first = rows_layers[0][2][0].rows
+    b = buf.shape[0] if buf is not None else first.shape[0] if first is not None else 0
+    shape = (b, len(rows_layers), len(s.heads), n_queries, kv_max)
+    out = np.full(shape, -np.inf, np.dtype(s.spec.dtype))
+    for li, layer, recs in rows_layers:
+        start = 0
+        for r in recs:
+            val = r.rows
+            if r.in_buffer:
+                assert buf is not None
+                val = buf.read(s.layers.index(layer))
+            assert val is not None
+            out[:, li, :, start : start + val.shape[2], : val.shape[3]] = val
+            start += val.shape[2]
+    return out
 
 
 def _tokens(seg: _Segment, kv_len: int) -> np.ndarray | None:
@@ -627,7 +736,10 @@ def weights_sha256(model: Any) -> str:
     return digest
 
 
+@functools.cache
 def _version(name: str) -> str:
+    """An installed package's version, read once per process (its metadata parse imports and
+    allocates megabytes: not once per capture)."""
     from importlib.metadata import version
 
     try:
@@ -658,6 +770,7 @@ def capture(
     chunk_size: int = 256,
     stream_to: str | os.PathLike[str] | None = None,
     tokenizer: Any = None,
+    dtype: Any = "float32",
 ) -> Iterator[Capture]:
     """Capture attention of a HuggingFace model during the ``with`` block.
 
@@ -684,6 +797,9 @@ def capture(
         semantics per call, but one that selects nothing of a pass is refused.
     what : {"summaries", "rows", "both"}, default "summaries"
         Per-row sink/content summaries (O(T) memory per head) or fp32 log-attention rows.
+        Rows take ``samples x layers x heads x queries x keys x 4`` bytes (2 with
+        ``dtype="float16"``), written once into the array the dataset holds: a capture keeps
+        no second copy of them.
     sink : "first", "learned", int >= 0 or list of int >= 0, default "first"
         Which key(s) form the sink (see :class:`CaptureSpec`). Fixed positions count from the
         first key and must be real (non-padding) keys of every forward pass.
@@ -693,7 +809,12 @@ def capture(
         A new ``.zarr`` store: each finished forward pass is appended to it along ``sample`` and
         dropped from memory (for long runs over many batches; every batch must have the same
         length); the last pass is appended when the block ends. ``cap.dataset`` then opens the
-        store lazily.
+        store lazily. Rows never stay in memory: each chunk of queries goes to an uncompressed
+        staging array beside the store (``.NAME.attncoda-rows-*``, removed when its pass is
+        appended) as soon as it is computed, so a capture whose rows exceed memory runs in
+        memory bounded by one chunk (``chunk_size x keys x heads``) plus the model's forward.
+        Needs dask with rows (``pip install 'attncoda[distributed]'``) and disk space for the
+        rows twice while a pass is appended.
     tokenizer : transformers tokenizer, optional
         The model's tokenizer (anything with ``decode``). With it the dataset gets the
         ``token`` coordinate ``(sample, position)``: each token's text as
@@ -704,6 +825,13 @@ def capture(
         :class:`SinkTokenWarning` says which token became the sink, once per capture. Without
         it, ``token_id`` alone is stored and nothing is checked. Captured numbers are the same
         either way.
+    dtype : {"float32", "float16"}, default "float32"
+        The dtype rows are stored in (also a numpy or torch dtype). Rows are computed in fp32
+        either way; ``"float16"`` halves their bytes and is lossy: each log-probability is
+        rounded to 11 significant bits (about 3e-4 relative; visible keys below -65504 are
+        kept at -65504), and summaries recomputed from float16 rows differ from fp32 ones by
+        the amounts docs/capture.md lists. bfloat16 is refused (numpy, netCDF and zarr cannot
+        store it). Summaries are always float32.
 
     Yields
     ------
@@ -735,6 +863,13 @@ def capture(
     ...     _ = model(**tok("Hello", return_tensors="pt"))
     >>> cap.dataset.token.values.tolist()
     [['H', 'e', 'l', 'l', 'o']]
+
+    Rows in half the bytes (lossy):
+
+    >>> with capture(model, layers=[0], what="rows", dtype="float16") as cap:
+    ...     _ = model(**batch)
+    >>> cap.dataset.log_attn.dtype
+    dtype('float16')
     """
     if not (isinstance(what, str) and what in ("summaries", "rows", "both")):
         raise CaptureError(
@@ -751,6 +886,7 @@ def capture(
         )
     if id(model) in _CAPTURING:
         raise CaptureError("captures of one model cannot be nested; finish the outer capture first")
+    rows_dtype = _rows_dtype(dtype, what)
     n_layers, n_heads = _n_layers_heads(model)
     spec = CaptureSpec(
         layers=_selection(layers, "layers"),
@@ -759,6 +895,7 @@ def capture(
         what=what,
         sink=_sink_choice(sink),
         chunk_size=int(chunk_size),
+        dtype=rows_dtype,
     )
     layer_list = _resolve(spec.layers, n_layers, "layer")
     head_list = _resolve(spec.heads, n_heads, "head")
@@ -770,7 +907,7 @@ def capture(
                 "sink='learned' needs a model with learned sinks (GPT-OSS style) whose attention "
                 "attncoda can switch; pass sink='first' or fixed key positions"
             )
-    store = _stream_target(stream_to) if stream_to is not None else None
+    store = _stream_target(stream_to, what) if stream_to is not None else None
     info = _model_info(model)
     info["attention_implementation"] = str(model.config._attn_implementation)
     session = _Session(model, spec, layer_list, head_list, n_heads)
@@ -823,8 +960,9 @@ def capture(
 _CAPTURING: set[int] = set()  # ids of models inside a capture block
 
 
-def _stream_target(stream_to: Any) -> Path:
-    """Check ``stream_to=`` before any work: a new ``.zarr`` path in a writable place."""
+def _stream_target(stream_to: Any, what: str) -> Path:
+    """Check ``stream_to=`` before any work: a new ``.zarr`` path in a writable place (and
+    dask, which appends streamed rows to the store without reading them into memory)."""
     if not isinstance(stream_to, (str, os.PathLike)) or isinstance(stream_to, bytes):
         raise CaptureError(
             f"stream_to={_show(stream_to)} is {_kind(stream_to)}; pass a path (str or "
@@ -845,6 +983,11 @@ def _stream_target(stream_to: Any) -> Path:
         raise CaptureError(
             f"stream_to={str(stream_to)!r} cannot be created: {str(parent)!r} is not a writable "
             "folder; choose a path in one"
+        )
+    if what != "summaries" and importlib.util.find_spec("dask") is None:
+        raise CaptureError(
+            "stream_to= with rows needs dask to append them without reading them into memory; "
+            "pip install 'attncoda[distributed]', or capture what='summaries'"
         )
     return path
 
@@ -890,7 +1033,13 @@ def _before_forward(session: _Session) -> Callable[..., None]:
             _check_sink_token(session, ids, am)
         seg = session.current()
         session.pending = _Snapshot(
-            seg, len(seg.records), len(seg.inputs), dict(seg.calls), set(seg.keys), seg.sink_index
+            seg,
+            len(seg.records),
+            len(seg.inputs),
+            dict(seg.calls),
+            set(seg.keys),
+            seg.sink_index,
+            seg.rows_buf,
         )
         session.forward = _Forward(
             independent=not continued, cache_given=past is not None, past=past_len

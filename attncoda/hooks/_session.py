@@ -85,8 +85,9 @@ class _Record:
     query_pos: np.ndarray  # positions of the captured queries in the kv sequence
     kv_len: int
     summaries: dict[str, np.ndarray] | None  # (batch, heads, queries)
-    rows: np.ndarray | None  # (batch, heads, queries, kv)
+    rows: np.ndarray | None  # (batch, heads, queries, kv); None when in the segment's buffer
     learned_sink_rows: np.ndarray | None = None  # (batch, heads, queries)
+    in_buffer: bool = False  # the rows lie in the segment's rows buffer (its first call)
 
 
 # (queries, keys, independent forward, cache object given): what decides a call's positions
@@ -103,6 +104,7 @@ class _Segment:
     inputs: list[dict[str, torch.Tensor | None]] = field(default_factory=list)
     sink_index: torch.Tensor | None = None  # (batch,)
     keys: set[_CallKey] = field(default_factory=set)  # the calls captured layers saw
+    rows_buf: Any = None  # the pass's rows (a _RowsBuffer), written once where they stay
 
 
 @dataclass
@@ -124,6 +126,7 @@ class _Snapshot:
     calls: dict[int, int]
     keys: set[_CallKey]
     sink_index: torch.Tensor | None
+    rows_buf: Any = None
 
 
 @dataclass
@@ -293,6 +296,9 @@ def _rollback(session: _Session) -> None:
     seg.calls = snap.calls
     seg.keys = snap.keys
     seg.sink_index = snap.sink_index
+    if seg.rows_buf is not snap.rows_buf and seg.rows_buf is not None:
+        seg.rows_buf.discard()
+    seg.rows_buf = snap.rows_buf
     session.generation += 1
 
 

@@ -184,6 +184,42 @@ def _sink_choice(value: Any) -> str | int | tuple[int, ...]:
     return items[0] if _is_int(value) else items
 
 
+#: The dtypes rows may be stored in (``dtype=``): numpy's names.
+ROW_DTYPES = ("float32", "float16")
+
+
+def _rows_dtype(value: Any, what: str) -> str:
+    """Normalise ``dtype=`` (the stored rows' dtype) to ``"float32"`` or ``"float16"``.
+
+    bfloat16 is refused: numpy, netCDF and zarr format 2 have no bfloat16, so it could only be
+    stored as another dtype under its name; float16 holds log-probabilities better anyway (10
+    mantissa bits against 7, and a range down to -65504).
+    """
+    name = value if isinstance(value, str) else getattr(value, "__name__", None)
+    if name is None and value is not None:
+        name = str(value).replace("torch.", "")
+    try:
+        name = np.dtype(name).name if name not in (None, "bfloat16") else name
+    except TypeError:
+        pass
+    if name == "bfloat16":
+        raise CaptureError(
+            f"dtype={_show(value)} cannot be stored: numpy, netCDF and zarr have no bfloat16; "
+            "pass 'float16' (lossy, 10 mantissa bits against bfloat16's 7) or 'float32'"
+        )
+    if name not in ROW_DTYPES:
+        raise CaptureError(
+            f"dtype={_show(value)} is not a dtype rows can be stored in; pass 'float32' "
+            "(default, exact to fp32) or 'float16' (half the bytes, lossy)"
+        )
+    if name != "float32" and what == "summaries":
+        raise CaptureError(
+            f"dtype={_show(value)} sets the dtype of stored rows, and what='summaries' stores "
+            "none (summaries are always float32); pass what='rows' or 'both', or drop dtype="
+        )
+    return str(name)
+
+
 def _fixed_sinks(spec: CaptureSpec) -> tuple[int, ...] | None:
     if isinstance(spec.sink, int):
         return (spec.sink,)
@@ -210,6 +246,8 @@ class CaptureSpec:
         positions, counted from the first key (``>= 0``).
     chunk_size : int
         Query rows per chunk when recomputing logits (memory ~ chunk x keys x heads x 4 bytes).
+    dtype : {"float32", "float16"}
+        The dtype rows are stored in (computed in fp32 either way).
     """
 
     layers: tuple[int, ...] | slice | None = None
@@ -218,6 +256,7 @@ class CaptureSpec:
     what: What = "summaries"
     sink: Any = "first"
     chunk_size: int = 256
+    dtype: str = "float32"
 
     def to_json(self) -> str:
         def enc(v: Any) -> Any:

@@ -1,0 +1,107 @@
+"""Where a forward pass's rows go: written once, chunk by chunk, into the array they stay in.
+
+A capture of ``what="rows"`` keeps ``batch x layers x heads x queries x keys`` values (4.5 GB
+for SmolLM2's 30 x 9 heads at T=2048). :class:`_RowsBuffer` allocates that array once per
+forward pass, before the first captured layer runs, and every layer writes its rows into its
+slot of it, a chunk of queries at a time, through a torch view of the same memory: no per-layer
+array, no concatenation, and the dataset is built around the buffer itself.
+
+With ``stream_to=`` the buffer is an uncompressed zarr array in a staging folder beside the
+store instead (chunks of ``(1, 1, heads, chunk_size, keys)``): each chunk of rows is written to
+disk as soon as it is computed, from one reused chunk-sized array, so memory stays bounded by
+one chunk whatever the length. When the pass ends its dataset, whose rows are read lazily (dask)
+from the staging array, is appended to the store, and the staging folder is removed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class _RowsBuffer:
+    """One forward pass's rows, ``(batch, layers, heads, queries, keys)`` in ``dtype``."""
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: str, chunk: int, staging_beside: Path | None
+    ) -> None:
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.folder: Path | None = None
+        self.memory: np.ndarray | None = None
+        self.disk: Any = None
+        if staging_beside is None:
+            # np.empty touches no page: every value is written exactly once, by the layers
+            self.memory = np.empty(shape, self.dtype)
+            return
+        import zarr
+
+        b, _, h, nq, kv = shape
+        staging_beside.parent.mkdir(parents=True, exist_ok=True)  # as save() would make it
+        self.folder = Path(
+            tempfile.mkdtemp(
+                prefix=f".{staging_beside.name}.attncoda-rows-", dir=staging_beside.parent
+            )
+        )
+        self.disk = zarr.create_array(
+            store=str(self.folder / "log_attn.zarr"),
+            shape=shape,
+            chunks=(1, 1, h, min(chunk, nq), kv),
+            dtype=self.dtype,
+            compressors=None,
+            zarr_format=2,
+            fill_value=None,
+        )
+        self._chunk = np.empty((b, h, min(chunk, nq), kv), self.dtype)
+        # removed when the pass is appended to the store, when the capture is dropped, or at exit
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+
+    def writer(self, li: int) -> _LayerWriter:
+        """Where layer slot ``li`` writes its rows."""
+        return _LayerWriter(self, li)
+
+    def read(self, li: int) -> np.ndarray:
+        """Layer slot ``li``'s rows ``(batch, heads, queries, keys)`` (a view in memory)."""
+        if self.memory is not None:
+            return self.memory[:, li]
+        return np.asarray(self.disk[:, li])
+
+    def full(self) -> Any:
+        """Every layer's rows: the numpy buffer, or a dask array over the staging array."""
+        if self.memory is not None:
+            return self.memory
+        import dask.array as da
+
+        return da.from_zarr(self.disk)
+
+    def discard(self) -> None:
+        """Drop the rows; remove the staging folder (attncoda made it)."""
+        self.memory = None
+        self.disk = None
+        if self.folder is not None:
+            self._cleanup()
+            self.folder = None
+
+
+class _LayerWriter:
+    """Destinations of one layer's rows, a chunk of queries at a time."""
+
+    def __init__(self, buf: _RowsBuffer, li: int) -> None:
+        self.buf, self.li = buf, li
+
+    def chunk(self, start: int, n: int) -> torch.Tensor:
+        """``(batch, heads, n, keys)``: the buffer's own memory for queries ``start:start+n``."""
+        if self.buf.memory is not None:
+            return torch.from_numpy(self.buf.memory[:, self.li, :, start : start + n])
+        return torch.from_numpy(self.buf._chunk[:, :, :n])
+
+    def written(self, start: int, n: int) -> None:
+        """Queries ``start:start+n`` are written (on disk now, with ``stream_to=``)."""
+        if self.buf.disk is not None:
+            self.buf.disk[:, self.li, :, start : start + n] = self.buf._chunk[:, :, :n]

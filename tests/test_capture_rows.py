@@ -1,0 +1,256 @@
+"""What keeps ``capture(what="rows")`` lean: one write of every row into the buffer the dataset
+holds, no float64 anywhere, ``dtype=`` for stored rows, and ``stream_to=`` in bounded memory.
+
+Memory is measured with tracemalloc, which sees numpy's allocations (where kept rows live) and
+not torch's (the chunk-sized temporaries); never with timings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import attncoda as ac
+from attncoda.hooks import CaptureError, capture, zoo
+
+# numpy bytes a capture may hold beside the rows it keeps: the summaries, token ids and
+# coordinates of a small twin, and xarray's bookkeeping
+SMALL = 2 << 20
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return zoo.tiny_twin("llama")
+
+
+def _batch(model, length, batch=2):
+    torch.manual_seed(0)
+    ids = torch.randint(3, model.config.vocab_size, (batch, length))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _kept(model, batch, length, itemsize=4):
+    c = model.config
+    return batch * c.num_hidden_layers * c.num_attention_heads * length * length * itemsize
+
+
+def _peak(fn):
+    """``(result, peak traced bytes above the start)`` of ``fn()``."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        start, _ = tracemalloc.get_traced_memory()
+        out = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return out, peak - start
+
+
+def _rows(model, batch, **kwargs):
+    with torch.no_grad(), capture(model, what="rows", **kwargs) as cap:
+        model(**batch)
+    return cap.dataset
+
+
+@pytest.mark.parametrize("what", ["rows", "both"])
+def test_rows_allocate_at_most_the_kept_bytes_plus_a_small_working_set(llama, what):
+    batch = _batch(llama, 384)
+    run = (lambda: _rows(llama, batch)) if what == "rows" else (lambda: _both(llama, batch))
+    run()  # imports and one-time caches are not the path's
+    kept = _kept(llama, 2, 384)
+    ds, peak = _peak(run)
+    assert ds.log_attn.nbytes == kept
+    # one layer's rows as float64 would be kept / 2 more: a float64 intermediate of that size,
+    # a concatenation or a copy of the buffer all fail this
+    assert peak <= 1.2 * kept + SMALL, f"{peak / kept:.2f}x the kept bytes"
+
+
+def _both(model, batch):
+    with torch.no_grad(), capture(model, what="both") as cap:
+        model(**batch)
+    return cap.dataset
+
+
+class _Dtypes(TorchDispatchMode):
+    """Records the dtype of every tensor any torch op returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.seen.add((t.dtype, str(func)))
+        return out
+
+
+@pytest.mark.parametrize("what", ["rows", "both"])
+def test_no_float64_on_the_float32_rows_path(llama, what):
+    batch = _batch(llama, 64)
+    with _Dtypes() as rec, torch.no_grad(), capture(llama, what=what) as cap:
+        llama(**batch)
+    ds = cap.dataset
+    f64 = sorted(op for dtype, op in rec.seen if dtype == torch.float64)
+    assert not f64, f"float64 tensors from {f64}"
+    assert {d for d, _ in rec.seen} >= {torch.float32}
+    assert all(ds[v].dtype == np.float32 for v in ds.data_vars)
+
+
+def test_rows_equal_a_reference_log_softmax(llama):
+    """The buffer written chunk by chunk holds the log-softmax of the eager weights."""
+    batch = _batch(llama, 40)
+    ds = _rows(llama, batch, chunk_size=16)
+    llama.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            weights = llama(**batch, output_attentions=True).attentions
+    finally:
+        llama.set_attn_implementation("sdpa")
+    ref = torch.stack(weights, dim=1).log().numpy()  # (sample, layer, head, query, key)
+    np.testing.assert_allclose(ds.log_attn.values, ref, atol=2e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# dtype=
+
+
+@pytest.mark.parametrize(
+    ("dtype", "what", "match"),
+    [
+        ("bfloat16", "rows", r"^dtype='bfloat16' cannot be stored: numpy, netCDF and zarr"),
+        (torch.bfloat16, "rows", r"^dtype=torch.bfloat16 cannot be stored"),
+        ("float64", "rows", r"^dtype='float64' is not a dtype rows can be stored in"),
+        (np.int8, "rows", r"is not a dtype rows can be stored in; pass 'float32'"),
+        (3, "rows", r"^dtype=3 is not a dtype"),
+        (None, "rows", r"^dtype=None is not a dtype"),
+        ("float16", "summaries", r"what='summaries' stores none"),
+    ],
+)
+def test_dtype_is_refused_in_one_line_before_any_work(llama, dtype, what, match):
+    before = llama.config._attn_implementation
+    with pytest.raises(CaptureError, match=match) as err:
+        with capture(llama, what=what, dtype=dtype):
+            pytest.fail("the block ran")
+    assert "\n" not in str(err.value)
+    assert llama.config._attn_implementation == before
+
+
+@pytest.mark.parametrize("dtype", ["float16", np.float16, torch.float16, "float32", np.float32])
+def test_dtype_spellings(llama, dtype):
+    ds = _rows(llama, _batch(llama, 8), layers=[0], dtype=dtype)
+    name = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) else dtype
+    assert ds.log_attn.dtype == np.dtype(name)
+    assert '"dtype": "float' in ds.attrs["capture_spec"]
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_float16_rows_round_trip(llama, tmp_path, suffix):
+    batch = _batch(llama, 48)
+    ds32 = _rows(llama, batch)
+    ds16 = _rows(llama, batch, dtype="float16")
+    assert ds16.log_attn.dtype == np.float16
+    assert ds16.log_attn.nbytes == ds32.log_attn.nbytes // 2
+    # rounded once from the same fp32 rows; -inf (invisible keys) exactly where it was
+    np.testing.assert_array_equal(ds16.log_attn.values, ds32.log_attn.values.astype(np.float16))
+    back = ac.load(ac.save(ds16, tmp_path / f"rows{suffix}"))
+    assert back.log_attn.dtype == np.float16
+    np.testing.assert_array_equal(back.log_attn.values, ds16.log_attn.values)
+    # the lossy storage shows in the variable's description
+    assert "float16" in back.log_attn.attrs["long_name"]
+
+
+def test_float16_keeps_visible_keys_finite():
+    """A visible key below float16's range is kept at its minimum, not turned into -inf."""
+    from attncoda.hooks._capture import _log_softmax_into
+
+    logits = torch.tensor([[[[0.0, -1e5, -math_inf(), 1.0]]]])
+    dest = torch.empty(1, 1, 1, 4, dtype=torch.float16)
+    _log_softmax_into(logits, dest, offset=0)
+    got = dest.float().numpy().ravel()
+    assert np.isfinite(got[[0, 1, 3]]).all() and got[1] == np.finfo(np.float16).min
+    assert got[2] == -np.inf
+
+
+def math_inf():
+    return float("inf")
+
+
+def test_nan_logits_are_refused_per_row(llama):
+    from attncoda.hooks._capture import _log_softmax_into
+
+    logits = torch.tensor([[[[0.0, float("nan")], [0.0, 1.0]]]])
+    with pytest.raises(CaptureError, match="NaN or infinite attention logits"):
+        _log_softmax_into(logits, torch.empty(1, 1, 2, 2), offset=0)
+    # a padding query (no visible key) is not a fault: its row stays -inf
+    dest = torch.empty(1, 1, 1, 2)
+    _log_softmax_into(torch.full((1, 1, 1, 2), -float("inf")), dest, offset=0)
+    assert torch.isneginf(dest).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# stream_to=
+
+
+def test_stream_to_with_rows_needs_dask(llama, tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "dask" else real(name, *a)
+    )
+    with pytest.raises(CaptureError, match=r"^stream_to= with rows needs dask"):
+        with capture(llama, what="rows", stream_to=tmp_path / "s.zarr"):
+            pytest.fail("the block ran")
+    assert not (tmp_path / "s.zarr").exists()
+    with capture(llama, what="summaries", stream_to=tmp_path / "t.zarr"):  # no rows: no dask
+        pass
+
+
+def test_stream_to_holds_rows_larger_than_the_budget_in_bounded_memory(
+    llama, tmp_path, monkeypatch
+):
+    """Rows of 2 x 2 layers x 4 heads x 1024^2 (67 MB) through a budget of 16 MB."""
+    monkeypatch.setattr("attncoda._data._BLOCK_BYTES", 1 << 20)  # the value check's blocks
+    length, budget = 1024, 16 << 20
+    batch = _batch(llama, length)
+    kept = _kept(llama, 2, length)
+    assert kept >= 4 * budget
+    store = tmp_path / "rows.zarr"
+    # imports (dask, zarr's codecs) are not the path's: one small streamed capture first
+    with torch.no_grad(), capture(llama, what="rows", stream_to=tmp_path / "warm" / "w.zarr"):
+        llama(**_batch(llama, 16))
+
+    def run():
+        with torch.no_grad(), capture(llama, what="rows", stream_to=store, chunk_size=64):
+            llama(**batch)
+
+    _, peak = _peak(run)
+    assert peak < budget, f"{peak / 2**20:.1f} MB"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.zarr", "warm"], "staging left"
+    streamed = ac.load(store)
+    # the same rows as an in-memory capture, spot-checked on the last queries of each layer
+    small = _rows(llama, batch, queries=slice(-4, None))
+    np.testing.assert_array_equal(
+        streamed.log_attn.isel(query=slice(-4, None)).values, small.log_attn.values
+    )
+
+
+def test_stream_to_staging_is_removed_after_an_exception(llama, tmp_path):
+    store = tmp_path / "s.zarr"
+    with pytest.raises(RuntimeError, match="boom"):
+        with torch.no_grad(), capture(llama, what="rows", stream_to=store) as cap:
+            llama(**_batch(llama, 32))
+            raise RuntimeError("boom")
+    ds = cap.dataset  # the finished pass is still appended when read
+    assert ds.sizes["sample"] == 2
+    del cap, ds
+    import gc
+
+    gc.collect()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
