@@ -597,8 +597,9 @@ def _accessor_methods(cls):
     return sorted(name for name in vars(cls) if not name.startswith("_") and name != "plot")
 
 
-# methods of ds.coda that are not a function of the same name (tests/test_accessor.py has them)
-ACCESSOR_OWN = {"decompose", "view"}
+# methods of ds.coda that are not a function of the same name (tests/test_accessor.py has them),
+# or that return a page rather than a dataset (explore: tests/test_explore.py)
+ACCESSOR_OWN = {"decompose", "explore", "view"}
 
 
 def test_the_accessor_covers_exactly_the_listed_methods():
