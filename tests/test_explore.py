@@ -280,7 +280,7 @@ def test_cli_end_to_end_on_a_twin_capture(
     for args, message in (
         ([str(cap)], "exists; pass"),
         ([str(cap), "--out", str(out), "--sample", "7"], "--sample 7 is out of range"),
-        ([str(cap), "--out", str(out), "--sample", "5:9"], "selects none of 2 samples"),
+        ([str(cap), "--out", str(out), "--sample", "5:9"], "selects none of the 2 samples"),
         ([str(cap), "--out", str(out), "--layer", "99"], "layer=99 was not captured"),
         ([str(cap), "--out", str(tmp_path / "x.txt")], "must name an .html file"),
         ([str(tmp_path / "missing.nc")], "no such dataset"),

@@ -278,7 +278,7 @@ def check_model_options(
 
     shape = zoo.model_shape(zoo.load_config(name))
     for flag, sel, n in (("--layers", layers, shape.layers), ("--heads", heads, shape.heads)):
-        _check_selection(flag, sel, n, name)
+        check_selection(flag, sel, n, name)
     for flag, value in (tokens or {}).items():
         if value is not None and shape.context is not None and value > shape.context:
             raise usage(
@@ -288,12 +288,25 @@ def check_model_options(
     return shape
 
 
-def _check_selection(flag: str, sel: list[int] | slice | None, n: int, name: str) -> None:
-    what = flag.removeprefix("--")
+def check_selection(
+    flag: str, sel: list[int] | slice | None, n: int, name: str, what: str | None = None
+) -> list[int] | None:
+    """Refuse a ``--layers/--heads/--sample`` selection that ``n`` items cannot satisfy: an empty
+    slice, an index out of range, an item named twice; return the indices picked (None: all).
+
+    ``what`` names the items in messages (default: the flag's name, ``--heads`` -> heads).
+
+    Examples
+    --------
+    >>> check_selection("--sample", slice(1, None), 3, "rows.nc", "samples")
+    [1, 2]
+    """
+    what = what or flag.removeprefix("--")
     if isinstance(sel, slice):
-        if not range(n)[sel]:
+        picked = list(range(n)[sel])
+        if not picked:
             raise usage(f"{flag} {unparse(sel)} selects none of the {n} {what} of {name}")
-        return
+        return picked
     for i in sel or ():
         if not -n <= i < n:
             raise usage(
@@ -301,6 +314,7 @@ def _check_selection(flag: str, sel: list[int] | slice | None, n: int, name: str
             )
     if sel is not None and len({i % n for i in sel}) != len(sel):
         raise usage(f"{flag} {unparse(sel)} names one of the {what} twice")
+    return None if sel is None else [i % n for i in sel]
 
 
 def set_threads(threads: int | None) -> int | None:

@@ -8,7 +8,15 @@ from typing import Any
 
 import attncoda as ac
 
-from ._common import add_force, add_out, analysis_folder, load_dataset, parse_index, usage
+from ._common import (
+    add_force,
+    add_out,
+    analysis_folder,
+    check_selection,
+    load_dataset,
+    parse_index,
+    usage,
+)
 
 #: What the default output's name adds to the dataset's name (``rows.nc`` -> ``rows-explorer.html``).
 SUFFIX = "-explorer.html"
@@ -44,20 +52,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_explore, _parser=p)
 
 
-def _samples(selection: list[int] | slice | None, n: int) -> list[int] | None:
-    if selection is None:
-        return None
-    if isinstance(selection, slice):
-        picked = list(range(n))[selection]
-        if not picked:
-            raise usage(f"--sample {selection.start}:{selection.stop} selects none of {n} samples")
-        return picked
-    for i in selection:
-        if not -n <= i < n:
-            raise usage(f"--sample {i} is out of range: the dataset has {n} samples (0 to {n - 1})")
-    return [i % n for i in selection]
-
-
 def _cmd_explore(args: argparse.Namespace) -> int:
     folder = analysis_folder(args.dataset)  # the one rule for default outputs
     out = Path(args.out) if args.out else folder.with_name(folder.name + SUFFIX)
@@ -72,7 +66,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
             f"{args.dataset} has no rows (log_attn); capture them with "
             "`attncoda capture --what rows` (or both)"
         )
-    samples = _samples(args.sample, ds.sizes["sample"])
+    samples = check_selection("--sample", args.sample, ds.sizes["sample"], args.dataset, "samples")
     explorer = ac.explore(ds, sample=samples, layer=args.layer, head=args.head, title=args.title)
     target = explorer.save(out, overwrite=args.force)
     size = target.stat().st_size / 1e6
