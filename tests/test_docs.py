@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import chromium, open_page
 
 import attncoda as ac
 
@@ -448,6 +449,27 @@ def test_sphinx_site_builds_with_the_executed_gallery(tmp_path: Path) -> None:
     assert 'href="api/hooks.html#attncoda.hooks.capture"' in started
     # inline code in pages nobody annotated links too (`ac.group_decompose` in maths.md)
     assert 'href="api/decompose.html#attncoda.group_decompose"' in maths
+    # closure's See Also: two entries, each with its description, none made of a continuation
+    closure = next(
+        p.read_text(encoding="utf-8")
+        for p in (out / "api").glob("*.html")
+        if 'id="attncoda.closure"' in p.read_text(encoding="utf-8")
+    )
+    entry = closure[closure.index('id="attncoda.closure"') :]
+    see_also = entry[entry.index("seealso") : entry.index("</div>", entry.index("seealso"))]
+    assert "composition_stats.closure" in see_also and "which attncoda accepts: captures" in (
+        see_also
+    )
+    assert ">accepts<" not in see_also
+    # code blocks fit the page's column as a reader's window shows it (no sideways scroll)
+    if chromium() is not None:
+        with open_page(out / "index.html", tmp_path / "profile", 1100, 900) as tab:
+            wide = tab.evaluate(
+                "Array.from(document.querySelectorAll('div.highlight pre'))"
+                ".filter(p => p.scrollWidth > p.clientWidth + 1)"
+                ".map(p => p.scrollWidth + ' > ' + p.clientWidth + ': ' + p.textContent.slice(0, 50))"
+            )
+        assert wide == [], wide
 
 
 def _python_blocks_by_page() -> dict[str, list[str]]:
