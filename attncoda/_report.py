@@ -501,7 +501,7 @@ def _analyze_into(
     try:
         _text_section(res, summaries if rows is None else rows, summaries, folder)
         bar("profiles")
-        prof = _profiles.head_profiles(summaries, max_offset=None)
+        prof = _profiles.head_profiles(summaries, max_offset=None, progress=progress)
         _profiles_section(res, summaries, prof, folder, threshold, figures)
         bar.done()
         bar("entropy")
@@ -521,6 +521,7 @@ def _analyze_into(
                 per_sample=True,
                 mismatched="drop",
                 device=device,
+                progress=progress,
             )
             _flips_section(res, cmp, rows, folder, wanted, n_boot, seed, figures)
             bar.done()
@@ -528,7 +529,7 @@ def _analyze_into(
             _clustering_section(res, cmp, rows, folder, seed, figures)
             bar.done()
             bar("rows")
-            _rows_section(res, rows, folder, figures)
+            _rows_section(res, rows, folder, figures, progress)
             bar.done()
         else:
             _sections_without_rows(res, rows)
@@ -1168,8 +1169,10 @@ def _clustering_section(
     res.sections.append(sec)
 
 
-def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path, figures: bool) -> None:
-    prof = _profiles.head_profiles(rows, max_offset=None)
+def _rows_section(
+    res: Analysis, rows: xr.Dataset, folder: Path, figures: bool, progress: bool = False
+) -> None:
+    prof = _profiles.head_profiles(rows, max_offset=None, progress=progress)
     share = prof["sink_share"].transpose("layer", "head")
     vals = np.where(np.isfinite(share.values), share.values, np.nan)
     if not np.isfinite(vals).any():
