@@ -639,11 +639,10 @@ def _legend(x: float, y: float, stops: Sequence[tuple[float, float, float]], tex
     return cells + f'<text class="acf-n" x="{x + 164:.1f}" y="{y + 9}">{html.escape(text)}</text>'
 
 
-def _text_w(text: str, size: float = 11, *, bold: bool = False, mono: bool = False) -> float:
-    """A generous estimate of the width of ``text`` drawn at ``size`` px (the SVGs size
-    themselves so that headings and legends are never cut; the browser measures nothing here)."""
-    per = 0.6 if mono else (0.64 if bold else 0.58)
-    return len(text) * size * per
+def _text_w(text: str, size: float = 11, *, bold: bool = False) -> float:
+    """A generous estimate of the width of ``text`` in the SVGs' sans-serif at ``size`` px (the
+    SVGs size themselves so that headings and legends are never cut; nothing is measured)."""
+    return len(text) * size * (0.64 if bold else 0.58)
 
 
 def _legend_w(x: float, text: str) -> float:
