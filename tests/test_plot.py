@@ -370,6 +370,8 @@ def test_every_figure_keeps_its_titles_labels_and_colour_bars_inside(name, lengt
         ext = artist.get_tightbbox(renderer) if hasattr(artist, "get_tightbbox") else None
         ext = ext if ext is not None else artist.get_window_extent(renderer)
         if ext.x0 < box.x0 - 1 or ext.y0 < box.y0 - 1 or ext.x1 > box.x1 + 1 or ext.y1 > box.y1 + 1:
-            what = artist.get_title() or artist.get_ylabel() if hasattr(artist, "get_title") else ""
-            outside.append(what or getattr(artist, "get_text", lambda: repr(artist))())
+            if hasattr(artist, "get_title"):  # an Axes: its title, else its label
+                outside.append(artist.get_title() or artist.get_ylabel() or repr(artist))
+            else:
+                outside.append(artist.get_text())
     assert outside == []
