@@ -222,6 +222,7 @@ def head_comparisons(
     block_elements: int = 1 << 22,
     backend: str = "auto",
     device: Any = None,
+    progress: bool = True,
 ) -> xr.Dataset:
     """Compare every head with every head under every convention, in one pass over the rows.
 
@@ -257,6 +258,10 @@ def head_comparisons(
         by block. On a CPU the default (numpy) is several times faster. Use a GPU when ``js`` or
         ``tv`` is wanted for hundreds of heads: they cost one elementwise pass over every visible
         cell per pair of heads, which on a CPU costs more than the forward that captured the rows.
+    progress : bool, default True
+        A progress bar over the samples on stderr, shown once the pass has run two seconds (a
+        quick call prints nothing); False: silent. :func:`flip_rates`, :func:`cluster_heads`
+        and :func:`head_distances` pass it on here.
 
     Returns
     -------
@@ -296,7 +301,15 @@ def head_comparisons(
     }
     s_sum = np.zeros((n_samples, n_units))
     hc_sum = np.zeros((n_samples, n_units))
-    for block in _iter_blocks(ds, sink=sink, block_elements=block_elements, mismatched=mismatched):
+    blocks = _iter_blocks(
+        ds,
+        sink=sink,
+        block_elements=block_elements,
+        mismatched=mismatched,
+        progress=progress,
+        desc="head_comparisons",
+    )
+    for block in blocks:
         ch = _Channels(block)
         rows[block.sample] += ch.n_rows
         s_sum[block.sample] += ch.get("s").sum(axis=1, dtype=np.float64)

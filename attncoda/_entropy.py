@@ -155,7 +155,7 @@ def binary_entropy_from_logs(log_s: Array, log_1ms: Array) -> Array:
 
     See Also
     --------
-    binary_entropy
+    binary_entropy : The same from the share ``s`` (less precise where ``s`` is near 0 or 1).
 
     Examples
     --------

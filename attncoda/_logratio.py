@@ -601,7 +601,9 @@ def ilr(
 
     See Also
     --------
-    skbio.stats.composition.ilr, composition_stats.ilr
+    ilr_inv : The inverse.
+    skbio.stats.composition.ilr : The same transform; refuses a basis that is not orthonormal.
+    composition_stats.ilr : The same transform, 1-D or 2-D numpy input.
 
     Notes
     -----

@@ -99,8 +99,9 @@ def inner(
     --------
     paired_inner : The inner product of matching rows (``x[i]`` with ``y[i]``).
     pairwise_aitchison : All-pairs Aitchison distances, through the same Gram matrices.
-    skbio.stats.composition.inner, composition_stats.inner : The same Gram matrix, for 2-D numpy
-        input only (their ``.T`` reverses every axis of a 3-D input).
+    skbio.stats.composition.inner : The same Gram matrix, for 2-D numpy input only (its ``.T``
+        reverses every axis of a 3-D input).
+    composition_stats.inner : The same, for 2-D numpy input only.
 
     Notes
     -----

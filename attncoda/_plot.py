@@ -55,6 +55,24 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
+def _title(where: Any, text: str, size: float = 9) -> None:
+    """Set an Axes' title (or a Figure's suptitle), wrapped to the width it has, so that a long
+    title (the report's "layer 15, head 6 (most sink-heavy ...)") is never cut at the edge."""
+    import textwrap
+
+    fig = where if hasattr(where, "suptitle") and not hasattr(where, "set_title") else None
+    if fig is not None:
+        inches = fig.get_figwidth()
+    else:
+        inches = where.get_position().width * where.figure.get_figwidth()
+    chars = max(20, int(inches * 72 / (size * 0.6)))
+    wrapped = "\n".join(textwrap.wrap(text, chars)) or text
+    if fig is not None:
+        fig.suptitle(wrapped, fontsize=size)
+    else:
+        where.set_title(wrapped, fontsize=size)
+
+
 def _check_axes(ax: Any, n: int, name: str) -> list[Any]:
     """``ax=`` as a list of ``n`` Axes of one figure (one Axes is a list of one)."""
     from matplotlib.axes import Axes
@@ -271,7 +289,7 @@ def plot_sink_grid(
     ax.figure.colorbar(im, ax=ax, label="mean sink share")
     model = str(prof.attrs.get("model_id", ""))
     model = Path(model).name if Path(model).is_absolute() else model  # a local checkpoint
-    ax.set_title(title or f"sink share {model}".strip(), fontsize=9)
+    _title(ax, title or f"sink share {model}".strip(), 9)
     return ax
 
 
@@ -307,7 +325,7 @@ def plot_sink_vs_content(data: xr.Dataset, *, title: str | None = None, ax: Any 
     ax.set_xlabel("mean sink share")
     ax.set_ylabel("mean content entropy (nats)")
     ax.set_xlim(-0.02, 1.02)
-    ax.set_title(title or "sink channel vs content channel, per head", fontsize=9)
+    _title(ax, title or "sink channel vs content channel, per head", 9)
     return ax
 
 
@@ -368,12 +386,12 @@ def plot_dendrograms(
             xs, np.zeros(len(leaves)), c=cmap(share[leaves]), s=10, zorder=3, clip_on=False
         )
         rho = clustering["axis_sink_rho"].sel(convention=conv).values[0]
-        panel.set_title(f"{conv}  (MDS-1 vs sink share: rho={rho:.2f})", fontsize=8)
+        _title(panel, f"{conv}  (MDS-1 vs sink share: rho={rho:.2f})", 8)
         panel.set_ylabel("merge height" if i == 0 else "")
         if len(units) <= 40:
             panel.set_xticks(xs, [str(units[j]) for j in leaves], rotation=90, fontsize=5)
     if ax is None or title is not None:
-        fig.suptitle(title or f"{clustering.attrs.get('metric', '')} head clustering", fontsize=9)
+        _title(fig, title or f"{clustering.attrs.get('metric', '')} head clustering", 9)
     return fig
 
 
@@ -436,7 +454,7 @@ def plot_flip_table(
     ax = _axes(
         ax,
         1.6 + 1.1 * len(cols) if len(cols) < 12 else 1.6 + 0.5 * len(cols),
-        1.0 + 0.42 * len(rows),
+        max(2.4, 1.0 + 0.42 * len(rows)),  # room for the colour bar's label and a title
         "plot_flip_table",
     )
     scale = _norm(norm, values * 100, 0.0, 50.0)
@@ -458,7 +476,7 @@ def plot_flip_table(
     ax.set_xticks(range(len(cols)), cols, rotation=0 if len(cols) < 12 else 90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
     ax.figure.colorbar(im, ax=ax, label="verdicts flipped (%)")
-    ax.set_title(title or f"verdict flips {p}", fontsize=9)
+    _title(ax, title or f"verdict flips {p}", 9)
     return ax
 
 
@@ -509,7 +527,7 @@ def plot_entropy_attribution(
     ax.set_xticks(x, labels, rotation=90 if len(labels) > 8 else 0, fontsize=7)
     ax.set_ylabel("entropy change (nats)")
     frac = attribution.attrs.get("sink_fraction", np.nan)
-    ax.set_title(title or f"entropy attribution (sink share of change: {frac:.0%})", fontsize=9)
+    _title(ax, title or f"entropy attribution (sink share of change: {frac:.0%})", 9)
     ax.legend(fontsize=7)
     return ax
 
@@ -625,5 +643,5 @@ def plot_rows(
     heat_ax.tick_params(labelleft=False)
     fig.colorbar(im, ax=heat_ax, label="content share c / (1 - s)")
     if ax is None or title is not None:
-        fig.suptitle(title or f"layer {layer}, head {head}, sample {sample}", fontsize=9)
+        _title(fig, title or f"layer {layer}, head {head}, sample {sample}", 9)
     return fig

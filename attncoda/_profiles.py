@@ -10,7 +10,7 @@ import xarray as xr
 from ._conventions import RowsRequiredError
 from ._data import DIMS, SUMMARY_VARIABLES
 from ._decompose import decompose
-from ._rows import _iter_blocks, _require_rows, _sink_positions
+from ._rows import _iter_blocks, _require_rows, _samples, _sink_positions
 
 __all__ = [
     "head_profiles",
@@ -22,7 +22,7 @@ __all__ = [
 # per-head profiles
 
 
-def _row_summaries(ds: xr.Dataset, sink: Any) -> xr.Dataset:
+def _row_summaries(ds: xr.Dataset, sink: Any, progress: bool = False) -> xr.Dataset:
     """Summaries (sample, layer, head, query) computed from rows with :func:`decompose`.
 
     Rows without a visible sink key or without a content key get NaN everywhere.
@@ -32,7 +32,7 @@ def _row_summaries(ds: xr.Dataset, sink: Any) -> xr.Dataset:
     sinks = _sink_positions(ds, sink)
     out = {name: np.full((n_s, n_l, n_h, n_q), np.nan) for name in SUMMARY_VARIABLES}
     keys = np.arange(n_k)
-    for s in range(n_s):
+    for s in _samples(n_s, "head_profiles", progress):
         is_sink = keys == sinks[s]
         for layer in range(n_l):
             z = np.asarray(la.data[s, layer], dtype=np.float64)  # (H, Q, K)
@@ -49,7 +49,7 @@ def _row_summaries(ds: xr.Dataset, sink: Any) -> xr.Dataset:
     )
 
 
-def _summaries(ds: xr.Dataset, sink: Any) -> xr.Dataset:
+def _summaries(ds: xr.Dataset, sink: Any, progress: bool = False) -> xr.Dataset:
     """The dataset's summary variables, or ones computed from its rows (custom ``sink=``)."""
     if sink is None and all(v in ds.data_vars for v in ("sink_share", "content_entropy")):
         return ds
@@ -59,16 +59,19 @@ def _summaries(ds: xr.Dataset, sink: Any) -> xr.Dataset:
         raise RowsRequiredError(
             "the dataset has neither summaries (sink_share, content_entropy) nor rows (log_attn)"
         )
-    return _row_summaries(ds, sink)
+    return _row_summaries(ds, sink, progress)
 
 
-def _content_clr_by_offset(ds: xr.Dataset, sink: Any, max_offset: int) -> xr.DataArray:
+def _content_clr_by_offset(
+    ds: xr.Dataset, sink: Any, max_offset: int, progress: bool = False
+) -> xr.DataArray:
     la = _require_rows(ds)
     n_l, n_h = ds.sizes["layer"], ds.sizes["head"]
     offsets = np.arange(-max_offset, max_offset + 1)
     total = np.zeros((n_l * n_h, len(offsets)))
     count = np.zeros(len(offsets))
-    for block in _iter_blocks(ds, sink=sink, mismatched="drop"):
+    blocks = _iter_blocks(ds, sink=sink, mismatched="drop", progress=progress, desc="content_clr")
+    for block in blocks:
         z = block.z.astype(np.float64)
         content = block.vis.copy()
         content[:, block.sink] = False
@@ -90,7 +93,9 @@ def _content_clr_by_offset(ds: xr.Dataset, sink: Any, max_offset: int) -> xr.Dat
     )
 
 
-def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = None) -> xr.Dataset:
+def head_profiles(
+    ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = None, progress: bool = True
+) -> xr.Dataset:
     """Per-head profiles over samples and queries.
 
     Means over the rows that have a sink and content (the first query of a causal model, whose
@@ -112,6 +117,9 @@ def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 
         Key position of each sample's sink (needs rows); default the ``sink_index`` coordinate.
     max_offset : int, optional
         Add ``content_clr`` over offsets ``-max_offset..max_offset`` (needs rows); default none.
+    progress : bool, default True
+        A progress bar over the samples on stderr, shown when the rows take more than two
+        seconds (summaries take none); False: silent.
 
     Returns
     -------
@@ -134,7 +142,7 @@ def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 
     >>> ac.head_profiles(ds, max_offset=2).content_clr.dims
     ('layer', 'head', 'offset')
     """
-    summ = _summaries(ds, sink)
+    summ = _summaries(ds, sink, progress)
     valid = summ["content_entropy"].notnull() & summ["sink_share"].notnull()
     out: dict[str, Any] = {}
     for name in SUMMARY_VARIABLES:
@@ -146,7 +154,7 @@ def head_profiles(ds: xr.Dataset, *, sink: Any = None, max_offset: int | None = 
     out["n_rows"] = valid.sum(("sample", "query"))
     prof = xr.Dataset(out)
     if max_offset is not None and "log_attn" in ds.data_vars:
-        prof["content_clr"] = _content_clr_by_offset(ds, sink, int(max_offset))
+        prof["content_clr"] = _content_clr_by_offset(ds, sink, int(max_offset), progress)
     prof.attrs = {k: ds.attrs[k] for k in ("model_id", "family") if k in ds.attrs}
     return prof
 

@@ -501,7 +501,7 @@ def _analyze_into(
     try:
         _text_section(res, summaries if rows is None else rows, summaries, folder)
         bar("profiles")
-        prof = _profiles.head_profiles(summaries, max_offset=None)
+        prof = _profiles.head_profiles(summaries, max_offset=None, progress=progress)
         _profiles_section(res, summaries, prof, folder, threshold, figures)
         bar.done()
         bar("entropy")
@@ -521,6 +521,7 @@ def _analyze_into(
                 per_sample=True,
                 mismatched="drop",
                 device=device,
+                progress=progress,
             )
             _flips_section(res, cmp, rows, folder, wanted, n_boot, seed, figures)
             bar.done()
@@ -528,7 +529,7 @@ def _analyze_into(
             _clustering_section(res, cmp, rows, folder, seed, figures)
             bar.done()
             bar("rows")
-            _rows_section(res, rows, folder, figures)
+            _rows_section(res, rows, folder, figures, progress)
             bar.done()
         else:
             _sections_without_rows(res, rows)
@@ -776,8 +777,8 @@ def _valid_positions(ds: xr.Dataset, sample: int) -> list[int]:
 
 
 def _quoted(token: str) -> str:
-    """A token in curly quotes, whitespace made visible (a quote mark stays readable)."""
-    return f"“{vw._show(token, 40)}”"
+    """A token in the report's text: :func:`attncoda._view.quote_token`, cut to 40 characters."""
+    return vw.quote_token(token, 40)
 
 
 def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: Path) -> None:
@@ -832,6 +833,13 @@ def _text_section(res: Analysis, ds: xr.Dataset, summaries: xr.Dataset, folder: 
             "This capture holds token ids only (#id), not their text, so the passages are "
             "not shown: capture with a tokenizer to see them."
         )
+    elif len(shown) < len(table):
+        intro.append(
+            f"{len(table)} passages, {len(shown)} shown (the first {len(shown)}); every "
+            "passage, its tokens and its sink token are in passages.csv."
+        )
+    else:
+        intro.append(f"{len(table)} passage{'s' if len(table) > 1 else ''}, all shown.")
     res.sections.append(
         Section(
             "What the model read",
@@ -1161,8 +1169,10 @@ def _clustering_section(
     res.sections.append(sec)
 
 
-def _rows_section(res: Analysis, rows: xr.Dataset, folder: Path, figures: bool) -> None:
-    prof = _profiles.head_profiles(rows, max_offset=None)
+def _rows_section(
+    res: Analysis, rows: xr.Dataset, folder: Path, figures: bool, progress: bool = False
+) -> None:
+    prof = _profiles.head_profiles(rows, max_offset=None, progress=progress)
     share = prof["sink_share"].transpose("layer", "head")
     vals = np.where(np.isfinite(share.values), share.values, np.nan)
     if not np.isfinite(vals).any():
@@ -1238,6 +1248,7 @@ details { margin: 0.6em 0; } summary { cursor: pointer; color: #345; }
 .meta td { text-align: left; } .files li { font-family: monospace; font-size: 0.85em; }
 .muted { color: #777; font-size: 0.85em; }
 figure.view .scroll { overflow: auto; max-width: 100%; border: 1px solid #eee; }
+figure.view svg { display: block; max-width: 100%; height: auto; }
 ul.plain li { margin: 0.3em 0; } dl.terms dt { font-weight: 600; } dl.terms dd { margin: 0 0 0.4em 1.2em; }
 """
 

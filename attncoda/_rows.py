@@ -18,6 +18,21 @@ from ._conventions import AnalysisError, RowsRequiredError
 from ._data import DIMS, SchemaError
 from ._errors import ShapeMismatchError
 
+#: Seconds an analysis runs before its progress bar appears (a quick call prints nothing).
+PROGRESS_DELAY = 2.0
+
+
+def _samples(n: int, desc: str, progress: bool) -> Any:
+    """``range(n)`` over the samples of an analysis, with a tqdm bar on stderr (the progress bar
+    of capture, prune and run_jobs) that appears once the loop has run ``PROGRESS_DELAY``
+    seconds; ``progress=False`` silences it."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        range(n), desc=desc, unit="sample", disable=not progress, delay=PROGRESS_DELAY, leave=False
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # units (layer, head pairs) and the rows of a dataset
 
@@ -99,13 +114,15 @@ def _iter_blocks(
     sink: Any = None,
     block_elements: int = 1 << 22,
     mismatched: Literal["raise", "drop"] = "raise",
+    progress: bool = False,
+    desc: str = "rows",
 ) -> Iterator[_Block]:
     """Yield the comparable rows of ``ds`` block by block (one sample, a chunk of queries).
 
     A row is compared when its sink key is visible and it has at least one visible content key.
     Every unit must see the same keys in a row (rows of one ``(sample, query)``); rows where they
     differ (sliding-window layers mixed with global ones) raise, or are dropped with
-    ``mismatched="drop"``.
+    ``mismatched="drop"``. ``progress``: a bar over the samples, named ``desc``.
     """
     if mismatched not in ("raise", "drop"):
         raise AnalysisError(f"mismatched= must be 'raise' or 'drop', got {mismatched!r}")
@@ -117,7 +134,7 @@ def _iter_blocks(
     queries = np.asarray(ds["query"].values)
     keys = np.asarray(ds["key"].values) if "key" in ds.coords else np.arange(n_k)
     chunk = max(1, int(block_elements) // max(1, n_units * n_k))
-    for s in range(n_s):
+    for s in _samples(n_s, desc, progress):
         for q0 in range(0, n_q, chunk):
             q1 = min(n_q, q0 + chunk)
             raw = np.asarray(data[s, :, :, q0:q1, :])

@@ -50,7 +50,7 @@ def write_table(
 
     See Also
     --------
-    read_table
+    read_table : Reads such a table back (a float reads back to the same float).
     """
     import pandas as pd
 
@@ -83,7 +83,7 @@ def read_table(path: str | os.PathLike[str]) -> Any:
 
     See Also
     --------
-    write_table
+    write_table : Writes a table this reads.
     """
     import pandas as pd
 

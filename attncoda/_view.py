@@ -97,7 +97,19 @@ def _show(token: str, width: int) -> str:
     return t if len(t) <= width else t[: width - 1] + "…"
 
 
-def _quote(token: str) -> str:
+def quote_token(token: str, width: int | None = None) -> str:
+    """A token inside text, the one way attncoda writes it everywhere (the report, the head
+    view's and the explorer's tooltips, the CLI's summary): a double-quoted string literal, as
+    JSON and Python read it, so a quote mark, a space or a newline is visible and unambiguous
+    (``"\\""``, ``" the"``, ``"\\n"``); cut to ``width`` characters when given.
+
+    Examples
+    --------
+    >>> print(quote_token('"'), quote_token(" the"), quote_token("\\n"))
+    "\\"" " the" "\\n"
+    """
+    if width is not None and len(token) > width:
+        token = token[: width - 1] + "…"
     return json.dumps(token, ensure_ascii=False)
 
 
@@ -474,21 +486,47 @@ def head_view(
     x0 = left + cell + gap
     grid_w = x0 + cell * len(cols)
     legend_y = top + cell * len(rows) + 18
-    width = int(max(grid_w + 16, 560))
-    height = int(legend_y + 64 + (16 if truncated else 0))
     esc = html.escape
     heading = title or f"layer {layer_v}, head {head_v}, sample {sample}"
     what = "content weight c / (1 − s)" if color == "content" else "weight p"
+    lo = "0" if scale == "linear" else f"{vmax * 10**-decades:.2g}"
+    slo = "0" if scale == "linear" else f"{10**-decades:.2g}"
+    notes = [
+        "rows: queries; columns: keys; the sink column apart",
+        f"hover a cell: its tokens, weight p, sink share s, content weight (colour: {what}, "
+        f"{scale})",
+    ]
+    legends = (
+        f"sink share s: {slo} … 1",
+        f"{what}: {lo} … {vmax:.3g} (99th percentile; above it, the top colour)",
+    )
+    all_first = k_pos[min([*all_cols, s_idx])]
+    all_last = max(q_pos[rows_ok[-1]], k_pos[max([*all_cols, s_idx])])
+    trunc_note = (
+        f"truncated: positions {window[0]}–{window[1] - 1} drawn of {all_first}–"
+        f"{all_last} (max_tokens={max_tokens}); pass start= or max_tokens= to see others"
+        if truncated
+        else ""
+    )
+    # wide enough for the grid and for every line of text (a short view has long notes)
+    legend_x = max(230, 8 + _text_w(legends[0]) + 16)
+    width = int(
+        max(
+            grid_w + 16,
+            16 + _text_w(heading, 13, bold=True),
+            *(16 + _text_w(t) for t in (*notes, trunc_note)),
+            legend_x + _text_w(legends[1]) + 8,
+        )
+    )
+    height = int(legend_y + 64 + (16 if truncated else 0))
     out = [
         f'<svg class="acv" data-generator="attncoda" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{esc(heading)}">',
         f"<style>{_STYLE}</style>",
         f'<text class="acv-h" x="8" y="18">{esc(heading)}</text>',
-        '<text class="acv-n" x="8" y="34">rows: queries; columns: keys; the sink column '
-        "apart</text>",
-        f'<text class="acv-n" x="8" y="48">hover a cell: its tokens, weight p, sink share s, '
-        f"content weight (colour: {esc(what)}, {scale})</text>",
+        f'<text class="acv-n" x="8" y="34">{esc(notes[0])}</text>',
+        f'<text class="acv-n" x="8" y="48">{esc(notes[1])}</text>',
     ]
     # key labels, vertical, reading upwards from the grid
     for c, label in [(x_sink, sink_text)] + [(x0 + n * cell, t) for n, t in enumerate(k_text)]:
@@ -511,7 +549,7 @@ def head_view(
         qt = tok(q_pos[i])
         out.append(
             f'<text x="{left - 8 - 30}" y="{y + cell - 3}" text-anchor="end">{esc(q_text[r])}'
-            f"<title>query {q_pos[i]} {esc(_quote(qt))}</title></text>"
+            f"<title>query {q_pos[i]} {esc(quote_token(qt))}</title></text>"
             f'<text class="acv-n" x="{left - 6}" y="{y + cell - 3}" text-anchor="end">'
             f"{q_pos[i]}</text>"
         )
@@ -520,8 +558,8 @@ def head_view(
             out.append(
                 f'<rect class="acv-k" x="{x_sink}" y="{y}" width="{cell}" height="{cell}" '
                 f'fill="{_colour(_ORANGES, float(t_sink[r]))}"><title>'
-                f"query {q_pos[i]} {esc(_quote(qt))} → sink, key {k_pos[s_idx]} "
-                f"{esc(_quote(tok(k_pos[s_idx])))}\nsink share s = {s:.4f}\n"
+                f"query {q_pos[i]} {esc(quote_token(qt))} → sink, key {k_pos[s_idx]} "
+                f"{esc(quote_token(tok(k_pos[s_idx])))}\nsink share s = {s:.4f}\n"
                 f"content mass 1 − s = {1 - s:.4f}"
                 + (f"\n(of which {float(outside[r]):.4f} on keys not drawn)" if truncated else "")
                 + "</title></rect>"
@@ -533,8 +571,8 @@ def head_view(
             fill = _colour(_VIRIDIS, float(t_content[r, n]))
             out.append(
                 f'<rect class="acv-c" x="{x0 + n * cell}" y="{y}" width="{cell}" '
-                f'height="{cell}" fill="{fill}"><title>query {q_pos[i]} {esc(_quote(qt))} → key '
-                f"{k_pos[j]} {esc(_quote(tok(k_pos[j])))}\nweight p = {w:.4f}\n"
+                f'height="{cell}" fill="{fill}"><title>query {q_pos[i]} {esc(quote_token(qt))} → key '
+                f"{k_pos[j]} {esc(quote_token(tok(k_pos[j])))}\nweight p = {w:.4f}\n"
                 f"content weight c/(1 − s) = {c:.4f}\nrow sink share s = {float(share[r]):.4f}"
                 "</title></rect>"
             )
@@ -601,6 +639,30 @@ def _legend(x: float, y: float, stops: Sequence[tuple[float, float, float]], tex
     return cells + f'<text class="acf-n" x="{x + 164:.1f}" y="{y + 9}">{html.escape(text)}</text>'
 
 
+def _text_w(text: str, size: float = 11, *, bold: bool = False) -> float:
+    """A generous estimate of the width of ``text`` in the SVGs' sans-serif at ``size`` px (the
+    SVGs size themselves so that headings and legends are never cut; nothing is measured)."""
+    return len(text) * size * (0.64 if bold else 0.58)
+
+
+def _legend_w(x: float, text: str) -> float:
+    """Where :func:`_legend` at ``x`` ends: its colour cells, then its text."""
+    return x + 164 + _text_w(text)
+
+
+def _nice_ticks(lo: float, hi: float, n: int = 5) -> np.ndarray:
+    """At most about ``n`` + 1 round tick values covering ``[lo, hi]`` (steps of 1, 2, 2.5 or 5
+    times a power of ten, as matplotlib's ``MaxNLocator`` picks them)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ticks = MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    return np.round(np.asarray(ticks, np.float64), 12)
+
+
+def _tick_text(t: float) -> str:
+    return f"{t:g}"
+
+
 def grid_svg(
     values: np.ndarray,
     row_labels: Sequence[str],
@@ -632,7 +694,12 @@ def grid_svg(
     esc = html.escape
     left = 16 + 7 * max([len(s) for s in row_labels] + [2]) + 18
     top = 58
-    width = max(left + n_c * cell_w + 20, 190 + 6.5 * len(legend))
+    width = max(
+        left + n_c * cell_w + 20,
+        _legend_w(8, legend) + 8,
+        16 + _text_w(heading, 13, bold=True),
+        left + _text_w(col_name) + 8,
+    )
     height = top + n_r * cell_h + 44
     out = [
         _svg_open(width, height, heading),
@@ -694,12 +761,16 @@ def scatter_svg(
     x, y, colour = (np.asarray(a, np.float64) for a in (x, y, colour))
     ok = np.isfinite(x) & np.isfinite(y)
     esc = html.escape
-    w, h, left, top = 600, 420, 64, 34
-    pw, ph = w - left - 24, h - top - 78
+    w = max(600, 16 + _text_w(heading, 13, bold=True), _legend_w(8, legend) + 8)
+    h, left, top = 420, 64, 34
+    pw, ph = 600 - left - 24, h - top - 78
     x0, x1 = x_range if x_range is not None else (float(x[ok].min()), float(x[ok].max()))
     y0, y1 = (0.0, float(y[ok].max()) * 1.05) if ok.any() else (0.0, 1.0)
     x1 = x1 if x1 > x0 else x0 + 1
     y1 = y1 if y1 > y0 else y0 + 1
+    y_ticks = _nice_ticks(y0, y1)
+    y0, y1 = min(y0, float(y_ticks[0])), max(y1, float(y_ticks[-1]))  # the axis ends on ticks
+    x_ticks = [t for t in _nice_ticks(x0, x1) if x0 - 1e-9 <= t <= x1 + 1e-9]
 
     def px(v: float) -> float:
         return left + (v - x0) / (x1 - x0) * pw
@@ -712,15 +783,15 @@ def scatter_svg(
         f'<text class="acf-h" x="8" y="18">{esc(heading)}</text>',
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>',
     ]
-    for t in np.linspace(x0, x1, 6):
+    for t in x_ticks:
         out.append(
             f'<text class="acf-n" x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">'
-            f"{t:.2g}</text>"
+            f"{_tick_text(t)}</text>"
         )
-    for t in np.linspace(y0, y1, 5):
+    for t in y_ticks:
         out.append(
             f'<text class="acf-n" x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">'
-            f"{t:.2g}</text>"
+            f"{_tick_text(t)}</text>"
         )
     out.append(
         f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">'
@@ -769,7 +840,12 @@ def dendrograms_svg(
     tree_w = 220
     panel_w = label_w + tree_w + 40
     top = 52
-    width = max(panel_w * len(linkages) + 16, 190 + 6.5 * len(legend))
+    width = max(
+        panel_w * len(linkages) + 16,
+        _legend_w(8, legend) + 8,
+        16 + _text_w(heading, 13, bold=True),
+        8 + panel_w * (len(linkages) - 1) + max(_text_w(t) for t in panel_titles) + 8,
+    )
     height = top + n * row_h + 60
     out = [
         _svg_open(width, height, heading),
@@ -802,10 +878,12 @@ def dendrograms_svg(
                 f'<text x="{ox + 15}" y="{y + row_h / 2 + 4}">{esc(leaf_labels[leaf])}</text></g>'
             )
         axis_y = top + n * row_h + 14
-        for t in np.linspace(0, hmax, 3):
+        for t in _nice_ticks(0.0, hmax, 4):
+            if t > hmax * (1 + 1e-9):
+                continue
             out.append(
                 f'<text class="acf-n" x="{fx(t):.1f}" y="{axis_y}" text-anchor="middle">'
-                f"{t:.2g}</text>"
+                f"{_tick_text(t)}</text>"
             )
         out.append(
             f'<text class="acf-n" x="{fx(hmax / 2):.1f}" y="{axis_y + 14}" '

@@ -44,18 +44,11 @@ LENGTH = 256
 
 
 def rows() -> Any:
-    """fp32 rows of every head of SmolLM2-135M over one 256-token passage of Emma."""
-    import torch
+    """fp32 rows of every head of SmolLM2-135M over one 256-token passage of Emma (the sample
+    data of :func:`attncoda.hooks.demo.passage_rows`)."""
+    from attncoda.hooks.demo import passage_rows
 
-    from attncoda.hooks import capture, zoo
-    from attncoda.hooks.demo import encode_passages, read_text, select_passages
-
-    model, tok = zoo.load(MODEL)
-    passages = select_passages(read_text("austen", "emma"), 30, min_words=200)
-    ids = next(e for e in encode_passages(tok, passages, LENGTH) if e.shape[-1] == LENGTH)
-    with torch.inference_mode(), capture(model, what="rows", tokenizer=tok) as cap:
-        model(input_ids=ids, logits_to_keep=1)
-    return cap.dataset
+    return passage_rows(MODEL, LENGTH)
 
 
 def _build(make: Any) -> tuple[Any, float, float]:

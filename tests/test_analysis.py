@@ -618,3 +618,29 @@ def test_accessor_methods_have_the_functions_name_signature_doc_and_result(name)
     args, kwargs = ACCESSOR_CALLS[name]
     got, expected = method(*args, **kwargs), fn(ds, *args, **kwargs)
     xr.testing.assert_identical(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("head_comparisons", lambda ds, **kw: ac.head_comparisons(ds, "js", **kw)),
+        ("head_comparisons", lambda ds, **kw: ac.flip_rates(ds, n_boot=0, **kw)),
+        ("head_comparisons", lambda ds, **kw: ac.cluster_heads(ds, "js", **kw)),
+        ("head_profiles", lambda ds, **kw: ac.head_profiles(ds.drop_vars("sink_share"), **kw)),
+        ("content_clr", lambda ds, **kw: ac.head_profiles(ds, max_offset=1, **kw)),
+    ],
+)
+def test_analyses_over_rows_show_progress_unless_told_not_to(
+    name, call, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A per-function analysis that walks the rows sample by sample draws a tqdm bar on stderr
+    (after two seconds; here at once), and ``progress=False`` draws none."""
+    from attncoda import _rows
+
+    monkeypatch.setattr(_rows, "PROGRESS_DELAY", 0.0)
+    ds = ac.testing.synthetic_rows(n_samples=5, n_layers=2, n_heads=3, length=8)
+    call(ds, progress=False)
+    assert capsys.readouterr().err == ""
+    call(ds)
+    err = capsys.readouterr().err
+    assert f"{name}: " in err and "/5 [" in err and "sample/s" in err

@@ -3,6 +3,7 @@ and (``-m real``) the Sphinx site builds with warnings as errors, executing the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -12,11 +13,14 @@ import pkgutil
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import chromium, open_page
 
 import attncoda as ac
 
@@ -445,6 +449,27 @@ def test_sphinx_site_builds_with_the_executed_gallery(tmp_path: Path) -> None:
     assert 'href="api/hooks.html#attncoda.hooks.capture"' in started
     # inline code in pages nobody annotated links too (`ac.group_decompose` in maths.md)
     assert 'href="api/decompose.html#attncoda.group_decompose"' in maths
+    # closure's See Also: two entries, each with its description, none made of a continuation
+    closure = next(
+        p.read_text(encoding="utf-8")
+        for p in (out / "api").glob("*.html")
+        if 'id="attncoda.closure"' in p.read_text(encoding="utf-8")
+    )
+    entry = closure[closure.index('id="attncoda.closure"') :]
+    see_also = entry[entry.index("seealso") : entry.index("</div>", entry.index("seealso"))]
+    assert "composition_stats.closure" in see_also and "which attncoda accepts: captures" in (
+        see_also
+    )
+    assert ">accepts<" not in see_also
+    # code blocks fit the page's column as a reader's window shows it (no sideways scroll)
+    if chromium() is not None:
+        with open_page(out / "index.html", tmp_path / "profile", 1100, 900) as tab:
+            wide = tab.evaluate(
+                "Array.from(document.querySelectorAll('div.highlight pre'))"
+                ".filter(p => p.scrollWidth > p.clientWidth + 1)"
+                ".map(p => p.scrollWidth + ' > ' + p.clientWidth + ': ' + p.textContent.slice(0, 50))"
+            )
+        assert wide == [], wide
 
 
 def _python_blocks_by_page() -> dict[str, list[str]]:
@@ -490,6 +515,17 @@ with open(out, "w", encoding="utf-8") as fh:
 """
 
 
+@contextlib.contextmanager
+def _holding_port(port: int) -> Iterator[None]:
+    """Listen on ``port`` while the block runs, as a user's running cluster would (when another
+    process holds it already, it is taken anyway)."""
+    with socket.socket() as sock:
+        with contextlib.suppress(OSError):
+            sock.bind(("", port))
+            sock.listen()
+        yield
+
+
 @pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(_python_blocks_by_page()))
@@ -511,17 +547,20 @@ def test_python_blocks_of_the_docs_run(page: str, tmp_path: Path) -> None:
     runner = tmp_path / "run_blocks.py"
     runner.write_text(_PAGE_RUNNER, encoding="utf-8")
     results = tmp_path / "results.json"
-    res = subprocess.run(
-        [sys.executable, str(runner), str(results), *scripts],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)},
-    )
+    with _holding_port(8787):  # dask's default dashboard port: a block must not need it
+        res = subprocess.run(
+            [sys.executable, str(runner), str(results), *scripts],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            env={**os.environ, "MPLBACKEND": "Agg", "TMPDIR": str(tmp_path)},
+        )
     assert res.returncode == 0 and results.is_file(), (
         f"{page}: the runner failed\n" + (res.stderr[-3000:])
     )
+    # a block that starts a cluster on a fixed port collides with the user's own cluster
+    assert "already in use" not in res.stderr, res.stderr[-3000:]
     errors = json.loads(results.read_text(encoding="utf-8"))
     assert len(errors) == len(blocks)
     failed = [
@@ -530,3 +569,79 @@ def test_python_blocks_of_the_docs_run(page: str, tmp_path: Path) -> None:
         if error is not None
     ]
     assert not failed, "\n\n".join(failed)
+
+
+def _see_also_entries(obj: object, qualname: str) -> list[tuple[str, str]]:
+    """(name, description) of each See Also entry of ``obj``'s docstring as the docs render it:
+    attncoda_api's joining, then napoleon (the ``seealso`` block it writes)."""
+    from sphinx.ext.napoleon import Config
+    from sphinx.ext.napoleon.docstring import NumpyDocstring
+
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        from attncoda_api import see_also_joined
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    lines = inspect.getdoc(obj).splitlines()  # type: ignore[union-attr]
+    config = Config(napoleon_use_rtype=False, napoleon_preprocess_types=True)
+    rst = str(NumpyDocstring(see_also_joined(lines), config, what="function", name=qualname))
+    block = rst.partition(".. seealso::")[2].split("\n.. ", 1)[0]
+    entries: list[tuple[str, str]] = []
+    first, _, rest = block.partition("\n")
+    if first.strip():  # napoleon's one-line form: names without descriptions
+        block = "   " + first.strip() + "\n" + rest
+    for line in block.splitlines():
+        named = re.fullmatch(r"   (?::py:\w+:`(?P<name>[^`]+)`(?:, )?)+.*", line)
+        if named:
+            for name in re.findall(r":py:\w+:`([^`]+)`", line):
+                entries.append((name.lstrip("~"), ""))
+        elif line.startswith("       ") and entries:
+            entries[-1] = (entries[-1][0], (entries[-1][1] + " " + line.strip()).strip())
+    return entries
+
+
+def _resolves(name: str, module: str) -> bool:
+    """Whether a See Also name is an object: dotted from its package, or a name of ``module``."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return len(parts) == 1 and hasattr(importlib.import_module(module), name)
+
+
+def test_see_also_of_every_public_function_names_objects_with_descriptions() -> None:
+    """Every See Also entry of every documented function and class renders as a name the docs
+    link (an object that exists) with its description; a continuation line such as ``accepts:
+    captures are ...`` is part of the entry above it, not a new name."""
+    modules = ["attncoda", "attncoda.testing"]
+    if importlib.util.find_spec("torch") is not None:
+        modules += _public_hooks_modules()
+    seen = 0
+    bad = []
+    for module in modules:
+        mod = importlib.import_module(module)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name)
+            if not (inspect.isroutine(obj) or inspect.isclass(obj)) or "See Also" not in (
+                obj.__doc__ or ""
+            ):
+                continue
+            entries = _see_also_entries(obj, f"{module}.{name}")
+            seen += len(entries)
+            if not entries:
+                bad.append(f"{module}.{name}: a See Also section with no entry")
+            bad += [
+                f"{module}.{name}: See Also {ref!r} ({'no such object' if not _resolves(ref, module) else 'no description'})"
+                for ref, text in entries
+                if not _resolves(ref, module) or not text
+            ]
+    assert seen > 20  # the docstrings do have See Also sections
+    assert not bad, "\n".join(bad)

@@ -34,9 +34,10 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import transformers
 
-    from attncoda.hooks import assets, zoo
+    from attncoda.hooks import assets, rpa_checkpoints, zoo
 
     monkeypatch.setattr(zoo, "load", refuse)
+    monkeypatch.setattr(rpa_checkpoints, "load_checkpoint", refuse)
     monkeypatch.setattr(zoo, "tiny_twin", refuse)
     monkeypatch.setattr(assets, "load_model", refuse)
     for auto in ("AutoModel", "AutoModelForCausalLM"):
@@ -161,6 +162,7 @@ def test_a_cuda_device_without_cuda_is_refused_before_the_model_loads(
         ["prune", "twin:llama", "--out", str(tmp_path / "p")],
         ["demo", "--model", "twin:llama", "--text", str(text_file), "--out", str(tmp_path / "d")],
         ["analyze", str(text_file), "--out", str(tmp_path / "a")],
+        ["audit", "rpa", str(tmp_path), "--out", str(tmp_path / "r")],
     ):
         code, _, err = _run([*argv, "--device", "cuda"], capsys)
         assert code == 2, argv

@@ -90,7 +90,8 @@ def test_page_is_readable(folder: Path) -> None:
     res = load_analysis(folder)
     # the passages and their sink tokens
     assert "What the model read" in page
-    assert "&lt;Em&gt;00 w01 w02" in page and "sink: “&lt;Em&gt;10” at position 0" in page
+    assert "&lt;Em&gt;00 w01 w02" in page and "sink: &quot;&lt;Em&gt;10&quot; at position 0" in page
+    assert "3 passages, all shown." in page
     assert res.numbers["sink_tokens"] == ["<Em>00", "<Em>10", "<Em>20"]
     assert (folder / "passages.csv").read_text().count("\n") == 4
     # plain words, the terms defined where they first appear
@@ -194,3 +195,66 @@ def test_report_figures_answer_hover_in_chromium(folder: Path, tmp_path: Path) -
     assert grid_tip.startswith(f"layer 0, head 1\nmean sink share {share:.3f}")
     assert view_tip.startswith('query 5 " w')
     assert "weight p = " in view_tip and "row sink share s = " in view_tip
+
+
+def _report_of(tmp_path: Path, n_samples: int, length: int, first: str) -> Path:
+    """The report of a synthetic capture whose samples all start with the token ``first``."""
+    ds = ac.testing.synthetic_rows(n_samples=n_samples, n_layers=2, n_heads=3, length=length)
+    words = [[first if p == 0 else f" w{s}{p}" for p in range(length)] for s in range(n_samples)]
+    ds = ds.assign_coords(token=(("sample", "position"), np.array(words)))
+    analyze(ds, tmp_path / "a", n_boot=10, progress=False)
+    return write_report(tmp_path / "a")
+
+
+def test_passages_counted_honestly_and_a_quote_token_quoted(tmp_path: Path) -> None:
+    """Six passages, four shown: the page says both; a sink that is a double quote reads as the
+    string literal "\\"" in the page and in the summary the CLI prints (one rule:
+    attncoda._view.quote_token), never as a bare quote in quotes."""
+    page = _report_of(tmp_path, 6, 8, '"').read_text(encoding="utf-8")
+    res = load_analysis(tmp_path / "a")
+    assert "6 passages, 4 shown (the first 4)" in page
+    assert page.count("<p>Sample ") == 4
+    assert "sink: &quot;\\&quot;&quot; at position 0" in page
+    assert "“" not in page and "”" not in page
+    line = next(s for s in res.summary if s.startswith("sink tokens"))
+    assert line == 'sink tokens: "\\"" (6 samples)'
+
+
+#: Every ``<text>`` of every inline SVG of the page, where it lies outside its SVG's box, and
+#: every head view whose box is wider than the report's column (it would scroll).
+_LAYOUT = """(() => {
+  const cut = [], wide = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const vb = svg.viewBox.baseVal;
+    for (const t of svg.querySelectorAll('text')) {
+      const b = t.getBBox(), m = t.getCTM(), s = svg.getCTM();
+      // the text's box in the svg's own units (rotated labels through their transform)
+      const p = [[b.x, b.y], [b.x + b.width, b.y + b.height]].map(([x, y]) => {
+        const q = new DOMPoint(x, y).matrixTransform(s.inverse().multiply(m)); return [q.x, q.y]; });
+      const [x0, x1] = [Math.min(p[0][0], p[1][0]), Math.max(p[0][0], p[1][0])];
+      const [y0, y1] = [Math.min(p[0][1], p[1][1]), Math.max(p[0][1], p[1][1])];
+      if (x0 < vb.x - 0.5 || y0 < vb.y - 0.5 || x1 > vb.x + vb.width + 0.5 || y1 > vb.y + vb.height + 0.5)
+        cut.push(svg.getAttribute('aria-label') + ': ' + t.textContent.slice(0, 60));
+    }
+  }
+  for (const f of document.querySelectorAll('figure.view .scroll'))
+    if (f.scrollWidth > f.clientWidth + 1 || f.getBoundingClientRect().right > document.body.getBoundingClientRect().right)
+      wide.push(f.parentElement.id + ' ' + f.scrollWidth + ' > ' + f.clientWidth);
+  return {cut, wide, views: document.querySelectorAll('figure.view svg').length};
+})()"""
+
+
+@needs_chromium
+@pytest.mark.parametrize("length", [5, 64])
+def test_report_figures_fit_their_boxes_and_the_column_in_chromium(
+    tmp_path: Path, length: int
+) -> None:
+    """No heading, legend or label of an inline figure is cut by its SVG's box (a 5-token head
+    view is narrower than its notes and legends), and a 64-token head view fits the report's
+    column (scaled to it) instead of running past it."""
+    report = _report_of(tmp_path, 3, length, "<s>")
+    with open_page(report, tmp_path / "profile") as tab:
+        found = tab.evaluate(_LAYOUT)
+    assert found["views"] >= 4
+    assert found["cut"] == []
+    assert found["wide"] == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from conftest import per_layer_masks
 
@@ -772,6 +773,31 @@ def test_audit_rpa_on_a_run_folder(tmp_path):
     assert (tmp_path / "audit" / "perturbation.nc").is_file()
     with pytest.raises(FileNotFoundError, match="audit_ids"):
         rpa_audit.audit_rpa(tmp_path)
+
+
+def test_audit_rpa_cli_runs_the_checkpoints_in_the_dtype_asked(tmp_path, capsys, monkeypatch):
+    """`attncoda audit rpa --device cpu --dtype bfloat16`: the checkpoints run in bfloat16 (their
+    trajectory moves by bfloat16's rounding, no more), float32 by default."""
+    from attncoda.cli import main
+
+    run(0, out_dir=tmp_path / "rpa", steps=10, checkpoints=2, swa_select=None, ema=False)
+    loaded = []
+    real = rpa_checkpoints.load_checkpoint
+
+    def spy(path, **kw):
+        ck = real(path, **kw)
+        loaded.append(next(ck.model.parameters()).dtype)
+        return ck
+
+    monkeypatch.setattr(rpa_audit, "load_checkpoint", spy)  # the audit's own name for it
+    for dtype in ("float32", "bfloat16"):
+        argv = ["audit", "rpa", str(tmp_path / "rpa"), "--out", str(tmp_path / dtype)]
+        assert main([*argv, "--device", "cpu", "--dtype", dtype, "-q"]) == 0
+    capsys.readouterr()
+    assert loaded == [torch.float32] * 3 + [torch.bfloat16] * 3  # 2 steps + final, each run
+    f32, bf16 = (xr.open_dataset(tmp_path / d / "trajectory.nc") for d in ("float32", "bfloat16"))
+    diff = float(abs(f32.entropy - bf16.entropy).max())
+    assert 0 < diff < 0.05
 
 
 def test_run_folder_names_what_the_trainer_writes_and_the_audit_reads(tmp_path):

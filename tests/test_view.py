@@ -216,3 +216,37 @@ def test_view_renders_in_chromium_and_hover_shows_the_cell(
     assert f"row sink share s = {p[9, 0]:.4f}" in tooltip
     assert f"content weight c/(1 − s) = {p[9, 4] / (1 - p[9, 0]):.4f}" in tooltip
     assert stroke == "rgb(214, 39, 40)"  # the hovered cell is outlined
+
+
+def test_report_scatter_and_dendrogram_axes_have_round_ticks() -> None:
+    """The scatter's y axis reads 0, 0.5, 1, ... (steps of 1, 2, 2.5 or 5 times a power of ten,
+    ending on a tick above the data), not 0, 0.91, 1.8, 2.7, 3.6 (five equal cuts of the range)."""
+    import re
+
+    from attncoda._view import dendrograms_svg, scatter_svg
+
+    svg = scatter_svg(
+        np.r_[0.1, 0.5, 0.9],
+        np.r_[0.3, 2.0, 3.46],
+        np.r_[0.0, 0.5, 1.0],
+        ["a", "b", "c"],
+        heading="h",
+        x_label="x",
+        y_label="y",
+        legend="c",
+        x_range=(0.0, 1.0),
+    )
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">([^<]+)</text>', svg)]
+    steps = np.diff(ticks)
+    assert ticks[0] == 0 and ticks[-1] >= 3.46 * 1.05 and len(ticks) <= 7
+    assert np.allclose(steps, steps[0])
+    mantissa = steps[0] / 10 ** np.floor(np.log10(steps[0]))
+    assert any(np.isclose(mantissa, m) for m in (1, 2, 2.5, 5)), ticks
+    x_ticks = [float(t) for t in re.findall(r'text-anchor="middle">([\d.]+)</text>', svg)]
+    assert x_ticks == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    z = np.array([[0, 1, 0.1, 2], [2, 3, 0.31, 3]])
+    dendro = dendrograms_svg(
+        [z], ["p"], ["a", "b", "c"], ["A", "B", "C"], np.r_[0, 0.5, 1], heading="h", legend="c"
+    )
+    heights = re.findall(r'text-anchor="middle">([\d.]+)</text>', dendro)
+    assert heights == ["0", "0.1", "0.2", "0.3"], heights

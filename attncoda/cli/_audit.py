@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ._common import (
+    add_device,
+    add_dtype,
     add_force,
     add_out,
     add_quiet,
     add_threads,
+    check_device,
     check_out_folder,
     fail,
     set_threads,
@@ -53,6 +56,8 @@ def register_audit_rpa(targets: Any) -> None:
     )
     p.add_argument("--baseline", metavar="RUN_DIR", help="a baseline run to put side by side")
     add_out(p, "output folder", shown="RUN_DIR/audit")
+    add_device(p)
+    add_dtype(p)
     add_force(p)
     add_threads(p)
     add_quiet(p)
@@ -60,6 +65,7 @@ def register_audit_rpa(targets: Any) -> None:
 
 
 def _cmd_audit_rpa(args: argparse.Namespace) -> int:
+    device = check_device(args.device)  # before any checkpoint loads
     for flag, value in (("RUN_DIR", args.run), ("--baseline", args.baseline)):
         if value is not None and not Path(value).is_dir():
             raise usage(f"{flag}: no such run folder: {value}")
@@ -71,7 +77,14 @@ def _cmd_audit_rpa(args: argparse.Namespace) -> int:
     from attncoda.hooks.rpa_audit import audit_markdown, audit_rpa
 
     try:
-        result = audit_rpa(args.run, baseline_dir=args.baseline, out=out, overwrite=args.force)
+        result = audit_rpa(
+            args.run,
+            baseline_dir=args.baseline,
+            out=out,
+            overwrite=args.force,
+            device=device,
+            dtype=args.dtype,
+        )
     except FileNotFoundError as exc:
         raise usage(str(exc)) from exc
     except RPAError as exc:

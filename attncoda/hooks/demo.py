@@ -56,6 +56,7 @@ __all__ = [
     "auto_threads",
     "capture_passages",
     "encode_passages",
+    "passage_rows",
     "read_text",
     "row_layers",
     "run_demo",
@@ -250,6 +251,33 @@ def sink_note(tokenizer: Any) -> str:
         "sink='first': the first token of each passage as the tokenizer encodes it, its "
         f"special token {tokenizer.decode([first])!r}"
     )
+
+
+def passage_rows(model: str = "smollm2-135m", length: int = 256) -> xr.Dataset:
+    """Sample data: fp32 rows of every layer and head of ``model`` over one ``length``-token
+    passage of *Emma*, with its tokens, for a first look (:func:`attncoda.explore`) or a test.
+
+    The passage is the first of 30 spread over the novel with at least ``length`` tokens. Needs
+    ``attncoda fetch smollm2-135m austen`` (offline after that). SmolLM2-135M at 256 tokens:
+    30 layers x 9 heads x 256 x 256 float32 rows, 71 MB.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import demo
+    >>> ds = demo.passage_rows()  # doctest: +SKIP
+    >>> ds.sizes["layer"], ds.sizes["head"], ds.sizes["query"]  # doctest: +SKIP
+    (30, 9, 256)
+    """
+    length = require_int(length, "length", low=2)
+    net, tokenizer = zoo.load(model)
+    passages = select_passages(read_text("austen", "emma"), 30, min_words=200)
+    encoded = encode_passages(tokenizer, passages, length)
+    ids = next((e for e in encoded if e.shape[-1] == length), None)
+    if ids is None:
+        raise InputError(f"length={length}: no passage of Emma is that long; choose a shorter one")
+    with torch.inference_mode(), capture(net, what="rows", tokenizer=tokenizer) as cap:
+        net(input_ids=ids, logits_to_keep=1)
+    return cap.dataset
 
 
 def row_layers(n_layers: int) -> tuple[int, ...]:

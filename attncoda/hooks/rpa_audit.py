@@ -354,6 +354,8 @@ def audit_rpa(
     out: str | os.PathLike[str] | None = None,
     input_ids: torch.Tensor | None = None,
     overwrite: bool = False,
+    device: str = "cpu",
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """Audit a training run folder (for ``attncoda audit rpa``).
 
@@ -379,22 +381,34 @@ def audit_rpa(
         Token ids to use instead of the run's audit ids.
     overwrite : bool, default False
         Replace an existing audit folder (only one attncoda wrote).
+    device : str, default "cpu"
+        Torch device the checkpoints run on (``cuda``, ``cuda:N``, ``mps``), checked before any
+        checkpoint loads (:func:`attncoda.hooks.zoo.check_device`).
+    dtype : str, default "auto"
+        Weight dtype of the checkpoints' models (``"auto"``: as saved; see
+        :data:`attncoda.hooks.zoo.DTYPES`); attention statistics are computed in float32.
 
     Returns
     -------
     dict of str to xarray.Dataset
     """
+    from . import zoo
+
+    device = zoo.check_device(device)
+    if dtype != "auto":
+        zoo._as_dtype(dtype)  # refused before any checkpoint loads
     run = RunFolder(run_dir)
     if out is not None:
         ac.check_output(out, overwrite=overwrite, kind="folder")
     ids = input_ids if input_ids is not None else _audit_ids(run)
-    result: dict[str, Any] = {"trajectory": entropy_trajectory(_run_checkpoints(run), ids)}
-    ck = load_checkpoint(run.final_checkpoint())
+    on = {"map_location": device, "dtype": dtype}
+    result: dict[str, Any] = {"trajectory": entropy_trajectory(_run_checkpoints(run, **on), ids)}
+    ck = load_checkpoint(run.final_checkpoint(), **on)
     if ck.prior is not None:
         result["perturbation"] = prior_perturbation(ck.model, ck.prior, ids)
     if baseline_dir is not None:
         result["baseline_trajectory"] = entropy_trajectory(
-            _run_checkpoints(RunFolder(baseline_dir)), ids
+            _run_checkpoints(RunFolder(baseline_dir), **on), ids
         )
     if out is not None:
         with ac.atomic_output(out, overwrite=overwrite, kind="folder", stamp="rpa-audit") as folder:
@@ -414,11 +428,12 @@ def _audit_ids(run: RunFolder) -> torch.Tensor:
     return ids
 
 
-def _run_checkpoints(run: RunFolder) -> list[tuple[str, Any]]:
+def _run_checkpoints(run: RunFolder, **on: Any) -> list[tuple[str, Any]]:
+    """(label, loader) of a run's step checkpoints, each loaded ``on`` a device and dtype."""
     files = run.step_checkpoints()
     if not files:
         raise FileNotFoundError(f"no checkpoints under {run.checkpoints}")
-    return [(f.stem, f) for f in files]
+    return [(f.stem, lambda f=f: load_checkpoint(f, **on)) for f in files]
 
 
 def audit_markdown(result: dict[str, Any]) -> str:

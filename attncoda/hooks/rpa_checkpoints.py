@@ -164,9 +164,16 @@ def _not_a_checkpoint(path: Path) -> str | None:
 
 
 def load_checkpoint(
-    path: str | os.PathLike[str], *, map_location: str | torch.device = "cpu"
+    path: str | os.PathLike[str],
+    *,
+    map_location: str | torch.device = "cpu",
+    dtype: torch.dtype | str = "auto",
 ) -> Checkpoint:
-    """Load what :func:`save_checkpoint` wrote: the model (eval mode) and its prior."""
+    """Load what :func:`save_checkpoint` wrote: the model (eval mode) and its prior.
+
+    The model and prior go to ``map_location``; the model's weights are cast to ``dtype``
+    (``"auto"``: as saved; one of :data:`attncoda.hooks.zoo.DTYPES` or a ``torch.dtype``).
+    """
     import transformers  # heavy: loaded only when a model is rebuilt from its config
 
     path = Path(path)
@@ -181,6 +188,10 @@ def load_checkpoint(
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.load_state_dict(payload["model"])
     model.to(map_location).eval()
+    if dtype != "auto":
+        from .zoo import _as_dtype  # the one spelling of --dtype's names
+
+        model.to(_as_dtype(dtype))
     prior = None
     if "prior" in payload:
         known = {f.name for f in fields(RPAConfig)}

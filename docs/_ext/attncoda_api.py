@@ -69,6 +69,39 @@ def absolute_doc_links(app: Sphinx, what: str, name: str, obj: Any, options: Any
     lines[:] = [_RELATIVE_DOC.sub(fix, line) for line in lines]
 
 
+def join_see_also(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]):  # type: ignore[no-untyped-def]
+    """Put each See Also entry on one line before napoleon reads it.
+
+    Napoleon takes any line of a See Also section that starts with a word and a colon for a new
+    entry, even an indented continuation line (``    accepts: captures are ...``), and links the
+    word as a name. Numpydoc's rule is the indentation: an indented line continues the entry
+    above it, so each such line is joined to its entry here.
+    """
+    lines[:] = see_also_joined(lines)
+
+
+def see_also_joined(lines: list[str]) -> list[str]:
+    """``lines`` with each See Also entry's indented continuation lines joined to the entry."""
+    out: list[str] = []
+    section = None
+    for i, line in enumerate(lines):
+        if line.strip() and i + 1 < len(lines) and _RULE.fullmatch(lines[i + 1].strip()):
+            section = line.strip()  # a numpydoc section header (its underline follows)
+        elif (
+            section == "See Also"
+            and line[:1].isspace()
+            and line.strip()
+            and out
+            and out[-1].strip()
+            and not _RULE.fullmatch(out[-1].strip())
+        ):
+            out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+            continue
+        out.append(line)
+    return out
+
+
+_RULE = re.compile(r"-{3,}")
 _CODE_NAME = re.compile(r"^(ac|attncoda)((?:\.\w+)+)(\(.*\))?$")
 
 
@@ -142,6 +175,7 @@ class ApiNames(SphinxDirective):
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("api-names", ApiNames)
+    app.connect("autodoc-process-docstring", join_see_also, priority=100)  # before napoleon
     app.connect("autodoc-process-docstring", absolute_doc_links)
     app.connect("doctree-read", link_inline_code)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

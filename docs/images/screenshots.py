@@ -26,13 +26,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 import attncoda as ac
 
 HERE = Path(__file__).resolve().parent
 #: the query whose row the explorer's screenshot hovers
 QUERY = 18
 sys.path.insert(0, str(HERE.parents[1] / "tests"))  # browser.py: chromium over DevTools
-sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))  # bench_explore.rows: the rows drawn
 #: the top of the report: title, the findings in plain words, the passages, the sink grid
 REPORT_SIZE = (1100, 2000)
 
@@ -74,10 +75,9 @@ def _explorer_rows() -> tuple[ac.Explorer, tuple[int, int], tuple[int, int], int
     """The explorer of every head of SmolLM2-135M over one 256-token passage of Emma, its
     sharpest previous-token head and its most diffuse head (layer, head), and the key that
     query 18 of the head shown first attends to most, after its sink."""
-    import numpy as np
-    from bench_explore import rows  # the benchmark's case: SmolLM2, 256 tokens of Emma
+    from attncoda.hooks.demo import passage_rows  # SmolLM2, 256 tokens of Emma
 
-    ds = rows()
+    ds = passage_rows()
     prof = ds.coda.head_profiles(max_offset=1)
     prev = prof["content_clr"].sel(offset=-1).transpose("layer", "head").values
     diffuse = prof["content_entropy"].transpose("layer", "head").values
@@ -85,7 +85,7 @@ def _explorer_rows() -> tuple[ac.Explorer, tuple[int, int], tuple[int, int], int
     b = tuple(int(v) for v in np.unravel_index(np.nanargmax(diffuse), diffuse.shape))
     # open on a middle layer's most sink-heavy head
     share = prof["sink_share"].sel(layer=14)
-    head = int(share["head"].values[int(share.argmax())])
+    head = int(share["head"].values[int(np.nanargmax(share.values))])
     key = 1 + int(ds["log_attn"].sel(layer=14, head=head).values[0, QUERY, 1:QUERY].argmax())
     title = "attention explorer: SmolLM2-135M on Emma"
     return ac.explore(ds, layer=14, head=head, title=title), a, b, key  # type: ignore[return-value]
@@ -181,7 +181,7 @@ def main() -> None:
         # a middle layer's most sink-heavy head, on the first 40 tokens of the first passage
         layer = int(rows["layer"].values[len(rows["layer"]) // 2])
         share = rows.coda.head_profiles(max_offset=None)["sink_share"].sel(layer=layer)
-        head = int(share["head"].values[int(share.argmax())])
+        head = int(share["head"].values[int(np.nanargmax(share.values))])
         view = rows.coda.view(layer=layer, head=head, sample=0, max_tokens=40)
         page = view.save(Path(tmp) / "head_view.html")
         width, height = (int(v) for v in re.findall(r'width="(\d+)" height="(\d+)"', view.svg)[0])
