@@ -283,6 +283,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         models = _models(SIDES)
         check = same_attention(models, 128 if quick else 512)
         for side, diff in check.items():
+            print(f"bench_rows same attention: {side} {diff:.3g}", file=sys.stderr, flush=True)
             out.append(
                 {
                     "benchmark": f"same attention: {side} vs HF eager, max |p - p_eager|, "
