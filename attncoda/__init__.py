@@ -9,7 +9,7 @@ maths, the xarray schema and capture.
 from . import testing as testing
 from ._accessor import CodaAccessor
 from ._aitchison_split import AitchisonSplit, aitchison_split, pairwise_aitchison_split
-from ._atomic import atomic_output, check_output
+from ._atomic import StagingFolder, atomic_output, check_output, staging_folder
 from ._attribution import attribute_entropy
 from ._bases import group_basis, pivot_basis, sbp_basis
 from ._closure import add_learned_sink, closure
@@ -123,6 +123,7 @@ __all__ = [
     "SchemaError",
     "ShapeMismatchError",
     "SinkContent",
+    "StagingFolder",
     "TooFewPartsError",
     "UnknownConventionError",
     "UnknownMetricError",
@@ -186,6 +187,7 @@ __all__ = [
     "save_figure",
     "sbp_basis",
     "sink_rate",
+    "staging_folder",
     "validate_dataset",
     "verdict_flips",
     "write_report",

@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +73,7 @@ __all__ = [
     "read_own_file",
     "record_files",
     "sign_text",
+    "staging_folder",
     "sweep",
     "target_lock",
 ]
@@ -517,6 +519,18 @@ _DEFERRED = tuple(
 )
 
 
+def _deliver(before: Any, signum: int, frame: Any) -> None:
+    """Do what signal ``signum`` did under the handler ``before``: Python's KeyboardInterrupt,
+    the default (end the process, by the same signal), or the caller's own handler."""
+    if before is signal.default_int_handler:
+        raise KeyboardInterrupt
+    if before is signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    elif callable(before):
+        before(signum, frame)
+
+
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[_Deferred]:
     """Hold back a first SIGINT (and SIGTERM, SIGHUP) until the block ends; a second one
@@ -541,16 +555,7 @@ def deferred_interrupt() -> Iterator[_Deferred]:
     first: list[int] = []
 
     def deliver(signum: int, frame: Any) -> None:
-        """What the signal did before the block: Python's KeyboardInterrupt, the default (end
-        the process), or the caller's own handler."""
-        before = previous[signum]
-        if before is signal.default_int_handler:
-            raise KeyboardInterrupt
-        if before is signal.SIG_DFL:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-        elif callable(before):
-            before(signum, frame)
+        _deliver(previous[signum], signum, frame)
 
     def handler(signum: int, frame: Any) -> None:
         if state.pending:  # a second signal: stop now; the staging folder is swept later
@@ -765,6 +770,107 @@ def sweep(target: str | os.PathLike[str]) -> list[Path]:
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
+
+
+class StagingFolder:
+    """A staging folder made by :func:`staging_folder`; :meth:`remove` removes it."""
+
+    def __init__(self, path: Path, marker: Any) -> None:
+        self.path = path
+        self._marker = marker  # open, locked: the folder is in use while this process lives
+        self._removed = False
+        # removed when dropped, at the interpreter's exit, or (see staging_folder) on a kill
+        self._finalizer = weakref.finalize(self, _remove_staging, path, marker)
+        _register_for_kill(self)
+
+    def remove(self) -> None:
+        """Remove the folder and everything in it (attncoda made it); idempotent."""
+        if not self._removed:
+            self._removed = True
+            _unregister_for_kill(self)
+            self._finalizer()
+
+
+def _remove_staging(path: Path, marker: Any) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        marker.close()
+
+
+def staging_folder(beside: str | os.PathLike[str], label: str = "") -> StagingFolder:
+    """A new staging folder ``.NAME.attncoda-LABEL-XXXX/`` beside ``beside``, marked as ours.
+
+    For work files that live for a while (a streamed capture's rows) and must not outlive
+    their writer. First the staging folders that dead writers left beside ``beside`` are
+    removed (:func:`sweep`: only folders that hold attncoda's locked marker, or empty ones,
+    never anything else). The new folder holds the marker (``STAGING``: the pid, locked by
+    this process until the folder is removed), so a later :func:`sweep` recognises it once
+    this process is gone, whatever killed it. It is removed by :meth:`StagingFolder.remove`,
+    when the object is dropped, at the interpreter's exit, and when this process is ended by
+    SIGTERM or SIGHUP left at their default action (which still ends it, by the same signal,
+    once the folder is gone). SIGINT raises ``KeyboardInterrupt`` as before; the caller's
+    cleanup (or the exit) removes the folder. SIGKILL leaves it to the next :func:`sweep`.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from attncoda import staging_folder
+    >>> where = pathlib.Path(tempfile.mkdtemp()) / "rows.zarr"
+    >>> work = staging_folder(where, "rows")
+    >>> work.path.name.startswith(".rows.zarr.attncoda-rows-")
+    True
+    >>> work.remove()
+    >>> work.path.exists()
+    False
+    """
+    target = Path(beside)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sweep(target)
+    prefix = _staging_name(target) + (f"{label}-" if label else "")
+    with deferred_interrupt():  # no Ctrl-C between creating the folder and marking it
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+        marker = open(path / _MARKER, "w+b")  # held open (locked) while the folder lives
+        _lock(marker, blocking=True)
+        marker.write(f"{os.getpid()} attncoda staging for {target.name}\n".encode())
+        marker.flush()
+    return StagingFolder(path, marker)  # after the block: its handlers are restored by then
+
+
+#: The staging folders of this process to remove before a SIGTERM/SIGHUP ends it, and the
+#: handlers those signals had before the first of them was made.
+_LIVE: weakref.WeakSet[StagingFolder] = weakref.WeakSet()
+_KILL_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+_BEFORE_KILL: dict[int, Any] = {}
+
+
+def _on_kill(signum: int, frame: Any) -> None:
+    for folder in list(_LIVE):
+        folder.remove()
+    before = _BEFORE_KILL.pop(signum, signal.SIG_DFL)
+    _deliver(before, signum, frame)
+
+
+def _register_for_kill(folder: StagingFolder) -> None:
+    _LIVE.add(folder)
+    if threading.current_thread() is not threading.main_thread():
+        return  # handlers can only be set from the main thread: the next sweep removes it
+    for sig in _KILL_SIGNALS:
+        if sig in _BEFORE_KILL or signal.getsignal(sig) != signal.SIG_DFL:
+            continue  # ours already, or a handler of the program's own (it decides)
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, _on_kill)
+            _BEFORE_KILL[sig] = signal.SIG_DFL
+
+
+def _unregister_for_kill(folder: StagingFolder) -> None:
+    _LIVE.discard(folder)
+    if _LIVE or threading.current_thread() is not threading.main_thread():
+        return
+    for sig, before in list(_BEFORE_KILL.items()):
+        if signal.getsignal(sig) is _on_kill:  # not replaced by the program meanwhile
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, before)
+        del _BEFORE_KILL[sig]
 
 
 _RENAME_NOREPLACE = 1

@@ -15,7 +15,8 @@ reach, so its growth read 0.) For scale: HF eager attentions at T=2048 hold
 
 Run: ``python benchmarks/bench_capture.py [--length 2048] [--repeats 3] [--long 8192]``;
 ``--quick`` is ``--length 512 --repeats 1`` (a smoke run, as ``benchmarks/run --quick``).
-On a GPU, ``benchmarks/gpu_check`` measures time and GPU memory at realistic sizes.
+On a GPU, ``benchmarks/gpu_check`` measures time and GPU memory at realistic sizes. Every
+layer's full rows against HF eager, nnsight and TransformerLens: ``bench_rows.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 MODEL = "smollm2-135m"
@@ -287,140 +287,6 @@ def qwen_rows(lengths: tuple[int, ...] = (1024, 2048)) -> list[dict[str, Any]]:
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# all-layer rows against the peers (issue #31): time on one thread, peak memory per fresh process
-
-ROWS_LENGTHS = (512, 1024, 2048)
-
-
-def _rows_paths(model: Any, ids: Any, store: str | None = None) -> dict[str, Any]:
-    """The sides that return every head's full attention: attncoda rows, HF eager, SDPA."""
-    import torch
-
-    from attncoda.hooks import capture
-
-    base = _paths(model, ids)
-
-    def rows() -> Any:
-        with torch.no_grad(), capture(model, what="rows", stream_to=store) as cap:
-            out = model(input_ids=ids)
-        return out, cap.dataset
-
-    return {
-        "sdpa": base["sdpa"],
-        "attncoda_rows": rows,
-        "hf_eager": base["eager_output_attentions"],
-        "stream": rows,
-    }
-
-
-def time_rows(length: int, repeats: int) -> Any:
-    """Interleaved CPU/wall times of SDPA, attncoda rows and HF eager (shared _measure)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _measure import interleave, one_thread
-
-    model, tokenizer = _load()
-    ids = _tokens(tokenizer, length)
-    paths = _rows_paths(model, ids)
-    paths.pop("stream")
-    with one_thread():
-        return interleave(paths, repeats)
-
-
-def _rows_child(path: str, length: int, store: str | None) -> None:
-    """In a fresh process: peak RSS growth (GB) and CPU seconds of one forward along ``path``."""
-    import torch
-
-    torch.set_num_threads(1)
-    model, tokenizer = _load()
-    ids = _tokens(tokenizer, length)
-    warm_store = None if store is None else store.replace(".zarr", "-warm.zarr")
-    _rows_paths(model, ids[:, :64], warm_store)[path]()  # one-time costs are not the path's
-    fn = _rows_paths(model, ids, store)[path]
-    with PeakRSS() as mem:
-        c0, w0 = time.process_time(), time.perf_counter()
-        out = fn()
-        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    del out
-    print(
-        json.dumps({"path": path, "length": length, "gb": mem.growth_gb, "cpu": cpu, "wall": wall})
-    )
-
-
-def rows_memory(path: str, length: int, store: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--rows-child", path, "--length", str(length)]
-    if store:
-        cmd += ["--store", store]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=dict(os.environ))
-    if out.returncode != 0:
-        return {"path": path, "length": length, "error": out.stderr.strip().splitlines()[-1:]}
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
-def _free_gb() -> float:
-    with open("/proc/meminfo") as f:
-        info = {line.split(":")[0]: int(line.split()[1]) for line in f}
-    return info["MemAvailable"] / 1e6
-
-
-def rows_rows(
-    repeats: int = 3, long: int = 4096, lengths: tuple[int, ...] = ROWS_LENGTHS
-) -> Iterator[dict[str, Any]]:
-    """Rows for results.md, each as soon as measured: time (CPU ratios to HF eager and to
-    SDPA), peak extra memory, and a streamed capture at ``long`` tokens (0: none)."""
-    import tempfile
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _measure import row
-
-    out: list[dict[str, Any]] = []
-    for length in lengths:
-        kept = 30 * 9 * length * length * 4 / 1e9
-        if _free_gb() < 8:  # a shared machine: never start a large side with less free
-            out.append({"benchmark": f"rows T={length}: skipped ({_free_gb():.1f} GB free)"})
-            continue
-        m = time_rows(length, repeats)
-        out.append(
-            row(
-                f"attncoda rows, all 30x9 heads, T={length}",
-                m,
-                "attncoda_rows",
-                "hf_eager",
-                1.0,
-                anchor_label="HF eager output_attentions=True",
-            )
-        )
-        out.append(
-            row(
-                f"attncoda rows vs plain SDPA forward, T={length}",
-                m,
-                "attncoda_rows",
-                "sdpa",
-                None,
-                anchor_label="plain SDPA forward",
-            )
-        )
-        out.append(
-            row(
-                f"HF eager output_attentions=True vs plain SDPA, T={length}",
-                m,
-                "hf_eager",
-                "sdpa",
-                None,
-                anchor_label="plain SDPA forward",
-            )
-        )
-        yield from out
-        out = []
-        for p in ("attncoda_rows", "hf_eager", "sdpa"):
-            yield {"memory": rows_memory(p, length), "kept_gb": kept}
-    if long:
-        with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
-            store = os.path.join(tmp, "rows.zarr")
-            kept = 30 * 9 * long * long * 4 / 1e9
-            yield {"memory": rows_memory("stream", long, store), "kept_gb": kept}
-
-
 def dtype_error(length: int = 512) -> dict[str, Any]:
     """Summaries recomputed from float16 rows vs from float32 rows, on Emma (SmolLM2, all heads).
 
@@ -487,16 +353,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--long", type=int, default=0, help="also run summaries at this length")
     parser.add_argument("--memory", action="store_true", help="peak RSS per path")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--rows-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--store", default=None, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--lengths", type=int, nargs="+", default=list(ROWS_LENGTHS), help="--rows lengths"
-    )
     parser.add_argument(
         "--dtype-error", action="store_true", help="summaries from float16 vs float32 rows"
-    )
-    parser.add_argument(
-        "--rows", action="store_true", help="all-layer rows vs HF eager, T=512/1024/2048 + 4096"
     )
     parser.add_argument(
         "--qwen", action="store_true", help=f"only the {QWEN} rows (T=1024 and 2048)"
@@ -513,17 +371,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.child:
         _peak_child(args.child, args.length)
         return []
-    if args.rows_child:
-        _rows_child(args.rows_child, args.length, args.store)
-        return []
     if args.dtype_error:
         print(json.dumps(dtype_error(args.length or 512)))
-        return []
-    if args.rows:
-        print(f"load at start {os.getloadavg()[0]:.1f}")
-        for r in rows_rows(args.repeats, args.long, tuple(args.lengths)):
-            print(json.dumps(r, default=str), flush=True)
-        print(f"load at end {os.getloadavg()[0]:.1f}")
         return []
     t = time_paths(args.length, args.repeats)
     print("| path | median s | ratio to SDPA |\n|---|---|---|")

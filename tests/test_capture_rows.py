@@ -254,3 +254,96 @@ def test_stream_to_staging_is_removed_after_an_exception(llama, tmp_path):
 
     gc.collect()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+# ---------------------------------------------------------------------------------------------
+# stream_to= in a process that is killed mid-pass: real processes, real signals
+
+_MID_PASS = """
+import sys, time, torch
+from attncoda.hooks import capture, zoo
+model = zoo.tiny_twin("llama")
+def pause(module, args, out):  # layers 0 and 1 have written their rows to the staging array
+    print("mid-pass", flush=True)
+    time.sleep(300)
+model.model.layers[1].register_forward_hook(pause)
+torch.manual_seed(0)
+ids = torch.randint(3, model.config.vocab_size, (1, 96))
+with torch.no_grad(), capture(model, what="rows", stream_to=sys.argv[1]):
+    model(input_ids=ids)
+"""
+
+
+def _killed_mid_pass(store, signum):
+    """Run a streamed capture in a fresh interpreter, send ``signum`` mid-pass; its exit code."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MID_PASS, str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "mid-pass", proc.stderr.read()
+        staged = [p for p in store.parent.iterdir() if p.name.startswith(".s.zarr.attncoda-rows-")]
+        assert len(staged) == 1 and (staged[0] / "STAGING").is_file()  # mid-pass for real
+        proc.send_signal(signum)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, staged[0]
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_process_ended_mid_pass_leaves_no_staging_folder(tmp_path, name):
+    import signal
+
+    signum = getattr(signal, name)
+    code, staged = _killed_mid_pass(tmp_path / "s.zarr", signum)
+    # SIGTERM/SIGHUP still end the process by that signal; SIGINT unwinds (KeyboardInterrupt)
+    assert code == -signum if name != "SIGINT" else code != 0
+    assert not staged.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_writers_staging_is_removed_by_the_next_capture_and_nothing_else(llama, tmp_path):
+    import signal
+
+    store = tmp_path / "s.zarr"
+    code, staged = _killed_mid_pass(store, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert staged.is_dir()  # SIGKILL cannot be handled: the folder is left, marked
+    # folders that look alike but are not attncoda's (no marker), and a user's own folder
+    lookalike = tmp_path / ".s.zarr.attncoda-rows-mine"
+    lookalike.mkdir()
+    (lookalike / "notes.txt").write_text("mine")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "STAGING").write_text("not a staging folder")
+    with torch.no_grad(), capture(llama, what="rows", stream_to=store):
+        llama(**_batch(llama, 16))
+    assert not staged.exists()
+    assert (lookalike / "notes.txt").read_text() == "mine"
+    assert (other / "STAGING").read_text() == "not a staging folder"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lookalike.name, "other", "s.zarr"]
+    assert ac.load(store).sizes["sample"] == 2
+
+
+def test_a_live_writers_staging_is_never_removed(llama, tmp_path):
+    """A staging folder whose writer is alive (its marker locked) is left to its writer."""
+    live = ac.staging_folder(tmp_path / "s.zarr", "rows")
+    try:
+        with torch.no_grad(), capture(llama, what="rows", stream_to=tmp_path / "s.zarr"):
+            llama(**_batch(llama, 16))
+        assert (live.path / "STAGING").is_file()
+    finally:
+        live.remove()
+    assert not live.path.exists()

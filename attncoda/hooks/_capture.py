@@ -356,6 +356,9 @@ def _explicit(
     b, h, kv, _ = k.shape
     kt = k.transpose(-1, -2)
     learned = ctx.sinks_logit is not None
+    if rows is not None and spec.what == "rows" and _rows_fast_applies(ctx, rows):
+        _rows_fast(ctx, pos, rows, spec.chunk_size)
+        return {}, None
     summaries: dict[str, list[torch.Tensor]] = {}
     learned_rows: list[torch.Tensor] = []
     for start in range(0, len(pos), spec.chunk_size):
@@ -399,6 +402,96 @@ def _explicit(
 
 
 _F16_MIN = float(torch.finfo(torch.float16).min)
+
+# rows of a chunk are reduced a block of queries at a time, every head at once, the block sized
+# so that its logits and their log-softmax (2 x batch x heads x rows x T x 4 bytes: 2 MB) stay
+# in the core's cache between the matmul that writes them and the copy into the rows' buffer
+_BLOCK_BYTES = 1 << 20
+
+
+def _rows_fast_applies(ctx: _LayerContext, rows: _LayerWriter) -> bool:
+    """Rows alone (no summaries, no learned sink), stored as float16/32, under a boolean mask or
+    none, from q and k whose logits cannot reach NaN or +-inf (so no row needs a check).
+
+    The bound: ``|q . k| * scale <= d * max|q| * max|k| * scale``; q and k are the model's
+    own (fp32-upcast) values, small tensors next to the rows, checked in one pass each.
+    """
+    if ctx.sinks_logit is not None or rows.buf.dtype not in (np.float32, np.float16):
+        return False
+    if ctx.mask is not None and ctx.mask.dtype != torch.bool:
+        return False  # a float bias may hold +inf or NaN: the per-row check stays
+    qmax = float(ctx.q.abs().amax()) if ctx.q.numel() else 0.0
+    kmax = float(ctx.k.abs().amax()) if ctx.k.numel() else 0.0
+    bound = ctx.q.shape[-1] * qmax * kmax * abs(ctx.scale)
+    return math.isfinite(bound) and bound < 1e30  # NaN compares False too
+
+
+def _rows_fast(ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter, chunk: int) -> None:
+    """Log-attention rows written straight into ``rows``, with as few passes as it takes.
+
+    Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads): the
+    logits ``(scale q) k^T`` over the keys the block can see go into one reused scratch array
+    (the scale folded into q: a ``d``-wide multiply instead of a ``T``-wide one), the invisible
+    keys are set to ``-inf`` (for consecutive causal queries only the triangle after the
+    block's first query: the keys before it are all visible), then torch's fused log-softmax
+    (max-shifted: ``(l - m) - log sum exp(l - m)``) goes into a second scratch array and is
+    copied once into the rows' buffer, whose keys after the block's last visible one are set
+    to ``-inf``. Rows with no visible key (padding queries) are ``-inf`` throughout, as on the
+    general path (:func:`_log_softmax_into`, equal to fp32 rounding; both are compared with
+    HF's eager weights by the tests).
+    """
+    q, k = ctx.q, ctx.k
+    b, h, kv, _ = k.shape
+    kt = k.transpose(-1, -2)
+    block = max(1, min(chunk, _BLOCK_BYTES // (4 * b * h * max(kv, 1))))
+    scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
+    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
+    upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
+    for start in range(0, len(pos), chunk):
+        qp = pos[start : start + chunk]
+        n = len(qp)
+        first = int(qp[0])
+        visible_len = int(qp.max()) + 1 if ctx.causal else kv
+        consecutive = (
+            plain_causal
+            and visible_len == first + n
+            and bool((qp == torch.arange(first, first + n, device=qp.device)).all())
+        )
+        hidden = dead = None
+        if not consecutive:
+            vis, _ = ctx.visible(qp, visible_len)  # (b|1, h|1, n, visible_len), boolean
+            hidden = ~vis
+            dead = hidden.all(dim=-1, keepdim=True)
+            dead = dead if bool(dead.any()) else None
+        qc = q.index_select(2, qp - ctx.offset).mul_(ctx.scale)
+        dest = rows.chunk(start, n)  # (b, h, n, kv)
+        for r0 in range(0, n, block):
+            m = min(block, n - r0)
+            # a block of consecutive causal queries sees keys up to its last query
+            seen = first + r0 + m if hidden is None else visible_len
+            size = b * h * m * seen
+            logits = torch.matmul(
+                qc[:, :, r0 : r0 + m], kt[..., :seen], out=scratch[0, :size].view(b, h, m, seen)
+            )
+            if ctx.softcap is not None:
+                logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+            if hidden is None:  # query first + r0 + i sees keys up to first + r0 + i
+                logits[..., first + r0 :].masked_fill_(upper[:m, :m], -math.inf)
+            else:
+                logits.masked_fill_(hidden[:, :, r0 : r0 + m], -math.inf)
+            out = dest[:, :, r0 : r0 + m, :seen]
+            direct = out.dtype == torch.float32 and out.is_contiguous()
+            lp = out if direct else scratch[1, :size].view(b, h, m, seen)
+            torch.log_softmax(logits, dim=-1, out=lp)
+            if dead is not None:
+                lp.masked_fill_(dead[:, :, r0 : r0 + m], -math.inf)  # not NaN
+            if not direct:
+                if out.dtype == torch.float16:  # visible keys stay finite (see above)
+                    lp = torch.where(torch.isneginf(lp), lp, lp.clamp(min=_F16_MIN))
+                out.copy_(lp)
+            if seen < kv:
+                dest[:, :, r0 : r0 + m, seen:] = -math.inf
+        rows.written(start, n)
 
 
 def _log_softmax_into(

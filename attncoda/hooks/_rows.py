@@ -10,19 +10,21 @@ With ``stream_to=`` the buffer is an uncompressed zarr array in a staging folder
 store instead (chunks of ``(1, 1, heads, chunk_size, keys)``): each chunk of rows is written to
 disk as soon as it is computed, from one reused chunk-sized array, so memory stays bounded by
 one chunk whatever the length. When the pass ends its dataset, whose rows are read lazily (dask)
-from the staging array, is appended to the store, and the staging folder is removed.
+from the staging array, is appended to the store, and the staging folder is removed. The staging
+folder is :func:`attncoda.staging_folder`'s: marked as attncoda's, removed also at exit and when
+the process is ended by SIGTERM/SIGHUP, and found and removed by the next capture beside the same
+store if the process was killed outright (SIGKILL, power loss).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+import attncoda
 
 
 class _RowsBuffer:
@@ -43,12 +45,11 @@ class _RowsBuffer:
         import zarr
 
         b, _, h, nq, kv = shape
-        staging_beside.parent.mkdir(parents=True, exist_ok=True)  # as save() would make it
-        self.folder = Path(
-            tempfile.mkdtemp(
-                prefix=f".{staging_beside.name}.attncoda-rows-", dir=staging_beside.parent
-            )
-        )
+        # marked as attncoda's and locked while this process lives: removed on discard, at
+        # exit and on SIGTERM/SIGHUP; a SIGKILLed writer's folder goes when the next one is
+        # made beside the same store, and nothing without attncoda's marker is touched
+        self._staging = attncoda.staging_folder(staging_beside, "rows")
+        self.folder = self._staging.path
         self.disk = zarr.create_array(
             store=str(self.folder / "log_attn.zarr"),
             shape=shape,
@@ -59,8 +60,6 @@ class _RowsBuffer:
             fill_value=None,
         )
         self._chunk = np.empty((b, h, min(chunk, nq), kv), self.dtype)
-        # removed when the pass is appended to the store, when the capture is dropped, or at exit
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
     def writer(self, li: int) -> _LayerWriter:
         """Where layer slot ``li`` writes its rows."""
@@ -85,7 +84,7 @@ class _RowsBuffer:
         self.memory = None
         self.disk = None
         if self.folder is not None:
-            self._cleanup()
+            self._staging.remove()
             self.folder = None
 
 
