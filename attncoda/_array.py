@@ -709,6 +709,8 @@ def log_composition(
 # in cache and the only full-size arrays are the results (fresh memory is costly to fault in).
 ROW_BLOCK_BYTES = 4 << 20
 MIN_BLOCKED_BYTES = 64 << 20
+#: Blocks of two factors and their product (three arrays) that stay in the shared L3 cache.
+PRODUCT_BLOCK_BYTES = 1 << 20
 
 
 def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **kwargs: Any) -> Any:
@@ -810,8 +812,12 @@ def validate_closed(xp: Any, x: Array, visible: Array | None) -> None:
 # elementwise kernels: torch's vectorised float64 log/exp on numpy memory
 
 
+#: Arrays from this size on are worth a torch kernel call (~10 us of overhead per call).
+TORCH_MIN_BYTES = 1 << 16
+
+
 @functools.cache
-def _torch_module() -> Any:
+def torch_module() -> Any:
     """torch, or ``None`` where it is not installed (the core works without it)."""
     try:
         return importlib.import_module("torch")
@@ -824,7 +830,7 @@ def torch_views(*arrays: np.ndarray) -> tuple[Any, ...] | None:
     missing or cannot take them as they are: dtypes other than one float32/float64 dtype (numpy
     would promote mixed ones), negative strides. Read-only arrays are viewed too (torch's
     warning about them silenced): callers only read them and write into arrays of their own."""
-    torch = _torch_module()
+    torch = torch_module()
     if torch is None:
         return None
     dtype = arrays[0].dtype
@@ -843,11 +849,12 @@ def torch_views(*arrays: np.ndarray) -> tuple[Any, ...] | None:
 def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
-    views = torch_views(x, out) if x.dtype == np.float64 else None
+    big = x.dtype == np.float64 and x.nbytes >= TORCH_MIN_BYTES
+    views = torch_views(x, out) if big else None
     if views is None:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             return getattr(np, name)(x, out=out)  # type: ignore[no-any-return]
-    getattr(_torch_module(), name)(views[0], out=views[1])
+    getattr(torch_module(), name)(views[0], out=views[1])
     return out
 
 
