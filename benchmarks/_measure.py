@@ -13,8 +13,10 @@ a shared, noisy machine in the same way:
 - results are **medians with min-max** (:class:`Samples`);
 - the machine's **load** is recorded at the start and the end (:class:`Load`);
 - a ratio is the CPU-time ratio of the medians; where the wall-clock ratio disagrees with it by
-  more than :data:`MARGIN` the ratio is **unreliable**: :func:`row` reports both and marks the
-  row, and no result (ratio, holds) is printed for it (:class:`Ratio`).
+  more than :data:`MARGIN` the ratio is **unreliable**: the case is measured again
+  (:func:`interleave_reliable`, up to :data:`ATTEMPTS` times); if it stays so, :func:`row`
+  reports both and marks the row, and no result (ratio, holds) is printed for it
+  (:class:`Ratio`).
 
 Example (the sides, their rows)::
 
@@ -28,6 +30,7 @@ anchor_s, ratio, target, holds, and the extra keys documented at :func:`row`).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib
 import math
@@ -87,10 +90,12 @@ class Samples:
 
 @dataclass(frozen=True)
 class Measurement:
-    """What :func:`interleave` measured: every side's samples and the load around them."""
+    """What :func:`interleave` measured: every side's samples and the load around them;
+    ``attempts``: how many measurements :func:`interleave_reliable` took to get it."""
 
     sides: dict[str, Samples]
     load: Load
+    attempts: int = 1
 
     def __getitem__(self, name: str) -> Samples:
         return self.sides[name]
@@ -189,6 +194,34 @@ def interleave(
     return Measurement(sides, load.ended())
 
 
+ATTEMPTS = 3
+"""How many times :func:`interleave_reliable` measures a case whose ratios stay unreliable."""
+
+
+def interleave_reliable(
+    fns: Mapping[str, Callable[[], Any]],
+    repeats: int,
+    pairs: list[tuple[str, str, float]],
+    *,
+    attempts: int = ATTEMPTS,
+    **kwargs: Any,
+) -> Measurement:
+    """:func:`interleave`, measured again (up to ``attempts`` times in all) while any ratio of
+    ``pairs`` (``(project, anchor, scale)`` side names) is unreliable.
+
+    A ratio whose wall clock disagrees with its CPU time was taken while another job held the
+    core; it is re-measured rather than printed. The first measurement whose ratios are all
+    reliable is returned, else the last (its rows then read "unreliable"); ``attempts`` on the
+    result says how many were taken.
+    """
+    measured = interleave(fns, repeats, **kwargs)
+    for attempt in range(2, attempts + 1):
+        if all(compare(measured[p], measured[a], s).reliable for p, a, s in pairs):
+            break
+        measured = dataclasses.replace(interleave(fns, repeats, **kwargs), attempts=attempt)
+    return measured
+
+
 def compare(project: Samples, anchor: Samples, scale: float = 1.0) -> Ratio:
     """``project / (anchor x scale)`` of the medians, by CPU and by wall time."""
     return Ratio(
@@ -223,7 +256,7 @@ def row(
     CPU seconds), anchor (``anchor_label`` or the side's name), ratio (the CPU-time ratio, or
     ``None`` when unreliable), target, holds (``None`` without a target or when unreliable);
     and beside them project_range, anchor_range (min-max CPU seconds), cpu_ratio, wall_ratio,
-    reliable and load (text).
+    reliable, load (text) and attempts (measurements taken, see :func:`interleave_reliable`).
     """
     p, a = measured[project], measured[anchor]
     r = compare(p, a, scale)
@@ -242,6 +275,7 @@ def row(
         "wall_ratio": r.wall,
         "reliable": ok,
         "load": measured.load.text(),
+        "attempts": measured.attempts,
     }
 
 
@@ -277,8 +311,12 @@ def markdown_row(r: Mapping[str, Any]) -> str:
     if "cpu_ratio" in r:
         pair = f"CPU {r['cpu_ratio']:.3g}x, wall {r['wall_ratio']:.3g}x"
         ratio = f"{r['cpu_ratio']:.3g} (wall {r['wall_ratio']:.3g})"
+        tries = int(r.get("attempts", 1))
         if not r["reliable"]:
-            ratio = f"unreliable: {pair} differ by more than {MARGIN:.0%}"
+            after = f" after {tries} measurements" if tries > 1 else ""
+            ratio = f"unreliable{after}: {pair} differ by more than {MARGIN:.0%}"
+        elif tries > 1:
+            ratio += f", measurement {tries}"
     else:
         ratio = _number(r.get("ratio"))
     holds = r.get("holds")
