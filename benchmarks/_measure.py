@@ -38,7 +38,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +153,7 @@ def interleave(
     *,
     slow_s: float = math.inf,
     before: Callable[[], None] | None = None,
+    around: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
 ) -> Measurement:
     """Time the sides ``fns`` against each other: ``repeats`` samples each, interleaved.
 
@@ -160,10 +161,20 @@ def interleave(
     order rotated by one each round, so no side always follows the same one (the cache and
     allocator state a predecessor leaves is spread over all). A side whose warm-up took more
     than ``slow_s`` wall seconds keeps its warm-up as a sample and stops at 3 samples.
-    ``before`` runs untimed before every call (e.g. touching memory). The garbage collector is
-    off while timing. Call inside :func:`one_thread` for one thread each side.
+    ``before`` runs untimed before every call (e.g. touching memory); ``around`` maps a side to
+    a context (e.g. attaching hooks to a model) entered and left untimed around each of its
+    calls. The garbage collector is off while timing. Call inside :func:`one_thread` for one
+    thread each side.
     """
     names = list(fns)
+    contexts = dict(around or {})
+
+    def timed(name: str) -> tuple[float, float]:
+        if before is not None:
+            before()
+        with contexts.get(name, nullcontext)():
+            return clock(fns[name])
+
     cpu: dict[str, list[float]] = {n: [] for n in names}
     wall: dict[str, list[float]] = {n: [] for n in names}
     wanted = dict.fromkeys(names, repeats)
@@ -172,9 +183,7 @@ def interleave(
     gc.disable()
     try:
         for name in names:
-            if before is not None:
-                before()
-            c, w = clock(fns[name])
+            c, w = timed(name)
             if w > slow_s:
                 cpu[name].append(c)
                 wall[name].append(w)
@@ -183,9 +192,7 @@ def interleave(
             k = r % len(names)
             for name in names[k:] + names[:k]:
                 if len(cpu[name]) < wanted[name]:
-                    if before is not None:
-                        before()
-                    c, w = clock(fns[name])
+                    c, w = timed(name)
                     cpu[name].append(c)
                     wall[name].append(w)
     finally:
