@@ -126,6 +126,15 @@ def clock(fn: Callable[[], Any]) -> tuple[float, float]:
     return c1 - c0, w1 - w0
 
 
+def clocked(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """Call ``fn()`` once: ``(result, cpu_seconds, wall_seconds)``, for a single costly step whose
+    result is needed afterwards (a capture, a page); repeated comparisons use :func:`interleave`."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = fn()
+    w1, c1 = time.perf_counter(), time.process_time()
+    return out, c1 - c0, w1 - w0
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Run the block with one thread in torch (if installed) and in every BLAS/OpenMP pool."""
@@ -154,6 +163,7 @@ def interleave(
     slow_s: float = math.inf,
     before: Callable[[], None] | None = None,
     around: Mapping[str, Callable[[], AbstractContextManager[Any]]] | None = None,
+    warmups: Mapping[str, Callable[[], Any]] | None = None,
 ) -> Measurement:
     """Time the sides ``fns`` against each other: ``repeats`` samples each, interleaved.
 
@@ -163,7 +173,8 @@ def interleave(
     than ``slow_s`` wall seconds keeps its warm-up as a sample and stops at 3 samples.
     ``before`` runs untimed before every call (e.g. touching memory); ``around`` maps a side to
     a context (e.g. attaching hooks to a model) entered and left untimed around each of its
-    calls. The garbage collector is off while timing. Call inside :func:`one_thread` for one
+    calls; ``warmups`` replaces a side's untimed warm-up call (e.g. the same path on a short
+    input, where a full call costs minutes). The garbage collector is off while timing. Call inside :func:`one_thread` for one
     thread each side.
     """
     names = list(fns)
@@ -183,6 +194,10 @@ def interleave(
     gc.disable()
     try:
         for name in names:
+            if warmups is not None and name in warmups:
+                with contexts.get(name, nullcontext)():
+                    warmups[name]()
+                continue
             c, w = timed(name)
             if w > slow_s:
                 cpu[name].append(c)

@@ -1,7 +1,8 @@
 """CoDa core benchmark: every maths function against its peers, and the sink/content decomposition.
 
 Two parts, timed against the anchors a user would otherwise reach for, in the same process, one
-thread each side, interleaved (``benchmarks/_measure.py``):
+thread each side, interleaved (``benchmarks/_measure.py``); the first is measured by
+``benchmarks/bench_maths.py`` (its own section of the results), the second here:
 
 - every public maths function with a peer (closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv,
   perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
@@ -774,8 +775,7 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     with one_thread():
         for case in build_cases(n, quick):  # seconds per call: measured twice at most
             yield from case.rows(r, slow_s=0.5 if quick else SLOW_S, attempts=2)
-        for case in function_cases(QUICK_FN_ROWS if quick else FN_ROWS):
-            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
+    # (the function cases, function_cases below, are benchmarks/bench_maths.py's section)
 
 
 def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> list[Row]:
