@@ -38,6 +38,8 @@ import attncoda as ac
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+from _measure import clocked  # noqa: E402
 
 MODEL = "smollm2-135m"
 LENGTH = 256
@@ -56,12 +58,6 @@ def rows() -> Any:
     with torch.inference_mode(), capture(model, what="rows", tokenizer=tok) as cap:
         model(input_ids=ids, logits_to_keep=1)
     return cap.dataset
-
-
-def _build(make: Any) -> tuple[Any, float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
-    out = make()
-    return out, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def paint_ms(page: Path, mark: str | None) -> float:
@@ -97,7 +93,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             "head_view_256": lambda: ac.head_view(ds, layer=layer, head=head, max_tokens=LENGTH),
         }
         for name, make in makers.items():
-            obj, cpu, wall = _build(make)
+            obj, cpu, wall = clocked(make)
             page = obj.save(folder / f"{name}.html")
             cases[name] = {"page": page, "cpu": cpu, "wall": wall, "paint": []}
             cases[name]["mb"] = page.stat().st_size / 1e6
