@@ -739,6 +739,22 @@ def test_fused_multi_replace_refuses_a_large_delta_and_a_negative_part(rng, smal
         ac.multi_replace(bad, delta=0.6)  # the data's refusal comes first, as unfused
 
 
+def test_distance_and_inner_products_leave_their_inputs_alone(rng, small_blocks):
+    """aitchison_distance subtracts into clr's own result: never into the caller's arrays, also
+    when clr of logits is nearly the input itself, and with a broadcast reference row."""
+    x, y = random_compositions(rng, (30, 7)), random_compositions(rng, (30, 7))
+    zx, zy = np.log(x), np.log(y)
+    for a, b, kw in ((x, y, {}), (zx, zy, {"from_logits": True}), (x, y[0], {})):
+        before = (a.copy(), b.copy())
+        d = ac.aitchison_distance(a, b, **kw)
+        p = ac.paired_inner(a, b, **kw)
+        ca, cb = ac.clr(a, **kw), ac.clr(np.broadcast_to(b, a.shape), **kw)
+        np.testing.assert_allclose(d, np.linalg.norm(ca - cb, axis=-1), atol=TIGHT)
+        np.testing.assert_allclose(p, (ca * cb).sum(-1), atol=TIGHT)
+        np.testing.assert_array_equal(a, before[0])
+        np.testing.assert_array_equal(b, before[1])
+
+
 CPU_CALLS = {
     "closure": lambda x, y: ac.closure(x),
     "clr": lambda x, y: ac.clr(x),
