@@ -853,7 +853,7 @@ def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray
     views = torch_views(x, out) if big else None
     if views is None:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-            return getattr(np, name)(x, out=out)  # type: ignore[no-any-return]
+            return getattr(np, name)(x, out=out)
     getattr(torch_module(), name)(views[0], out=views[1])
     return out
 
