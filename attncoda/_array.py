@@ -72,9 +72,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -678,7 +680,7 @@ def log_composition(
         # stay finite (|log x| < 750), so checking the row sums validates every part in the pass
         # that clr needs anyway. Failures get the precise diagnosis of validate_parts.
         with np.errstate(divide="ignore", invalid="ignore"):
-            log = xp.log(x)
+            log = log_into(x) if isinstance(x, np.ndarray) else xp.log(x)
             total = xp.sum(log, axis=-1, keepdims=True)
         if all_finite(xp, total):
             return LogComposition(xp, log, None, ax, rowsum=total, owned=True)
@@ -689,7 +691,9 @@ def log_composition(
         if require_closed:
             validate_closed(xp, x, visible)
     if visible is None:
-        if allow_zeros:
+        if isinstance(x, np.ndarray):
+            log = log_into(x)
+        elif allow_zeros:
             with np.errstate(divide="ignore"):
                 log = xp.log(x)
         else:
@@ -705,6 +709,8 @@ def log_composition(
 # in cache and the only full-size arrays are the results (fresh memory is costly to fault in).
 ROW_BLOCK_BYTES = 4 << 20
 MIN_BLOCKED_BYTES = 64 << 20
+#: Blocks of two factors and their product (three arrays) that stay in the shared L3 cache.
+PRODUCT_BLOCK_BYTES = 1 << 20
 
 
 def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **kwargs: Any) -> Any:
@@ -800,6 +806,75 @@ def validate_closed(xp: Any, x: Array, visible: Array | None) -> None:
             "close them with attncoda.closure first, or, if the missing mass is a learned sink "
             "(GPT-OSS style rows summing below 1), add it back with attncoda.add_learned_sink"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# elementwise kernels: torch's vectorised float64 log/exp on numpy memory
+
+
+#: Arrays from this size on are worth a torch kernel call (~10 us of overhead per call).
+TORCH_MIN_BYTES = 1 << 16
+
+
+@functools.cache
+def torch_module() -> Any:
+    """torch, or ``None`` where it is not installed (the core works without it)."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        return None
+
+
+def torch_views(*arrays: np.ndarray) -> tuple[Any, ...] | None:
+    """The numpy ``arrays`` as torch tensors sharing their memory, or ``None`` where torch is
+    missing or cannot take them as they are: dtypes other than one float32/float64 dtype (numpy
+    would promote mixed ones), negative strides. Read-only arrays are viewed too (torch's
+    warning about them silenced): callers only read them and write into arrays of their own."""
+    torch = torch_module()
+    if torch is None:
+        return None
+    dtype = arrays[0].dtype
+    if dtype not in (np.float32, np.float64) or any(a.dtype != dtype for a in arrays):
+        return None
+    try:
+        if all(a.flags.writeable for a in arrays):
+            return tuple(torch.from_numpy(a) for a in arrays)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return tuple(torch.from_numpy(a) for a in arrays)
+    except ValueError:  # negative strides
+        return None
+
+
+def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    big = x.dtype == np.float64 and x.nbytes >= TORCH_MIN_BYTES
+    views = torch_views(x, out) if big else None
+    if views is None:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            return getattr(np, name)(x, out=out)
+    getattr(torch_module(), name)(views[0], out=views[1])
+    return out
+
+
+def log_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``numpy.log(x, out=out)`` (``out`` may be ``x``), without floating-point warnings.
+
+    float64 goes through torch where it is installed: numpy's float64 ``log`` and ``exp`` are
+    SIMD only with AVX-512 and otherwise call libm one value at a time, while torch's (SLEEF,
+    1 ulp) are vectorised for AVX2 too: 1.75x (log) and 2.5x (exp) faster on one thread of the
+    development machine (AMD EPYC, AVX2), the dominant cost of clr, alr, ilr, clr_inv and the
+    Aitchison distances. Both are faithful to 1 ulp: results agree with numpy's to ~1e-16
+    relative. float32 (SIMD in numpy with AVX2) and arrays torch cannot view stay in numpy.
+    """
+    return _elementwise("log", x, out)
+
+
+def exp_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``numpy.exp(x, out=out)`` (``out`` may be ``x``), through torch for float64 where
+    installed (see :func:`log_into`), without floating-point warnings."""
+    return _elementwise("exp", x, out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,8 +23,10 @@ from ._array import (
     check_degenerate,
     check_index,
     device_of,
+    exp_into,
     labelled,
     log_composition,
+    log_into,
     nan_rows,
     normalize_axis,
     parts_last,
@@ -148,14 +150,13 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
                 return None
             np.subtract(block, total / n, out=dest)
             continue
+        log_into(block, dest)
         if validate:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                np.log(block, out=dest)
+            with np.errstate(invalid="ignore"):
                 total = np.sum(dest, axis=-1, keepdims=True)
             if not all_finite(np, total):
                 return None
         else:
-            np.log(block, out=dest)
             total = np.sum(dest, axis=-1, keepdims=True)
         dest -= total / n
     return out.reshape(x.shape)
@@ -452,7 +453,7 @@ def _softmax_checked(xp: Any, log: Array, validate: bool, what: str, owned: bool
         if isinstance(log, np.ndarray):
             out = log if owned and log.flags.writeable else np.empty_like(log)
             np.subtract(log, top, out=out)
-            np.exp(out, out=out)
+            exp_into(out, out)
             out /= np.sum(out, axis=-1, keepdims=True)
             return out
         e = xp.exp(log - top)

@@ -28,6 +28,7 @@ from ._array import (
     namespace,
     normalize_axis,
     to_kind,
+    torch_views,
 )
 from ._errors import (
     CompositionError,
@@ -195,7 +196,7 @@ def row_gram(
     strides; integers) stay with numpy, on the CPU. ``device`` (a :class:`torch.device`, checked
     by the caller) runs the product there and brings the result back to the CPU.
     """
-    views = None if backend == "numpy" else _torch_views(a, a if b is None else b)
+    views = None if backend == "numpy" else torch_views(a, a if b is None else b)
     if views is None:
         bt = np.swapaxes(a if b is None else b, -1, -2)
         return np.matmul(a, bt, out=out)
@@ -205,6 +206,9 @@ def row_gram(
     if device is not None:
         ta = ta.to(device)
         tb = ta if b is None else tb.to(device)
+    if out is None and device is None:  # numpy's allocator: huge pages, faulted in ~3x faster
+        lead = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(tb.shape[:-2]))
+        out = np.empty((*lead, a.shape[-2], tb.shape[-2]), dtype=a.dtype)
     if out is not None and device is None and out.flags.c_contiguous and out.flags.writeable:
         torch.matmul(ta, tb.transpose(-1, -2), out=torch.from_numpy(out))
         return out
@@ -213,21 +217,6 @@ def row_gram(
         return res
     out[...] = res
     return out
-
-
-def _torch_views(a: np.ndarray, b: np.ndarray) -> tuple[Any, Any] | None:
-    """``a`` and ``b`` as torch tensors sharing their memory, or None where torch is missing or
-    cannot take them as they are (mixed dtypes, which numpy promotes; negative strides)."""
-    try:
-        import torch
-    except ImportError:  # the core works without torch
-        return None
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64):
-        return None
-    try:
-        return torch.from_numpy(a), torch.from_numpy(b)
-    except ValueError:  # negative strides
-        return None
 
 
 def gram_distances(

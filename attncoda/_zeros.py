@@ -7,17 +7,22 @@ rules shared by every maths function are in :mod:`attncoda._array`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from ._array import (
+    MIN_BLOCKED_BYTES,
+    PRODUCT_BLOCK_BYTES,
     Array,
     Spec,
     labelled,
     log_composition,
     normalize_axis,
+    torch_module,
+    torch_views,
 )
-from ._closure import closure
+from ._closure import closable, closure
 from ._errors import (
     CompositionError,
     NonFiniteError,
@@ -80,6 +85,10 @@ def multi_replace(
             f"delta={delta!r} must lie in (0, 1): it is the value given to each zero of a "
             "closed row; leave it unset for the default 1/D**2"
         )
+    if mask is None and isinstance(x, np.ndarray):
+        fused = _replace_blocks(x, axis, delta_f, validate)
+        if fused is not None:
+            return fused
     closed = closure(x, axis, validate, mask=mask)
     if mask is None and isinstance(closed, np.ndarray) and closed.ndim >= 1:
         ax = normalize_axis(axis, closed.ndim)
@@ -104,6 +113,51 @@ def multi_replace(
         raise _too_large(delta)
     out = xp.where(zero, d * xp.ones_like(data), data * (1 - k * d))
     return lc.restore(lc.zero_invisible(out))
+
+
+def _replace_blocks(x: np.ndarray, axis: int, delta: float | None, validate: bool) -> Any:
+    """:func:`multi_replace` of a large C-contiguous float array with parts last, fused.
+
+    Each block of rows is closed (through torch's row sums and division where installed), its
+    zeros counted and replaced while it is in cache: one pass over memory, where closing and
+    then replacing took five. ``None`` for other input, or when a block fails closure's check
+    (the general path then diagnoses the whole input).
+    """
+    if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.flags.c_contiguous:
+        return None
+    if x.nbytes < MIN_BLOCKED_BYTES or normalize_axis(axis, x.ndim) != x.ndim - 1:
+        return None
+    n = int(x.shape[-1])
+    d = 1.0 / n**2 if delta is None else delta
+    rows = x.reshape(-1, n)
+    out = np.empty_like(rows)
+    total = np.empty((rows.shape[0], 1), dtype=rows.dtype)
+    views = torch_views(rows, out, total)
+    torch = torch_module()
+    step = max(1, PRODUCT_BLOCK_BYTES // (n * rows.itemsize))
+    too_large = False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for start in range(0, rows.shape[0], step):
+            part = slice(start, start + step)
+            block, dest, sums = rows[part], out[part], total[part]
+            if views is None:
+                np.sum(block, axis=-1, keepdims=True, out=sums)
+            else:
+                torch.sum(views[0][part], -1, keepdim=True, out=views[2][part])
+            if validate and not closable(np, block, sums):
+                return None
+            if views is None:
+                np.divide(block, sums, out=dest)
+            else:
+                torch.div(views[0][part], views[2][part], out=views[1][part])
+            zero = dest == 0
+            k = np.count_nonzero(zero, axis=-1, keepdims=True)
+            too_large = too_large or bool((k * d >= 1).any())
+            dest *= 1 - k * d
+            np.copyto(dest, d, where=zero)
+    if too_large:
+        raise _too_large(delta)
+    return out.reshape(x.shape)
 
 
 def _too_large(delta: float | None) -> CompositionError:

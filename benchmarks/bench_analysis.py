@@ -10,8 +10,9 @@ What is measured (one process, the same rows): the real capture of fp32 rows of 
 default). Rows of 64 x 512 x 270 heads would take 18 GB, more than this machine holds, and both
 costs are linear in the number of samples at a fixed length (each sample is one capture forward
 and one pass of comparisons), so the 64-sample figures are the measured ones times 64 / samples;
-the ratio is measured directly. Each path is timed once (minutes each): the machine is shared,
-trust the ratio more than the seconds.
+the ratio is measured directly. Each path is timed once (minutes each) by
+``benchmarks/_measure.py``'s ``clocked``: process CPU seconds (all threads), wall beside them; the
+machine is shared, trust the ratio more than the seconds.
 
 Rows: ``pairwise_<set>_64x512`` for the metric sets ``aitchison`` (the exact sink/content split:
 kept, dropped and split from one Gram matrix), ``gram`` (aitchison, cosine, kl, entropy: the
@@ -32,10 +33,13 @@ import argparse
 import json
 import os
 import platform
-import time
+import sys
 from typing import Any
 
 import attncoda as ac
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import clocked
 
 MODEL = "smollm2-135m"
 TARGET_SAMPLES = 64
@@ -56,14 +60,16 @@ def _rows(samples: int, length: int) -> tuple[Any, float]:
     text = assets.load_text("austen", "prideprejudice")
     ids = tokenizer(text[: samples * length * 8], return_tensors="pt").input_ids
     ids = ids[:, : samples * length].reshape(samples, length)
-    with torch.no_grad():
-        model(input_ids=ids[:1, :16])  # warm-up outside the timing
-        start = time.perf_counter()
+
+    def rows() -> Any:
         with capture(model, what="rows") as cap:
             model(input_ids=ids)
-        ds = cap.dataset
-        elapsed = time.perf_counter() - start
-    return ds, elapsed
+        return cap.dataset
+
+    with torch.no_grad():
+        model(input_ids=ids[:1, :16])  # warm-up outside the timing
+        ds, cpu, _ = clocked(rows)
+    return ds, cpu
 
 
 def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]:
@@ -76,9 +82,7 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
     for name, metrics in SETS.items():
         if quick and name == "all":
             continue
-        start = time.perf_counter()
-        cmp = ac.head_comparisons(ds, metrics)
-        project_s = time.perf_counter() - start
+        cmp, project_s, wall_s = clocked(lambda metrics=metrics: ac.head_comparisons(ds, metrics))
         assert cmp.sizes["unit_a"] == 270
         ratio = (project_s * scale) / (capture_s * anchor_scale)
         out.append(
@@ -93,6 +97,7 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
                 "target": "ratio < 1 (cheaper than the capture forward that produced the rows)",
                 "holds": bool(ratio < 1),
                 "measured_s": {"comparisons": round(project_s, 2), "capture": round(capture_s, 2)},
+                "comparisons_wall_s": round(wall_s, 2),
                 "measured_size": f"{n} samples x {length} tokens, 270 heads, "
                 f"{int(cmp.n_rows)} compared rows",
             }
@@ -115,9 +120,7 @@ def _on_gpu(ds: Any, capture_s: float, scale: float) -> dict[str, Any]:
         row["benchmark"] += " (skipped: no CUDA device)"
         return row
     ac.head_comparisons(ds.isel(sample=[0], query=slice(0, 64)), device="cuda")  # warm-up
-    start = time.perf_counter()
-    ac.head_comparisons(ds, ac.METRICS, device="cuda")
-    project_s = time.perf_counter() - start
+    _, project_s, _ = clocked(lambda: ac.head_comparisons(ds, ac.METRICS, device="cuda"))
     row.update(
         project_s=round(project_s * scale, 2),
         ratio=round(project_s / capture_s, 3),

@@ -1,7 +1,8 @@
 """ARACH benchmark: the fast hub path and the naive dense-mask path vs the plain forward.
 
 SmolLM2-135M (the offline asset, fp32, CPU, batch 1) on real Austen tokens. Three paths, timed
-in one process, alternating, medians of ``--repeats``:
+in one process by ``benchmarks/_measure.py`` (interleaved, order rotated, process CPU time beside
+wall time, medians of ``--repeats``, load stated):
 
 - ``plain``: the model's own forward (SDPA, causal), ARACH off;
 - ``fast``: :class:`attncoda.hooks.arach.Arach` (mode ``"fast"``): causal attention over the verbal
@@ -20,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+from contextlib import nullcontext
 from typing import Any
 
+from _measure import interleave, one_thread, row
 from bench_capture import _tokens  # the same Austen tokens as the capture benchmark
 
 MODEL = "smollm2-135m"
@@ -48,24 +49,21 @@ def measure(
         "fast": lambda: fast(input_ids=ids),
         "dense": lambda: dense(input_ids=ids),
     }
-    times: dict[str, list[float]] = {k: [] for k in paths}
     with torch.no_grad():
         check = (fast(input_ids=ids).logits - dense(input_ids=ids).logits).abs().max().item()
-        for fn in paths.values():  # warm-up
-            fn()
-        for _ in range(repeats):
-            for name, fn in paths.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+        with one_thread() if threads == 1 else nullcontext():
+            measured = interleave(paths, repeats)
+    med = {k: measured[k].cpu_median for k in paths}
     return {
         "model": model_name,
         "length": length,
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "seconds": med,
-        "all_seconds": times,
+        "wall_seconds": {k: measured[k].wall_median for k in paths},
+        "all_seconds": {k: list(measured[k].cpu) for k in paths},
+        "load": measured.load.text(),
+        "measured": measured,
         "fast_over_plain": med["fast"] / med["plain"],
         "dense_over_plain": med["dense"] / med["plain"],
         "dense_over_fast": med["dense"] / med["fast"],
@@ -77,26 +75,24 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run``: fast and dense ARACH vs the plain forward."""
     length = 256 if quick else 1024
     r = measure(length, 1 if quick else 3, threads=1)
-    s = r["seconds"]
+    m = r["measured"]
     return [
-        {
-            "benchmark": f"ARACH fast forward, SmolLM2, T={length}",
-            "project_s": s["fast"],
-            "anchor": "plain forward",
-            "anchor_s": s["plain"],
-            "ratio": r["fast_over_plain"],
-            "target": "<= 2.3x",
-            "holds": r["fast_over_plain"] <= 2.3,
-        },
-        {
-            "benchmark": f"ARACH naive dense 2T x 2T mask, T={length} (reference)",
-            "project_s": s["dense"],
-            "anchor": "plain forward",
-            "anchor_s": s["plain"],
-            "ratio": r["dense_over_plain"],
-            "target": "(reported)",
-            "holds": None,
-        },
+        row(
+            f"ARACH fast forward, SmolLM2, T={length}",
+            m,
+            "fast",
+            "plain",
+            2.3,
+            anchor_label="plain forward",
+        ),
+        row(
+            f"ARACH naive dense 2T x 2T mask, T={length} (reference)",
+            m,
+            "dense",
+            "plain",
+            None,
+            anchor_label="plain forward",
+        ),
     ]
 
 
@@ -123,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+            json.dump(
+                [{k: v for k, v in r.items() if k != "measured"} for r in results], fh, indent=1
+            )
     return 0
 
 

@@ -25,12 +25,13 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import clocked, interleave
 
 MODEL = "smollm2-135m"
 QWEN = "qwen2.5-coder-1.5b"
@@ -148,7 +149,7 @@ def time_paths(
     model_name: str = MODEL,
     warmup_length: int | None = None,
 ) -> dict[str, float]:
-    """Median seconds per path, alternating paths in one process.
+    """Median CPU seconds per path, interleaved in one process (``benchmarks/_measure.py``).
 
     The warm-up runs every path once at ``warmup_length`` tokens (default: ``length``).
     """
@@ -158,15 +159,8 @@ def time_paths(
     if not include_eager:
         paths.pop("eager_output_attentions")
     warm = _paths(model, ids[:, :warmup_length]) if warmup_length else paths
-    for name in paths:  # warm-up
-        warm[name]()
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(repeats):
-        for name, fn in paths.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(v) for name, v in times.items()}
+    measured = interleave(paths, repeats, warmups={name: warm[name] for name in paths})
+    return {name: measured[name].cpu_median for name in paths}
 
 
 def _peak_child(path: str, length: int) -> None:
@@ -176,9 +170,7 @@ def _peak_child(path: str, length: int) -> None:
     _paths(model, ids[:, :64])[path]()  # warm-up: one-time costs are not the path's
     fn = _paths(model, ids)[path]
     with PeakRSS() as mem:
-        start = time.perf_counter()
-        out = fn()
-        elapsed = time.perf_counter() - start
+        out, _, elapsed = clocked(fn)
     del out
     print(
         json.dumps(
@@ -308,13 +300,15 @@ def dtype_error(length: int = 512) -> dict[str, Any]:
     out: dict[str, Any] = {"length": length}
     sets = {}
     for dtype in ("float32", "float16"):
-        with torch.no_grad(), capture(model, what="rows", dtype=dtype) as cap:
+        with torch.no_grad(), capture(model, what="rows", dtype=dtype):
             model(input_ids=ids)  # warm-up
-        c0 = time.process_time()
-        with torch.no_grad(), capture(model, what="rows", dtype=dtype) as cap:
-            model(input_ids=ids)
-        sets[dtype] = cap.dataset
-        out[f"{dtype}_cpu_s"] = time.process_time() - c0
+
+        def kept_rows(dtype: str = dtype) -> Any:
+            with torch.no_grad(), capture(model, what="rows", dtype=dtype) as cap:
+                model(input_ids=ids)
+            return cap.dataset
+
+        sets[dtype], out[f"{dtype}_cpu_s"], _ = clocked(kept_rows)
         out[f"{dtype}_gb"] = sets[dtype].log_attn.nbytes / 1e9
     names = ("sink_share", "entropy", "content_entropy")
     diffs: dict[str, list[Any]] = {n: [] for n in names}

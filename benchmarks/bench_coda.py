@@ -1,7 +1,8 @@
 """CoDa core benchmark: every maths function against its peers, and the sink/content decomposition.
 
 Two parts, timed against the anchors a user would otherwise reach for, in the same process, one
-thread each side, interleaved (``benchmarks/_measure.py``):
+thread each side, interleaved (``benchmarks/_measure.py``); the first is measured by
+``benchmarks/bench_maths.py`` (its own section of the results), the second here:
 
 - every public maths function with a peer (closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv,
   perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
@@ -41,7 +42,15 @@ import numpy as np
 import attncoda as ac
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import MARGIN, TABLE_HEAD, interleave, markdown_row, one_thread, row
+from _measure import (
+    ATTEMPTS,
+    MARGIN,
+    TABLE_HEAD,
+    interleave_reliable,
+    markdown_row,
+    one_thread,
+    row,
+)
 
 D = 64  # parts per row (keys)
 HEADS = 270  # SmolLM2-135M: 30 layers x 9 heads
@@ -95,11 +104,17 @@ class Case:
     extrapolate: dict[str, float] = field(default_factory=dict)  # anchor label -> factor
     warm_bytes: int = 0  # memory touched before each timed call (see prefault)
 
-    def rows(self, repeats: int, slow_s: float = SLOW_S) -> list[Row]:
+    def rows(self, repeats: int, slow_s: float = SLOW_S, attempts: int = ATTEMPTS) -> list[Row]:
         fns = {"__project__": self.project} | {a: f for a, f, _ in self.anchors}
         warm = self.warm_bytes
-        measured = interleave(
-            fns, repeats, slow_s=slow_s, before=(lambda: prefault(warm)) if warm else None
+        pairs = [("__project__", a, self.extrapolate.get(a, 1.0)) for a, _, _ in self.anchors]
+        measured = interleave_reliable(
+            fns,
+            repeats,
+            pairs,
+            attempts=attempts,
+            slow_s=slow_s,
+            before=(lambda: prefault(warm)) if warm else None,
         )
         return [
             row(
@@ -758,10 +773,9 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     n = rows or (QUICK_ROWS if quick else FULL_ROWS)
     r = repeats or (3 if quick else 5)
     with one_thread():
-        for case in build_cases(n, quick):
-            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
-        for case in function_cases(QUICK_FN_ROWS if quick else FN_ROWS):
-            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S)
+        for case in build_cases(n, quick):  # seconds per call: measured twice at most
+            yield from case.rows(r, slow_s=0.5 if quick else SLOW_S, attempts=2)
+    # (the function cases, function_cases below, are benchmarks/bench_maths.py's section)
 
 
 def run(quick: bool = False, rows: int | None = None, repeats: int | None = None) -> list[Row]:

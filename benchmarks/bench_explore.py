@@ -38,6 +38,8 @@ import attncoda as ac
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+from _measure import clocked  # noqa: E402
 
 MODEL = "smollm2-135m"
 LENGTH = 256
@@ -49,12 +51,6 @@ def rows() -> Any:
     from attncoda.hooks.demo import passage_rows
 
     return passage_rows(MODEL, LENGTH)
-
-
-def _build(make: Any) -> tuple[Any, float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
-    out = make()
-    return out, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def paint_ms(page: Path, mark: str | None) -> float:
@@ -90,7 +86,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             "head_view_256": lambda: ac.head_view(ds, layer=layer, head=head, max_tokens=LENGTH),
         }
         for name, make in makers.items():
-            obj, cpu, wall = _build(make)
+            obj, cpu, wall = clocked(make)
             page = obj.save(folder / f"{name}.html")
             cases[name] = {"page": page, "cpu": cpu, "wall": wall, "paint": []}
             cases[name]["mb"] = page.stat().st_size / 1e6

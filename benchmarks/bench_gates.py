@@ -1,7 +1,8 @@
 """Gates benchmark: perplexity evaluation with head gates active vs the plain forward.
 
 SmolLM2-135M (the offline asset, fp32, CPU, batch 1) on real Moby-Dick windows. Paths, timed
-in one process, alternating, medians of ``--repeats``:
+in one process by ``benchmarks/_measure.py`` (interleaved, order rotated, process CPU time beside
+wall time, medians of ``--repeats``, load stated):
 
 ``forward``
     ``model(input_ids=w)`` for every window (SDPA, no loss): the anchor.
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
+
+from _measure import interleave, one_thread, row
 
 MODEL = "smollm2-135m"
 
@@ -75,21 +77,15 @@ def measure(
     threads: int | None = None,
     fraction: float = 0.3,
 ) -> dict[str, Any]:
-    """Medians of the four paths, alternating, after one warm-up round."""
+    """Medians (CPU time) of the four paths, interleaved after one warm-up each."""
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     info, paths = _setup(window, windows, fraction)
-    for fn in paths.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(repeats):
-        for name, fn in paths.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
+    with one_thread() if threads == 1 else nullcontext():
+        measured = interleave(paths, repeats)
+    med = {name: measured[name].cpu_median for name in paths}
     return {
         **info,
         "window": window,
@@ -99,24 +95,25 @@ def measure(
         "median_s": {k: round(v, 4) for k, v in med.items()},
         "ratio_to_forward": {k: round(v / med["forward"], 3) for k, v in med.items()},
         "ratio_to_perplexity": {k: round(v / med["perplexity"], 3) for k, v in med.items()},
+        "wall_s": {k: round(measured[k].wall_median, 4) for k in paths},
+        "load": measured.load.text(),
+        "measured": measured,
     }
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run``: gated perplexity evaluation vs the plain forward."""
     r = measure(window=256 if quick else 512, repeats=3 if quick else 9, threads=1)
-    med = r["median_s"]
     return [
-        {
-            "benchmark": f"perplexity with {path} gates on {r['heads_gated']} of "
-            f"{r['n_heads']} heads, T={r['window']}",
-            "project_s": med[path],
-            "anchor": "plain forward",
-            "anchor_s": med["forward"],
-            "ratio": med[path] / med["forward"],
-            "target": "<= 1.1x",
-            "holds": med[path] / med["forward"] <= 1.1,
-        }
+        row(
+            f"perplexity with {path} gates on {r['heads_gated']} of {r['n_heads']} heads, "
+            f"T={r['window']}",
+            r["measured"],
+            path,
+            "forward",
+            1.1,
+            anchor_label="plain forward",
+        )
         for path in ("gated-zero", "gated-mean")
     ]
 
@@ -130,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--fraction", type=float, default=0.3)
     args = parser.parse_args(argv)
     result = measure(args.window, args.windows, args.repeats, args.threads, args.fraction)
-    print(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "measured"}, indent=2))
     return result
 
 

@@ -2,8 +2,9 @@
 
 At inference an RPA model adds its cached ``B(T)`` (no membership computation, no controller)
 through attncoda's registered attention function, as a float additive mask. The target of the
-issue: RPA inference at most 1.05x the baseline forward. Measured in one process, alternating the
-paths, medians of ``--repeats`` (the machines are shared and noisy: trust the ratios):
+issue: RPA inference at most 1.05x the baseline forward. Measured in one process by
+``benchmarks/_measure.py`` (interleaved, order rotated, process CPU time beside wall time, medians
+of ``--repeats``, load stated; the machines are shared and noisy: trust the ratios):
 
 ``sdpa``
     the model's plain forward (SDPA with ``is_causal``), no plug-in: the baseline.
@@ -26,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from _measure import Measurement, interleave
+from _measure import row as measure_row
 
 
 def _small_model() -> Any:
@@ -78,30 +79,21 @@ def _paths(model: Any, prior: Any, ids: torch.Tensor) -> dict[str, tuple[Any, Ca
     }
 
 
-def _measure(paths: dict[str, tuple[Any, Callable[[], None]]], repeats: int) -> dict[str, float]:
-    for ctx, fn in paths.values():  # warm up (and fill the bias cache)
-        with ctx():
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in paths}
-    for _ in range(repeats):
-        for name, (ctx, fn) in paths.items():
-            with ctx():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+def _measure(paths: dict[str, tuple[Any, Callable[[], None]]], repeats: int) -> Measurement:
+    """The paths interleaved (``benchmarks/_measure.py``), each inside its context (entered and
+    left untimed: a deployed RPA model is attached once)."""
+    fns = {k: fn for k, (_, fn) in paths.items()}
+    return interleave(fns, repeats, around={k: ctx for k, (ctx, _) in paths.items()})
 
 
 def _attach_cost(model: Any, prior: Any, repeats: int) -> float:
     from attncoda.hooks import rpa
 
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    def attach_detach() -> None:
         with rpa.attached(model, prior):
             pass
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+
+    return interleave({"attach": attach_detach}, repeats)["attach"].cpu_median
 
 
 def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, Any]:
@@ -109,7 +101,8 @@ def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, 
 
     prior = rpa.RPAPrior.for_model(model, max_positions=ids.shape[-1])
     prior.calibrate(model, [ids])
-    med = _measure(_paths(model, prior, ids), repeats)
+    measured = _measure(_paths(model, prior, ids), repeats)
+    med = {k: measured[k].cpu_median for k in measured.sides}
     row = {
         "case": label,
         "batch": int(ids.shape[0]),
@@ -118,6 +111,8 @@ def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, 
         "rpa_ratio": med["rpa"] / med["sdpa"],
         "float_mask_ratio": med["float_mask"] / med["sdpa"],
         "attach_detach_s": _attach_cost(model, prior, repeats),
+        **{f"{k}_wall_s": measured[k].wall_median for k in measured.sides},
+        "load": measured.load.text(),
     }
     print(
         f"{label:<28} b={row['batch']:<3} T={row['length']:<5} sdpa {med['sdpa'] * 1e3:8.1f} ms  "
@@ -126,7 +121,7 @@ def _case(label: str, model: Any, ids: torch.Tensor, repeats: int) -> dict[str, 
         f"{row['attach_detach_s'] * 1e3:.1f} ms",
         flush=True,
     )
-    return row
+    return row, measured
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -151,17 +146,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         cases.append(("SmolLM2-135M (Persuasion)", model, ids))
     rows = []
     for label, model, ids in cases:
-        r = _case(label, model, ids, repeats)
+        r, measured = _case(label, model, ids, repeats)
+        name = f"RPA inference, {label}, b={r['batch']} T={r['length']}"
         rows.append(
-            {
-                "benchmark": f"RPA inference, {label}, b={r['batch']} T={r['length']}",
-                "project_s": r["rpa_s"],
-                "anchor": "baseline SDPA forward",
-                "anchor_s": r["sdpa_s"],
-                "ratio": r["rpa_ratio"],
-                "target": "<= 1.05x",
-                "holds": r["rpa_ratio"] <= 1.05,
-            }
+            measure_row(name, measured, "rpa", "sdpa", 1.05, anchor_label="baseline SDPA forward")
         )
     return rows
 
@@ -180,14 +168,14 @@ def main() -> None:
     small = _small_model()
     for batch, length in ((16, 128), (1, 512)):
         ids = torch.randint(0, 4096, (batch, length), generator=gen)
-        rows.append(_case("small Llama (case study)", small, ids, args.repeats))
+        rows.append(_case("small Llama (case study)", small, ids, args.repeats)[0])
     from attncoda.hooks import assets
 
     if assets.is_fetched("smollm2-135m") and assets.is_fetched("austen"):
         model, tok = assets.load_model("smollm2-135m")
         text = assets.load_text("austen", "persuasion")
         ids = tok(text[: args.length * 8], return_tensors="pt").input_ids[:, : args.length]
-        rows.append(_case("SmolLM2-135M (Persuasion)", model, ids, args.repeats))
+        rows.append(_case("SmolLM2-135M (Persuasion)", model, ids, args.repeats)[0])
     else:
         print("SmolLM2-135M or austen not fetched: `attncoda fetch smollm2-135m austen`")
     if args.json:

@@ -194,15 +194,18 @@ def _measure_child(path: str, length: int, threads: int) -> dict[str, Any]:
     fn = make(ids)
     try:
         with bc.PeakRSS() as mem:
-            start = time.perf_counter()
-            out = fn()
-            elapsed = time.perf_counter() - start
+            out, cpu, elapsed = bc.clocked(fn)
         del out
     except Exception as exc:
         if _is_oom(exc):
             return {"error": f"OOM: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"}
         raise
-    return {"seconds": elapsed, "extra_gb": mem.growth_gb, "before_gb": (mem.before or 0) / 1e9}
+    return {
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "extra_gb": mem.growth_gb,
+        "before_gb": (mem.before or 0) / 1e9,
+    }
 
 
 def _max_abs(a: Any, b: Any) -> float:

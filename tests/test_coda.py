@@ -656,6 +656,105 @@ def test_multi_replace_in_place_matches_the_definition(rng):
     np.testing.assert_allclose(ac.multi_replace(x), expected, atol=1e-15)
 
 
+FUSED_CALLS = {
+    "perturb": lambda x, y, z: ac.perturb(x, y),
+    "perturb_inv": lambda x, y, z: ac.perturb_inv(x, y),
+    "power 2": lambda x, y, z: ac.power(x, 2.0),
+    "power -1.5": lambda x, y, z: ac.power(x, -1.5),
+    "multi_replace": lambda x, y, z: ac.multi_replace(z),
+    "clr": lambda x, y, z: ac.clr(x),
+    "clr_inv": lambda x, y, z: ac.clr_inv(np.log(x)),
+    "aitchison_distance": lambda x, y, z: ac.aitchison_distance(x, y),
+}
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """The fused block paths for small arrays: many blocks of a few rows, torch kernels on."""
+    from attncoda import _array, _closure, _geometry, _zeros
+
+    for module in (_array, _closure, _geometry, _zeros):
+        for name, value in (
+            ("MIN_BLOCKED_BYTES", 1),
+            ("PRODUCT_BLOCK_BYTES", 3 * 8 * 13),
+            ("TORCH_MIN_BYTES", 1),
+        ):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, value)
+
+
+def _with_zeros(x):
+    z = x.copy()
+    z[x < np.quantile(x, 0.1)] = 0.0
+    return z
+
+
+@pytest.mark.parametrize("parts", [2, 3, 9, 64, 513])
+@pytest.mark.parametrize("name", sorted(FUSED_CALLS))
+def test_fused_blocks_match_the_general_path_and_leave_inputs_alone(
+    rng, small_blocks, monkeypatch, name, parts
+):
+    """Blocks of 13 rows or fewer (odd widths, a last block cut short), torch's kernels and
+    numpy's: the one-shot general path's numbers (lists take it), inputs untouched."""
+    from attncoda import _array
+
+    x = random_compositions(rng, (40, parts))
+    y = random_compositions(rng, (40, parts))
+    z = _with_zeros(x)
+    copies = [a.copy() for a in (x, y, z)]
+    call = FUSED_CALLS[name]
+    fused = call(x, y, z)
+    general = np.asarray(call(x.tolist(), y.tolist(), z.tolist()))
+    for arr, before in zip((x, y, z), copies, strict=True):
+        np.testing.assert_array_equal(arr, before)
+    np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
+    monkeypatch.setattr(_array, "torch_module", lambda: None)  # as without torch installed
+    np.testing.assert_allclose(call(x, y, z), fused, atol=TIGHT, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("fn", "error"),
+    [
+        (lambda x, y: ac.perturb_inv(x, y), ac.NonFiniteError),
+        (lambda x, y: ac.perturb(x, y), ac.NonFiniteError),
+        (lambda x, y: ac.power(y, 2.0), ac.NonFiniteError),
+        (lambda x, y: ac.multi_replace(y), ac.NonFiniteError),
+    ],
+)
+def test_fused_blocks_refuse_an_infinite_part_in_a_late_block(rng, small_blocks, fn, error):
+    x = random_compositions(rng, (40, 9))
+    y = random_compositions(rng, (40, 9))
+    y[-2, 4] = np.inf  # x / inf is 0: only the divisor's own check sees it
+    with pytest.raises(error):
+        fn(x, y)
+
+
+def test_fused_multi_replace_refuses_a_large_delta_and_a_negative_part(rng, small_blocks):
+    x = _with_zeros(random_compositions(rng, (40, 9)))
+    with pytest.raises(ac.CompositionError, match="too large"):
+        ac.multi_replace(x, delta=0.6)
+    bad = x.copy()
+    bad[-1, 3] = -0.1
+    with pytest.raises(ac.NegativePartError):
+        ac.multi_replace(bad, delta=0.6)  # the data's refusal comes first, as unfused
+
+
+def test_distance_and_inner_products_leave_their_inputs_alone(rng, small_blocks):
+    """aitchison_distance subtracts into clr's own result: never into the caller's arrays, also
+    when clr of logits is nearly the input itself, and with a broadcast reference row."""
+    x, y = random_compositions(rng, (30, 7)), random_compositions(rng, (30, 7))
+    zx, zy = np.log(x), np.log(y)
+    for a, b, kw in ((x, y, {}), (zx, zy, {"from_logits": True}), (x, y[0], {})):
+        before = (a.copy(), b.copy())
+        d = ac.aitchison_distance(a, b, **kw)
+        p = ac.paired_inner(a, b, **kw)
+        ca, cb = ac.clr(a, **kw), ac.clr(np.broadcast_to(b, a.shape), **kw)
+        np.testing.assert_allclose(d, np.linalg.norm(ca - cb, axis=-1), atol=TIGHT)
+        np.testing.assert_allclose(p, (ca * cb).sum(-1), atol=TIGHT)
+        np.testing.assert_array_equal(a, before[0])
+        np.testing.assert_array_equal(b, before[1])
+
+
 CPU_CALLS = {
     "closure": lambda x, y: ac.closure(x),
     "clr": lambda x, y: ac.clr(x),
