@@ -84,6 +84,7 @@ import numpy as np
 import xarray as xr
 
 from ._errors import (
+    AxisOutOfRangeError,
     CompositionError,
     DeviceMismatchError,
     NegativePartError,
@@ -356,7 +357,7 @@ def normalize_axis(axis: object, ndim: int) -> int:
         raise ShapeMismatchError("expected an array with a parts axis, got a scalar")
     ax = int(axis)  # type: ignore[call-overload]
     if not -ndim <= ax < ndim:
-        raise ShapeMismatchError(f"axis {ax} is out of range for an array with {ndim} dims")
+        raise AxisOutOfRangeError(f"axis {ax} is out of range for an array with {ndim} dims")
     return ax % ndim
 
 
@@ -752,14 +753,13 @@ def log_composition(
         if require_closed:
             validate_closed(xp, x, visible, source=source)
     if visible is None:
-        if allow_zeros:
-            with np.errstate(divide="ignore"):
-                log = xp.log(x)
-        else:
+        # validated parts are > 0 (>= 0 with allow_zeros); unvalidated ones (validate=False)
+        # give NaN/-inf where they are invalid, silently, as the caller asked
+        with np.errstate(divide="ignore", invalid="ignore"):
             log = xp.log(x)
     else:
         safe = xp.where(visible, x, xp.ones_like(x))
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
     return LogComposition(xp, log, visible, ax, owned=True)
 
