@@ -227,6 +227,25 @@ def _netcdf_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def require_dataset(value: Any, where: str) -> None:
+    """Refuse, in one line, anything but an :class:`xarray.Dataset` where ``where`` needs one
+    (a DataArray such as ``ds.log_attn``, an array, a path, None).
+
+    Raises
+    ------
+    SchemaError
+    """
+    if isinstance(value, xr.Dataset):
+        return
+    if isinstance(value, xr.DataArray):
+        hint = "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
+    elif isinstance(value, (str, os.PathLike)):
+        hint = f"; load the file first: ac.load({str(value)!r})"
+    else:
+        hint = "; pass a capture (cap.dataset, ac.load(path)) or analysis results"
+    raise SchemaError(f"{where} takes an xarray.Dataset, got {type(value).__name__}{hint}")
+
+
 def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     """Check that ``ds`` follows the schema; raise :class:`SchemaError` naming what is wrong.
 
@@ -260,15 +279,7 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     ...
     attncoda._data.SchemaError: log_attn has values above 0 (up to 1); log-probabilities are <= 0
     """
-    if not isinstance(ds, xr.Dataset):
-        hint = (
-            "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
-            if isinstance(ds, xr.DataArray)
-            else ""
-        )
-        raise SchemaError(
-            f"validate_dataset takes an xarray.Dataset, got {type(ds).__name__}{hint}"
-        )
+    require_dataset(ds, "validate_dataset")
     present = [v for v in (*SUMMARY_VARIABLES, "log_attn") if v in ds.data_vars]
     if not present:
         raise SchemaError("dataset has neither summaries nor log_attn; is it an attncoda capture?")
@@ -710,8 +721,7 @@ def save(
     """
     from ._atomic import deferred_interrupt, sweep, target_lock
 
-    if not isinstance(ds, xr.Dataset):
-        raise SchemaError(f"save() takes an xarray.Dataset, got {type(ds).__name__}")
+    require_dataset(ds, "save()")
     target = Path(path).expanduser()
     fmt = _format(target, format)
     validate_dataset(ds)

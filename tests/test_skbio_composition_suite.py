@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import unittest
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 
 import attncoda as ac
+from conftest import vendored_module
 
 pytest.importorskip("skbio", reason="the vendored tests import scikit-bio")
 pytest.importorskip("pandas", reason="the vendored tests import pandas")
@@ -117,11 +117,7 @@ THEIR_MESSAGES = {
 
 
 def _vendored_module():
-    spec = importlib.util.spec_from_file_location("_skbio_composition_tests", VENDORED)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return vendored_module("skbio_test_composition_base.py", "_skbio_composition_tests")
 
 
 THEIRS = _vendored_module()
