@@ -529,6 +529,22 @@ def test_nested_captures_of_a_model_and_its_submodel_are_refused(llama, batch, o
     assert again.dataset.sizes["sample"] == 2
 
 
+def test_a_learned_sink_capture_marks_and_releases_its_modules():
+    """sink='learned' looks up the attention modules: the capture's record of which modules it
+    holds (for the nesting check) must stay their ids, and be released after the block."""
+    model = zoo.tiny_twin("gpt_oss")
+    b = zoo.tiny_batch(model, length=8)
+    before = set(capture_module._CAPTURING)
+    with capture(model, sink="learned", layers=[0]) as cap:
+        assert all(isinstance(i, int) for i in capture_module._CAPTURING)
+        with pytest.raises(CaptureError, match="cannot be nested"):
+            with capture(model.model):
+                pass
+        forward(model, b)
+    assert capture_module._CAPTURING == before
+    assert cap.dataset.sizes["sample"] == 2
+
+
 @pytest.mark.parametrize(
     "inputs",
     [

@@ -995,8 +995,8 @@ def capture(
             f"tokenizer={_show(tokenizer)} has no decode(); pass the model's tokenizer "
             "(e.g. from transformers.AutoTokenizer or attncoda.hooks.zoo.load) or None"
         )
-    modules = _modules_of(model)
-    if modules & _CAPTURING:  # the model, a part of it, or a model it is part of
+    module_ids = _modules_of(model)
+    if module_ids & _CAPTURING:  # the model, a part of it, or a model it is part of
         raise CaptureError(
             "captures of one model cannot be nested (also not of a model and its submodel, "
             "e.g. model and model.model); finish the outer capture first"
@@ -1044,7 +1044,7 @@ def capture(
         if layer in session.layers:
             _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
 
-    _CAPTURING.update(modules)
+    _CAPTURING.update(module_ids)
     hooks = [
         model.register_forward_pre_hook(_before_forward(session), with_kwargs=True),
         model.register_forward_hook(_after_forward(session)),
@@ -1070,7 +1070,7 @@ def capture(
         _rollback(session)
         session.closed = True
         session.forward = None
-        _CAPTURING.difference_update(modules)
+        _CAPTURING.difference_update(module_ids)
 
 
 _CAPTURING: set[int] = set()  # ids of the modules of models inside a capture block
