@@ -86,6 +86,7 @@ import numpy as np
 import xarray as xr
 
 from ._errors import (
+    AxisOutOfRangeError,
     CompositionError,
     DeviceMismatchError,
     NegativePartError,
@@ -155,18 +156,47 @@ def first_tensor(*arrays: object) -> Any:
 def _as_numpy(x: Any, what: str) -> np.ndarray:
     """``numpy.asarray(x)`` with a readable refusal for ragged nested lists and for numpy
     masked arrays (whose mask ``asarray`` would drop silently)."""
+    if hasattr(x, "tocoo") and hasattr(x, "nnz"):  # a scipy.sparse array or matrix
+        raise CompositionError(
+            f"{what} is a scipy sparse {type(x).__name__}; its absent entries would be zero "
+            f"parts: convert it with `{what}.toarray()` and mark structural zeros with mask="
+        )
     if isinstance(x, np.ma.MaskedArray) and np.ma.getmaskarray(x).any():
         raise CompositionError(
             f"{what} is a numpy masked array; attncoda does not read numpy masks (the masked "
             f"values would count): pass {what}.data with mask=~{what}.mask (True = visible part)"
         )
     try:
-        return np.asarray(x)
+        arr = np.asarray(x)
+        # np.matrix (and other subclasses) change what reductions and indexing return: compute
+        # on the plain array, as every result is one
+        return arr if type(arr) is np.ndarray else arr.view(np.ndarray)
     except (ValueError, TypeError):
         raise ShapeMismatchError(
             f"{what} is not a rectangular array (nested rows of different lengths?); give rows "
             "of equal length and mark missing parts with mask="
         ) from None
+
+
+def _check_tensor(x: Any, what: str) -> None:
+    """Refuse tensors that hold no dense values attncoda could read: meta (shapes only),
+    sparse (every layout but strided) and nested (ragged) tensors."""
+    if x.is_meta:
+        raise CompositionError(
+            f"{what} is a meta tensor (a shape without values); load or compute its values "
+            "first (e.g. `x.to_empty(device='cpu')` then fill it, or load the weights)"
+        )
+    if getattr(x, "is_nested", False):
+        raise ShapeMismatchError(
+            f"{what} is a nested (ragged) tensor; pad its rows to one length and mark the "
+            "missing parts with mask= (e.g. `x.to_padded_tensor(0.0)`)"
+        )
+    if str(x.layout) != "torch.strided":
+        raise CompositionError(
+            f"{what} is a sparse tensor ({str(x.layout).replace('torch.', '')}); its absent "
+            "entries would be zero parts: convert it with `x.to_dense()` and mark structural "
+            "zeros with mask="
+        )
 
 
 def _check_numeric_dtype(dtype: Any, what: str, allow_bool: bool) -> str:
@@ -196,6 +226,7 @@ def to_kind(x: Any, xp: Any, like: Any, what: str = "x") -> Array:
     they are (a tensor is never converted to numpy).
     """
     if _is_torch(x):
+        _check_tensor(x, what)
         return x
     arr = _as_numpy(x, what)
     if like is None or not _is_torch(like):
@@ -249,9 +280,41 @@ def as_bool(mask: Array, xp: Any, like: Array, what: str = "mask") -> Array:
     return mask
 
 
-def tolerance(dtype: Any) -> float:
-    """Closure tolerance for rows of ``dtype`` (1e-6 in float64, 1e-4 in float32)."""
-    return 1e-6 if "64" in str(dtype) else 1e-4
+def epsilon(dtype: Any) -> float:
+    """Machine epsilon of a numpy or torch float dtype (bfloat16's 2**-7 included); 0 for
+    integers (exact)."""
+    name = str(dtype).replace("torch.", "")
+    if name == "bfloat16":
+        return 2.0**-7
+    if name.startswith("float8"):
+        return 2.0**-2 if "e5m2" in name else 2.0**-3
+    try:
+        kind = np.dtype(name)
+    except TypeError:
+        return 0.0
+    return float(np.finfo(kind).eps) if kind.kind == "f" else 0.0
+
+
+def tolerance(dtype: Any, n_parts: int = 1, *, source: Any = None) -> float:
+    """Closure tolerance for rows of ``n_parts`` values computed in ``dtype``.
+
+    1e-6 in float64 and 1e-4 in float32, and never less than the rounding a closed row can
+    carry: its values rounded once to the precision they were given in (``source``, e.g.
+    float16 rows upcast to float32) move the sum by at most ``eps(source) / 2`` (the values sum
+    to 1), allowed twice over for the producer's own rounding; summing ``n_parts`` values
+    (pairwise, as numpy and torch do) adds up to ``log2(n_parts) * eps(dtype)``. So float16
+    and bfloat16 rows closed where they were made are not refused.
+
+    Examples
+    --------
+    >>> tolerance("float32"), tolerance("float64")
+    (0.0001, 1e-06)
+    >>> tolerance("float32", 3, source="float16")  # values rounded to float16
+    0.0009765625
+    """
+    base = 1e-6 if "64" in str(dtype) else 1e-4
+    given = epsilon(source) if source is not None else 0.0
+    return max(base, given, math.log2(max(n_parts, 2)) * epsilon(dtype))
 
 
 def is_integer(value: object) -> bool:
@@ -296,7 +359,7 @@ def normalize_axis(axis: object, ndim: int) -> int:
         raise ShapeMismatchError("expected an array with a parts axis, got a scalar")
     ax = int(axis)  # type: ignore[call-overload]
     if not -ndim <= ax < ndim:
-        raise ShapeMismatchError(f"axis {ax} is out of range for an array with {ndim} dims")
+        raise AxisOutOfRangeError(f"axis {ax} is out of range for an array with {ndim} dims")
     return ax % ndim
 
 
@@ -643,6 +706,7 @@ def log_composition(
         The call's other array arguments, which choose the namespace with ``x`` (see
         :func:`parts_last`).
     """
+    source = getattr(x, "dtype", None)  # the precision the values were given in
     xp, x, visible, ax = parts_last(x, axis, mask, others=others, what=what)
 
     if from_logits:
@@ -689,18 +753,18 @@ def log_composition(
     if validate:
         validate_parts(xp, x, visible, allow_zeros=allow_zeros)
         if require_closed:
-            validate_closed(xp, x, visible)
+            validate_closed(xp, x, visible, source=source)
     if visible is None:
+        # validated parts are > 0 (>= 0 with allow_zeros); unvalidated ones (validate=False)
+        # give NaN/-inf where they are invalid, silently, as the caller asked
         if isinstance(x, np.ndarray):
             log = log_into(x)
-        elif allow_zeros:
-            with np.errstate(divide="ignore"):
-                log = xp.log(x)
         else:
-            log = xp.log(x)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                log = xp.log(x)
     else:
         safe = xp.where(visible, x, xp.ones_like(x))
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
     return LogComposition(xp, log, visible, ax, owned=True)
 
@@ -795,9 +859,11 @@ def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: boo
     )
 
 
-def validate_closed(xp: Any, x: Array, visible: Array | None) -> None:
+def validate_closed(xp: Any, x: Array, visible: Array | None, *, source: Any = None) -> None:
+    """Refuse rows that do not sum to 1 within :func:`tolerance` (of the dtype the values were
+    given in, ``source``, and of the row length)."""
     total = xp.sum(x if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1)
-    tol = tolerance(x.dtype)
+    tol = tolerance(x.dtype, x.shape[-1] if x.ndim else 1, source=source)
     err = xp.abs(total - 1.0)
     if bool(xp.any(err > tol)):
         worst = float(xp.max(err))
@@ -889,13 +955,22 @@ class _NotViewable(Exception):
     """A tensor argument that must stay in torch (another device, autograd, a dtype)."""
 
 
+@functools.cache
+def _strided() -> Any:
+    import torch
+
+    return torch.strided
+
+
 def _view(value: Any) -> Any:
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype.name not in _VIEWABLE:
         raise _NotViewable  # e.g. float128, which the torch path refuses with its own message
     if not _is_torch(value):
         return value
     if (
-        value.device.type != "cpu"
+        value.layout != _strided()  # sparse: refused on the torch path, with its message
+        or getattr(value, "is_nested", False)
+        or value.device.type != "cpu"
         or value.requires_grad
         or str(value.dtype).removeprefix("torch.") not in _VIEWABLE
         or value.is_conj()

@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 
 from ._conventions import AnalysisError, DatasetMismatchError
+from ._data import require_dataset
 from ._entropy import binary_entropy
 from ._entropy_change import attribute_entropy_change
 from ._profiles import _summaries
@@ -76,6 +77,9 @@ def attribute_entropy(
     >>> att.sizes["transition"], bool(abs(att.sink + att.content - att.total).max() < 1e-12)
     (2, True)
     """
+    require_dataset(a, "attribute_entropy")
+    if b is not None:
+        require_dataset(b, "attribute_entropy")
     if b is None:
         if along is None:
             raise AnalysisError("give a second dataset b, or along= a dim of a (e.g. 'layer')")

@@ -21,6 +21,7 @@ from ._array import (
     as_float,
     check_count,
     device_of,
+    epsilon,
     first_tensor,
     is_integer,
     is_tensor,
@@ -223,9 +224,7 @@ def basis_tolerance(dtype: Any) -> float:
     (well-built ones are orthonormal to ~1e-14); 3.5e-4 in float32 (a pivot basis of 4,096
     parts built in float32 is off by ~1e-5).
     """
-    name = str(dtype).replace("torch.", "")
-    eps = float(np.finfo(np.dtype(name)).eps) if name != "bfloat16" else 2.0**-7
-    return max(math.sqrt(eps), 1e-6)
+    return max(math.sqrt(epsilon(dtype)), 1e-6)
 
 
 # Bases large enough that their Gram product costs more than hashing them (D >= ~512) are

@@ -161,11 +161,12 @@ def add_learned_sink(x: Array, axis: int = -1, validate: bool = True) -> Array:
     >>> ac.add_learned_sink([0.3, 0.2, 0.1])
     array([0.4, 0.3, 0.2, 0.1])
     """
+    source = getattr(x, "dtype", None)
     xp, x, _, ax = parts_last(x, axis)
     if validate:
         validate_parts(xp, x, None, allow_zeros=True)
     total = xp.sum(x, axis=-1, keepdims=True)
-    tol = tolerance(x.dtype)
+    tol = tolerance(x.dtype, x.shape[-1] if x.ndim else 1, source=source)
     if validate and bool(xp.any(total > 1 + tol)):
         worst = float(xp.max(total))
         raise NotClosedError(

@@ -18,6 +18,7 @@ from ._conventions import (
     _view,
     _view_label,
 )
+from ._data import require_dataset
 
 __all__ = [
     "cluster_heads",
@@ -131,6 +132,7 @@ def cluster_heads(
     >>> cl.labels.dims, cl.ari.sel(pair="kept/dropped", k=2).item() <= 1
     (('convention', 'k', 'unit'), True)
     """
+    require_dataset(data, "cluster_heads")
     from scipy.cluster.hierarchy import cophenet, fcluster, linkage
     from scipy.spatial.distance import squareform
     from sklearn.cluster import KMeans

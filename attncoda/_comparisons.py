@@ -45,6 +45,7 @@ from ._conventions import (
     _metrics,
     _view,
 )
+from ._data import require_dataset
 from ._errors import ShapeMismatchError
 from ._rows import _Block, _grid, _iter_blocks, _unit_coords
 
@@ -286,6 +287,7 @@ def head_comparisons(
     >>> by_head.js.sel(view="kept", layer_a=0, head_a=2).dims
     ('unit_b',)
     """
+    require_dataset(ds, "head_comparisons")
     if units not in ("label", "layer_head"):
         raise AnalysisError(f"units must be 'label' or 'layer_head', got {units!r}")
     mets = _metrics(metrics)
@@ -489,6 +491,7 @@ def head_distances(
     >>> root.name, float(root.sel(layer_a=0, head_a=1, layer_b=0, head_b=1))
     ('aitchison', 0.0)
     """
+    require_dataset(data, "head_distances")
     m = _metric(metric)
     conv = str(convention).lower()
     if conv not in (*CONVENTIONS, "sink", "content"):

@@ -19,6 +19,7 @@ booleans are 0/1).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Hashable, Iterator, Mapping, Sequence
@@ -226,6 +227,25 @@ def _netcdf_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def require_dataset(value: Any, where: str) -> None:
+    """Refuse, in one line, anything but an :class:`xarray.Dataset` where ``where`` needs one
+    (a DataArray such as ``ds.log_attn``, an array, a path, None).
+
+    Raises
+    ------
+    SchemaError
+    """
+    if isinstance(value, xr.Dataset):
+        return
+    if isinstance(value, xr.DataArray):
+        hint = "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
+    elif isinstance(value, (str, os.PathLike)):
+        hint = f"; load the file first: ac.load({str(value)!r})"
+    else:
+        hint = "; pass a capture (cap.dataset, ac.load(path)) or analysis results"
+    raise SchemaError(f"{where} takes an xarray.Dataset, got {type(value).__name__}{hint}")
+
+
 def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     """Check that ``ds`` follows the schema; raise :class:`SchemaError` naming what is wrong.
 
@@ -259,15 +279,7 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
     ...
     attncoda._data.SchemaError: log_attn has values above 0 (up to 1); log-probabilities are <= 0
     """
-    if not isinstance(ds, xr.Dataset):
-        hint = (
-            "; a DataArray such as ds.log_attn is one variable: pass the dataset ds"
-            if isinstance(ds, xr.DataArray)
-            else ""
-        )
-        raise SchemaError(
-            f"validate_dataset takes an xarray.Dataset, got {type(ds).__name__}{hint}"
-        )
+    require_dataset(ds, "validate_dataset")
     present = [v for v in (*SUMMARY_VARIABLES, "log_attn") if v in ds.data_vars]
     if not present:
         raise SchemaError("dataset has neither summaries nor log_attn; is it an attncoda capture?")
@@ -709,8 +721,7 @@ def save(
     """
     from ._atomic import deferred_interrupt, sweep, target_lock
 
-    if not isinstance(ds, xr.Dataset):
-        raise SchemaError(f"save() takes an xarray.Dataset, got {type(ds).__name__}")
+    require_dataset(ds, "save()")
     target = Path(path).expanduser()
     fmt = _format(target, format)
     validate_dataset(ds)
@@ -817,6 +828,97 @@ def _memory_budget() -> int:
     return free // 2 if free is not None else 1 << 30
 
 
+class _WriteOrDefer:
+    """A binary file for h5py's file-object driver whose writes never fail in HDF5's eyes.
+
+    HDF5 that meets a failed write (ENOSPC on a disk that filled after the free-space check)
+    leaves a half-closed file behind that crashes the process (SIGSEGV) when it is collected,
+    also when it writes through a Python file object. Here the first failed write is kept, and
+    every later byte is dropped (the position still moves, reads of what was not written give
+    zeros): HDF5 finishes and closes a file that is then discarded, and
+    :meth:`raise_deferred` raises the kept error, a plain :class:`OSError`, after the close.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "w+b", buffering=0)  # the staging file; closed by close()
+        self.error: OSError | None = None
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._fh.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        start, done = self._fh.tell(), 0
+        while self.error is None and done < len(view):
+            try:
+                n = self._fh.write(view[done:])
+            except OSError as exc:
+                self.error = exc
+                break
+            if not n:  # a raw write of 0 bytes: nothing more will fit
+                self.error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                break
+            done += n
+        self._fh.seek(start + len(view))
+        return len(view)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = self._fh.readinto(view) or 0
+        if self.error is not None and n < len(view):  # dropped bytes read as zeros
+            view[n:] = bytes(len(view) - n)
+            self._fh.seek(len(view) - n, os.SEEK_CUR)
+            n = len(view)
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return self._fh.read()
+        buffer = bytearray(size)
+        return bytes(buffer[: self.readinto(buffer)])
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self._fh.truncate(size)
+            except OSError as exc:
+                self.error = exc
+        return self._fh.tell() if size is None else size
+
+    def flush(self) -> None:
+        """Nothing to do: writes are unbuffered (the one fsync is :meth:`sync`'s)."""
+
+    def sync(self) -> None:
+        """fsync once HDF5 is done: filesystems that allocate late report a full disk here."""
+        if self.error is None:
+            try:
+                os.fsync(self._fh.fileno())
+            except OSError as exc:
+                self.error = exc
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def raise_deferred(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _write_netcdf_to_disk(ds: xr.Dataset, path: Path, encoding: dict[str, Any]) -> None:
+    """Write ``ds`` as netCDF at ``path`` with HDF5 writing through :class:`_WriteOrDefer`: a
+    disk that fills during the write is an :class:`OSError` after HDF5 closed the file."""
+    fh = _WriteOrDefer(path)
+    try:
+        ds.to_netcdf(fh, engine="h5netcdf", encoding=encoding)  # type: ignore[call-overload]
+        fh.sync()
+    finally:
+        fh.close()
+    fh.raise_deferred()
+
+
 def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
     """Write a whole file or store at ``target`` (staged, then swapped in)."""
     from ._atomic import atomic_output, check_free_space, deferred_interrupt
@@ -839,8 +941,9 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
                 data = ds.to_netcdf(engine="h5netcdf", encoding=encoding)
                 with open(staging, "wb") as fh:
                     fh.write(data)
-            elif fmt == "netcdf":  # too large for memory: checked against the free space above
-                ds.to_netcdf(staging, engine="h5netcdf", encoding=encoding)
+            elif fmt == "netcdf":  # too large for memory: checked against the free space
+                # above, and HDF5 never sees a failed write (a full disk is an OSError after)
+                _write_netcdf_to_disk(ds, staging, encoding)
             else:
                 out = ds.assign_attrs({_ALL_CHUNKS: 1})
                 out.to_zarr(

@@ -258,7 +258,7 @@ def attribute_grouped_entropy_change(
         if bool(xp.any(v < 0)):
             raise NegativePartError(f"{name} has negative group shares; shares are masses >= 0")
         err = xp.abs(xp.sum(v, axis=-1) - 1)
-        tol = tolerance(v.dtype)
+        tol = tolerance(v.dtype, v.shape[-1])
         if bool(xp.any(err > tol)):
             raise NotClosedError(
                 f"{name} must sum to 1 over the groups (worst deviation {float(xp.max(err)):.3g}"

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from numpy.exceptions import AxisError
+
 __all__ = [
     "EXIT_FAILURE",
     "EXIT_INTERNAL",
@@ -28,6 +30,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "AttncodaError",
+    "AxisOutOfRangeError",
     "CompositionError",
     "DeviceMismatchError",
     "ForeignFileError",
@@ -133,6 +136,14 @@ class PartIndexError(ShapeMismatchError, IndexError):
 
     An ``IndexError`` as in Python and scikit-bio (``alr(x, ref_idx=5)`` on 3 parts), and
     still a :class:`ShapeMismatchError` (a ``ValueError``) for code that caught that.
+    """
+
+
+class AxisOutOfRangeError(ShapeMismatchError, AxisError):
+    """An ``axis=`` outside ``[-ndim, ndim)``.
+
+    numpy's :class:`~numpy.exceptions.AxisError` (itself a ``ValueError`` and an
+    ``IndexError``), as numpy and scikit-bio raise it, and still a :class:`ShapeMismatchError`.
     """
 
 

@@ -16,6 +16,7 @@ import xarray as xr
 
 from ._comparisons import _is_comparisons, _pooled, head_comparisons
 from ._conventions import METRICS, AnalysisError, UnknownMetricError, _metrics, _view, _view_label
+from ._data import require_dataset
 from ._errors import ShapeMismatchError
 
 __all__ = [
@@ -214,6 +215,7 @@ def flip_rates(
     >>> fr.flip_rate.sel(metric="cosine", pair="kept/dropped", scope="all").item() <= 1
     True
     """
+    require_dataset(data, "flip_rates")
     spec: Any = between
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], str):
         spec = (spec,)

@@ -178,7 +178,7 @@ def power(
     >>> ac.power([0.5, 0.25, 0.25], 2)
     array([0.66666667, 0.16666667, 0.16666667])
     """
-    if mask is None and isinstance(x, np.ndarray) and _real_number(a):
+    if mask is None and type(x) is np.ndarray and _real_number(a):  # no subclass (np.ma, np.matrix)
         direct = _power_dense(x, float(a), axis, validate)
         if direct is not None:
             return direct

@@ -33,6 +33,7 @@ import numpy as np
 import xarray as xr
 
 from ._atomic import atomic_output, check_output
+from ._data import require_dataset
 from ._errors import InputError
 from ._profiles import head_profiles
 from ._view import _show, token_labels
@@ -261,6 +262,7 @@ def plot_sink_grid(
     >>> ax.get_xlabel(), len(ax.figure.axes)  # the grid and its colour bar
     ('head', 2)
     """
+    require_dataset(data, "plot_sink_grid")
     prof = _profiles(data)
     share = prof["sink_share"].transpose("layer", "head")
     ax = _axes(
@@ -315,6 +317,7 @@ def plot_sink_vs_content(data: xr.Dataset, *, title: str | None = None, ax: Any 
     >>> ax.get_xlabel()
     'mean sink share'
     """
+    require_dataset(data, "plot_sink_vs_content")
     prof = _profiles(data)
     s = prof["sink_share"].transpose("layer", "head")
     h = prof["content_entropy"].transpose("layer", "head")

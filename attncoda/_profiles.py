@@ -8,7 +8,7 @@ import numpy as np
 import xarray as xr
 
 from ._conventions import RowsRequiredError
-from ._data import DIMS, SUMMARY_VARIABLES
+from ._data import DIMS, SUMMARY_VARIABLES, require_dataset
 from ._decompose import decompose
 from ._rows import _iter_blocks, _require_rows, _samples, _sink_positions
 
@@ -142,6 +142,7 @@ def head_profiles(
     >>> ac.head_profiles(ds, max_offset=2).content_clr.dims
     ('layer', 'head', 'offset')
     """
+    require_dataset(ds, "head_profiles")
     summ = _summaries(ds, sink, progress)
     valid = summ["content_entropy"].notnull() & summ["sink_share"].notnull()
     out: dict[str, Any] = {}
@@ -186,6 +187,7 @@ def sink_rate(
     >>> float(ac.sink_rate(ac.testing.synthetic_rows(n_layers=2, n_heads=4), 0.3))
     0.5
     """
+    require_dataset(data, "sink_rate")
     prof = data if "n_rows" in data.data_vars and "sample" not in data.dims else None
     if prof is None:
         prof = head_profiles(data, sink=sink, max_offset=None)

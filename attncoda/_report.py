@@ -47,7 +47,7 @@ import xarray as xr
 
 from . import _attribution, _backend, _clustering, _comparisons, _conventions, _flips, _profiles
 from . import _view as vw
-from ._data import SUMMARY_VARIABLES
+from ._data import SUMMARY_VARIABLES, require_dataset
 from ._errors import EXIT_USAGE, AttncodaError
 from ._tables import write_table
 
@@ -393,6 +393,9 @@ def analyze(
     OutputExistsError, OutputError
         ``out`` may not or cannot be written.
     """
+    for given in (summaries, rows):
+        if given is not None:
+            require_dataset(given, "analyze")
     if summaries is None:
         summaries = rows
     if summaries is None:

@@ -56,6 +56,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 collect_ignore_glob = ["vendor/*.py"]
 
 
+def vendored_module(filename: str, name: str) -> object:
+    """Import ``tests/vendor/FILENAME`` (not collected by pytest) as a module named ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "vendor" / filename)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def need(*names: str) -> None:
     """Skip the calling test unless every named offline asset is fetched (real tests)."""
     from attncoda.hooks import assets

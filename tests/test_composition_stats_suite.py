@@ -14,7 +14,6 @@ fails the suite.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import unittest
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 
 import attncoda as ac
+from conftest import vendored_module
 
 pytest.importorskip("composition_stats", reason="the vendored tests import composition_stats")
 
@@ -77,11 +77,7 @@ DIFFERENCES = {
 
 
 def _vendored_module():
-    spec = importlib.util.spec_from_file_location("_composition_stats_tests", VENDORED)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return vendored_module("composition_stats_test_composition.py", "_composition_stats_tests")
 
 
 THEIRS = _vendored_module()

@@ -8,6 +8,8 @@ have, when the pass ends.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -425,6 +427,245 @@ def test_validation_runs_once_per_forward_not_per_chunk(llama, batch, monkeypatc
         forward(llama, batch)
     assert cap.dataset.sizes["query"] == 8
     assert checks == [(8, 8)]  # in the pre-hook, before any layer ran
+
+
+# --------------------------------------------------------------------------------------------
+# misuse: what is not a model, a block used twice, empty batches, non-finite weights/attention
+
+
+class Wrapper:
+    """What a transformers pipeline looks like to capture(): an object holding the model."""
+
+    def __init__(self, model):
+        self.model = model
+
+
+def meta_twin(model):
+    with torch.device("meta"):
+        return type(model)(model.config)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda m: None, "needs a transformers model.*None"),
+        (lambda m: "smollm2-135m", "needs a loaded model, got the name 'smollm2-135m'"),
+        (lambda m: __import__("pathlib").Path("models/x"), "needs a loaded model"),
+        (lambda m: torch.nn.Linear(2, 2), "torch module without a .config \\(Linear\\)"),
+        (lambda m: torch.nn.Sequential(m), "torch module without a .config"),
+        (lambda m: Wrapper(m), "pass its .model"),
+        (lambda m: {"model": m}, "needs a transformers model"),
+        (lambda m: m.state_dict(), "needs a transformers model"),
+        (meta_twin, "on the meta device"),
+    ],
+    ids=["None", "name", "path", "module", "sequential", "pipeline", "dict", "state_dict", "meta"],
+)
+def test_what_is_not_a_loaded_model_is_refused_in_one_line(llama, make, match):
+    target = make(llama)
+    with pytest.raises(CaptureError, match=match) as info:
+        with capture(target):
+            pytest.fail("the block ran")
+    assert "\n" not in str(info.value)
+    assert_clean(llama)
+
+
+def test_the_base_model_inside_a_model_is_a_model(llama, batch):
+    with capture(llama.model, layers=[0]) as cap:
+        llama.model(**batch)
+    assert cap.dataset.sizes["sample"] == 2
+    assert_clean(llama.model)
+
+
+def test_a_capture_block_is_used_once(llama, batch):
+    block = capture(llama, layers=[0])
+    with block as cap:
+        forward(llama, batch)
+    with pytest.raises(CaptureError, match="already used: its with-block has ended"):
+        with block:
+            pytest.fail("the block ran twice")
+    assert cap.dataset.sizes["sample"] == 2  # the first block's data is untouched
+    assert_clean(llama)
+    block = capture(llama, layers=[0])
+    with pytest.raises(CaptureError, match="already used: its with-block is open"):
+        with block:
+            forward(llama, batch)
+            with block:  # reentered inside itself
+                pytest.fail("reentered")
+    assert_clean(llama)
+
+
+def test_a_refused_block_cannot_be_retried(llama):
+    block = capture(llama, layers=[99])
+    with pytest.raises(CaptureError, match="layers"):
+        with block:
+            pass
+    with pytest.raises(CaptureError, match="already used"):
+        with block:
+            pass
+    assert_clean(llama)
+
+
+def test_the_handle_is_not_a_block(llama, batch):
+    with pytest.raises(CaptureError, match="not a block of its own") as info:
+        with capture(llama, layers=[0]) as cap:
+            with cap:
+                pytest.fail("the handle opened a block")
+    assert "\n" not in str(info.value)
+    assert_clean(llama)
+
+
+@pytest.mark.parametrize("outer_is_base", [False, True])
+def test_nested_captures_of_a_model_and_its_submodel_are_refused(llama, batch, outer_is_base):
+    outer, inner = (llama.model, llama) if outer_is_base else (llama, llama.model)
+    with capture(outer, layers=[0]) as cap:
+        with pytest.raises(CaptureError, match="cannot be nested"):
+            with capture(inner):
+                pytest.fail("nested")
+        outer(**batch)  # the outer block still works
+    assert cap.dataset.sizes["sample"] == 2
+    assert_clean(llama)
+    with capture(inner, layers=[0]) as again:  # and the inner model can be captured after
+        inner(**batch)
+    assert again.dataset.sizes["sample"] == 2
+
+
+def test_a_learned_sink_capture_marks_and_releases_its_modules():
+    """sink='learned' looks up the attention modules: the capture's record of which modules it
+    holds (for the nesting check) must stay their ids, and be released after the block."""
+    model = zoo.tiny_twin("gpt_oss")
+    b = zoo.tiny_batch(model, length=8)
+    before = set(capture_module._CAPTURING)
+    with capture(model, sink="learned", layers=[0]) as cap:
+        assert all(isinstance(i, int) for i in capture_module._CAPTURING)
+        with pytest.raises(CaptureError, match="cannot be nested"):
+            with capture(model.model):
+                pass
+        forward(model, b)
+    assert capture_module._CAPTURING == before
+    assert cap.dataset.sizes["sample"] == 2
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {"input_ids": torch.zeros(2, 0, dtype=torch.long)},
+        {"input_ids": torch.zeros(0, 8, dtype=torch.long)},
+        {"input_ids": torch.zeros(0, 0, dtype=torch.long)},
+        {
+            "input_ids": torch.zeros(2, 0, dtype=torch.long),
+            "attention_mask": torch.zeros(2, 0, dtype=torch.long),
+        },
+        {"inputs_embeds": torch.zeros(2, 0, 64)},
+        {"inputs_embeds": torch.zeros(0, 8, 64)},
+    ],
+    ids=["no-tokens", "no-samples", "nothing", "no-tokens-masked", "embeds-no-tokens", "embeds-0"],
+)
+@pytest.mark.parametrize("what", ["summaries", "rows"])
+def test_an_empty_batch_is_refused_before_the_work_and_the_block_goes_on(
+    llama, batch, inputs, what
+):
+    with capture(llama, what=what) as cap:
+        with LayerCalls(llama) as calls, pytest.raises(CaptureError, match="empty batch") as info:
+            forward(llama, inputs)
+        assert calls.n == 0 and "\n" not in str(info.value)
+        forward(llama, batch)  # a good pass after the refused one is captured whole
+    assert_clean(llama)
+    values = cap.dataset["sink_share" if what == "summaries" else "log_attn"]
+    assert cap.dataset.sizes["sample"] == 2 and not values.isnull().any()
+
+
+def poisoned(value, name="model.layers.1.mlp.up_proj.weight", dtype=torch.float32):
+    model = zoo.tiny_twin("llama").to(dtype)
+    with torch.no_grad():
+        dict(model.named_parameters())[name][3, 5] = value
+    return model
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize(
+    "name", ["model.layers.1.mlp.up_proj.weight", "model.layers.0.self_attn.k_proj.weight"]
+)
+def test_a_non_finite_weight_is_refused_before_the_work(batch, value, name):
+    model = poisoned(value, name)
+    message = refused(model, batch, match="weight " + name.replace(".", r"\.") + " holds NaN")
+    assert "reload the weights" in message
+
+
+def test_a_weight_turned_nan_after_a_capture_is_found_by_the_next(llama, batch):
+    model = zoo.tiny_twin("llama")
+    with capture(model, layers=[0]):
+        forward(model, batch)
+    with torch.no_grad():
+        model.model.norm.weight[0] = math.nan  # in place: the weights changed since
+    refused(model, batch, match="model.norm.weight holds NaN")
+
+
+def test_large_float16_weights_whose_sum_overflows_are_finite(batch):
+    model = zoo.tiny_twin("llama").half()
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight.fill_(60000.0)  # finite; the sum is inf
+    assert not torch.isfinite(model.model.layers[1].mlp.up_proj.weight.sum())
+    with capture(model, layers=[0]):  # not refused: every value is finite
+        pass
+
+
+def nan_embeds(model, batch, sample=1, position=3):
+    embeds = model.get_input_embeddings()(batch["input_ids"]).detach().clone()
+    embeds[sample, position] = math.nan
+    return {"inputs_embeds": embeds, "attention_mask": batch["attention_mask"]}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"what": "summaries"},  # the fused SDPA path
+        {"what": "summaries", "sink": 0},  # the explicit path
+        {"what": "summaries", "queries": [2, 5], "chunk_size": 1},
+        {"what": "rows"},
+        {"what": "both", "dtype": "float16"},
+    ],
+    ids=["fast", "explicit", "some-queries", "rows", "both-f16"],
+)
+def test_nan_attention_is_refused_never_stored_as_padding(llama, batch, kwargs):
+    with capture(llama, layers=[0], **kwargs) as cap:
+        forward(llama, batch)
+        with pytest.raises(CaptureError, match="NaN or infinite attention logits") as info:
+            forward(llama, nan_embeds(llama, batch))
+        assert "\n" not in str(info.value)
+    assert_clean(llama)
+    ds = cap.dataset  # the refused pass left nothing behind
+    assert ds.sizes["sample"] == 2
+    for name in ("sink_share", "log_attn"):
+        if name in ds:
+            assert not ds[name].isnull().any()
+
+
+def test_nan_at_a_key_hidden_by_the_mask_is_never_read(llama):
+    """Left padding: a NaN embedding at a padding position is a key no query sees."""
+    b = zoo.tiny_batch(llama, length=8)
+    b["attention_mask"][1, :3] = 0
+    clean = nan_embeds(llama, b, sample=1, position=1)
+    clean["inputs_embeds"][1, 1] = 0.0
+    runs = {}
+    for name, inputs in (("nan", nan_embeds(llama, b, sample=1, position=1)), ("zero", clean)):
+        with capture(llama, layers=[0], what="both") as cap:
+            forward(llama, inputs)
+        runs[name] = cap.dataset
+    for var in ("sink_share", "entropy", "content_entropy", "balance", "log_attn"):
+        np.testing.assert_array_equal(runs["nan"][var].values, runs["zero"][var].values)
+
+
+def test_fallback_refuses_nan_attention_weights(old_style_model):
+    model = old_style_model
+    ids = torch.randint(0, 50, (1, 8))
+    embeds = model.get_input_embeddings()(ids).detach().clone()
+    embeds[0, 4] = math.nan
+    for what in ("summaries", "rows"):
+        with capture(model, what=what) as cap:
+            with pytest.raises(CaptureError, match="NaN or infinite attention logits"):
+                forward(model, {"inputs_embeds": embeds})
+            forward(model, {"input_ids": ids})
+        assert cap.fallback and cap.dataset.sizes["sample"] == 1
 
 
 # --------------------------------------------------------------------------------------------

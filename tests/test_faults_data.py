@@ -637,6 +637,46 @@ def test_validate_dataset_given_a_dataarray_says_so(ds):
         ac.validate_dataset([1, 2])
 
 
+ANALYSES = {
+    "sink_rate": lambda d: ac.sink_rate(d, 0.3),
+    "head_profiles": lambda d: ac.head_profiles(d),
+    "head_comparisons": lambda d: ac.head_comparisons(d),
+    "head_distances": lambda d: ac.head_distances(d),
+    "cluster_heads": lambda d: ac.cluster_heads(d),
+    "flip_rates": lambda d: ac.flip_rates(d),
+    "attribute_entropy": lambda d: ac.attribute_entropy(d, along="layer"),
+    "plot_sink_grid": lambda d: ac.plot_sink_grid(d),
+    "plot_sink_vs_content": lambda d: ac.plot_sink_vs_content(d),
+    "analyze": lambda d: ac.analyze(d, "never-written"),
+    "save": lambda d: ac.save(d, "never-written.nc"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+@pytest.mark.parametrize(
+    "kind, match",
+    [
+        ("dataarray", r"got DataArray; a DataArray such as ds\.log_attn is one variable"),
+        ("ndarray", "got ndarray; pass a capture"),
+        ("none", "got NoneType; pass a capture"),
+        ("path", r"got str; load the file first: ac\.load\('x\.nc'\)"),
+    ],
+)
+def test_analyses_given_anything_but_a_dataset_say_so_in_one_line(ds, name, kind, match):
+    """They raised AttributeError ('DataArray' object has no attribute 'data_vars'),
+    IndexError or TypeError before; now the same one line as validate_dataset."""
+    given = {"dataarray": ds["log_attn"], "ndarray": np.zeros((2, 2)), "none": None}.get(
+        kind, "x.nc"
+    )
+    pattern = f"^{name}(\\(\\))? takes an xarray.Dataset, {match}"
+    if name == "analyze" and kind == "none":  # analyze(None, rows=...) is valid: no rows here
+        pattern = "nothing to analyse"
+    with pytest.raises(ac.AttncodaError, match=pattern) as info:
+        ANALYSES[name](given)
+    assert "\n" not in str(info.value)
+    assert not os.path.exists("never-written") and not os.path.exists("never-written.nc")
+
+
 def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
     path = ac.save(ds.assign(notes=ds["sink_share"] * 0), tmp_path / "x.nc")
     with pytest.warns(UserWarning, match="outside attncoda's schema: notes"):

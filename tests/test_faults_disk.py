@@ -50,13 +50,18 @@ _SAVE = """
     import gc, sys
     import attncoda as ac
     from attncoda import _atomic
+    from attncoda import _data
     target, n, bypass = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
     if bypass:  # the disk fills after the check: what HDF5 met before it crashed
         _atomic.check_free_space = lambda *a, **k: None
+    if len(sys.argv) > 4 and sys.argv[4] == "large":  # files above the in-memory budget:
+        _data._memory_budget = lambda: 0  # HDF5 writes to the disk itself
     ds = ac.testing.synthetic_rows(n_samples=n, n_layers=4, n_heads=4, length=64)
     try:
         ac.save(ds.assign_attrs(tag="new"), target, overwrite=True)
         print("saved")
+        back = ac.load(target)
+        print("same" if back.identical(ds.assign_attrs(tag="new")) else "differs")
     except ac.OutputError as exc:
         print("refused:", exc)
     except OSError as exc:
@@ -93,6 +98,42 @@ def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk) -> 
     assert "oserror: 28" in run.stdout and "alive" in run.stdout, run.stdout
     assert target.read_bytes() == before  # the old file, untouched
     assert _leftovers(small_disk) == []
+
+
+@pytest.mark.parametrize("path", ["memory", "large"])
+def test_both_nc_write_paths_survive_a_disk_that_fills(small_disk, path) -> None:
+    """Files above half the available memory are written by HDF5 itself (``large``; forced
+    here with a budget of 0): through a file object whose failed write HDF5 never sees, so a
+    full disk is the same clean OSError as on the in-memory path, the old file kept."""
+    target = small_disk / "x.nc"
+    first = _child(_SAVE, str(target), "1", "0", path)
+    assert "saved" in first.stdout and "same" in first.stdout, first.stderr[-2000:]
+    before = target.read_bytes()
+    run = _child(_SAVE, str(target), "8", "1", path)  # the check is skipped: the disk fills
+    assert run.returncode == 0, f"the process crashed (exit {run.returncode}): {run.stderr[-800:]}"
+    assert "oserror: 28" in run.stdout and "alive" in run.stdout, run.stdout
+    assert target.read_bytes() == before
+    assert _leftovers(small_disk) == []
+    refused = _child(_SAVE, str(target), "8", "0", path)  # with the check: refused before
+    assert "refused:" in refused.stdout and "MB free" in refused.stdout, refused.stdout
+    assert target.read_bytes() == before and _leftovers(small_disk) == []
+
+
+def test_the_large_nc_path_writes_the_same_file_content(tmp_path) -> None:
+    """The file-object write gives a file that loads identical to the in-memory path's."""
+    import attncoda as ac
+    from attncoda import _data
+
+    ds = ac.testing.synthetic_rows(n_samples=3, n_layers=2, n_heads=4, length=32)
+    ac.save(ds, tmp_path / "memory.nc")
+    budget = _data._memory_budget
+    try:
+        _data._memory_budget = lambda: 0
+        ac.save(ds, tmp_path / "large.nc")
+    finally:
+        _data._memory_budget = budget
+    assert ac.load(tmp_path / "large.nc").identical(ac.load(tmp_path / "memory.nc"))
+    assert ac.load(tmp_path / "large.nc").identical(ds)
 
 
 def test_the_cli_on_a_full_disk_exits_1_in_one_line(small_disk, tmp_path) -> None:

@@ -30,7 +30,7 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ from ._session import (
     _sink_mask,
     _Snapshot,
     _summaries_from_logits,
+    check_finite_rows,
 )
 from ._spec import (
     CaptureError,
@@ -326,7 +327,10 @@ def _fast_summaries(
     # (Qwen2.5's first layers reach thousands) fp32 rounding could cost more than 1e-4 nats, so
     # those rows are recomputed on the explicit path (max-shifted, no cancellation)
     cancel = 8 * torch.finfo(torch.float32).eps * (lse_c.abs() + mean_pl.abs())
-    redo = redo | (cancel > 1e-4)
+    # a NaN or +inf visible logit makes s NaN (redo above); a NaN at a key the row cannot see
+    # still reaches out_a (0 * NaN): such rows go to the explicit path, which masks those keys
+    # and refuses the rows whose visible logits are not finite
+    redo = redo | (cancel > 1e-4) | ~torch.isfinite(h_c)
     h_c = h_c.clamp_min(0.0)  # an entropy is >= 0: rounding below 0 is moved to the bound
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
@@ -334,6 +338,7 @@ def _fast_summaries(
     safe_nc = n_c.clamp_min(1.0)
     mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
     balance = torch.sqrt(safe_nc / (safe_nc + 1)) * (z_s - mean_c)
+    redo = redo | ~torch.isfinite(balance)
     out = {
         "sink_share": s,
         "sink_logodds": logodds,
@@ -513,11 +518,7 @@ def _log_softmax_into(
     finite = torch.isfinite(m)
     # a NaN or +inf logit makes the row's maximum NaN or +inf (amax propagates NaN): such
     # rows are refused here, per row, so the finished rows need no pass over every value
-    if not bool((finite | (m == -math.inf)).all()):
-        raise CaptureError(
-            "the model gave NaN or infinite attention logits (overflowing activations, e.g. "
-            "in float16); capture a float32 or bfloat16 copy of the model"
-        )
+    check_finite_rows(~(finite | (m == -math.inf)))
     m = torch.where(finite, m, torch.zeros_like(m))
     n = logits.shape[-1] - offset
     direct = offset == 0 and dest.dtype == torch.float32
@@ -552,6 +553,16 @@ class Capture:
         self.fallback = fallback
         self._dataset: xr.Dataset | None = None
         self._made_at: tuple[int, bool] | None = None  # (generation, closed) of _dataset
+
+    def __enter__(self) -> Capture:
+        raise CaptureError(
+            "cap (what `with capture(model) as cap` gives) is not a block of its own; run the "
+            "model inside the capture(...) block and read cap.dataset, or open a new "
+            "capture(model, ...) block"
+        )
+
+    def __exit__(self, *exc: Any) -> None:  # pragma: no cover - __enter__ always raises
+        return None
 
     @property
     def dataset(self) -> xr.Dataset:
@@ -851,6 +862,105 @@ def _n_layers_heads(model: Any) -> tuple[int, int]:
     return n_layers, n_heads
 
 
+class _SingleUse:
+    """The context manager :func:`capture` returns: one ``with`` block per call.
+
+    A second ``with`` on it (after its block, or inside it) is refused with a
+    :class:`CaptureError` instead of contextlib's ``AttributeError``.
+    """
+
+    def __init__(self, block: AbstractContextManager[Capture]) -> None:
+        self._block = block
+        self._state = "new"
+
+    def __enter__(self) -> Capture:
+        if self._state != "new":
+            where = "is open" if self._state == "open" else "has ended"
+            raise CaptureError(
+                f"this capture(...) was already used: its with-block {where}; each "
+                "`with capture(model, ...) as cap:` block needs its own capture(...) call"
+            )
+        self._state = "open"
+        try:
+            return self._block.__enter__()
+        except BaseException:
+            self._state = "ended"
+            raise
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        self._state = "ended"
+        return self._block.__exit__(*exc)
+
+
+def _single_use(
+    fn: Callable[..., AbstractContextManager[Capture]],
+) -> Callable[..., _SingleUse]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> _SingleUse:
+        return _SingleUse(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def _check_model(model: Any) -> None:
+    """Refuse, in one line, what is not a loaded transformers model before anything touches it."""
+    if isinstance(model, (str, os.PathLike)):
+        raise CaptureError(
+            f"capture() needs a loaded model, got the name {_show(str(model))}; load it first "
+            "(model, tokenizer = attncoda.hooks.zoo.load(name), or "
+            "transformers.AutoModelForCausalLM.from_pretrained(name))"
+        )
+    if not isinstance(model, torch.nn.Module):
+        inner = getattr(model, "model", None)
+        if isinstance(inner, torch.nn.Module):  # a transformers pipeline, or a wrapper
+            raise CaptureError(
+                f"capture() needs the model itself, got a {type(model).__name__} that holds "
+                "one; pass its .model (capture(pipe.model))"
+            )
+        raise CaptureError(
+            f"capture() needs a transformers model (a torch.nn.Module with a .config), got "
+            f"{_show(model)} ({_kind(model)})"
+        )
+    if getattr(model, "config", None) is None:
+        raise CaptureError(
+            f"capture() needs a transformers model, got a torch module without a .config "
+            f"({type(model).__name__}); attncoda captures the attention of HuggingFace models"
+        )
+    if any(p.is_meta for p in model.parameters()):
+        raise CaptureError(
+            f"{type(model).__name__}'s weights are on the meta device (not loaded); load them "
+            "(from_pretrained without device_map='meta' or init_empty_weights) before capturing"
+        )
+
+
+#: models whose parameters were found finite, with the parameters' version counters then
+_FINITE_WEIGHTS: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def _check_weights_finite(model: Any) -> None:
+    """Refuse a model with a NaN or infinite weight before any work (its attention would be
+    NaN). One reduction per parameter in its own dtype (a float16 sum that overflows is
+    confirmed value by value); remembered per model until a parameter changes in place."""
+    params = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+    versions = tuple(p._version for _, p in params)
+    if _FINITE_WEIGHTS.get(model) == versions:
+        return
+    with torch.no_grad():
+        for name, p in params:
+            if not bool(torch.isfinite(p.sum())) and not bool(torch.isfinite(p).all()):
+                raise CaptureError(
+                    f"the model's weight {name} holds NaN or infinite values, so its attention "
+                    "would be NaN; reload the weights (or load them in float32 if they "
+                    "overflowed)"
+                )
+    _FINITE_WEIGHTS[model] = versions
+
+
+def _modules_of(model: Any) -> set[int]:
+    return {id(m) for m in model.modules()}
+
+
+@_single_use
 @contextmanager
 def capture(
     model: Any,
@@ -964,6 +1074,7 @@ def capture(
     >>> cap.dataset.log_attn.dtype
     dtype('float16')
     """
+    _check_model(model)
     if not (isinstance(what, str) and what in ("summaries", "rows", "both")):
         raise CaptureError(
             f"what={_show(what)} is not a choice; pass 'summaries', 'rows' or 'both'"
@@ -977,8 +1088,12 @@ def capture(
             f"tokenizer={_show(tokenizer)} has no decode(); pass the model's tokenizer "
             "(e.g. from transformers.AutoTokenizer or attncoda.hooks.zoo.load) or None"
         )
-    if id(model) in _CAPTURING:
-        raise CaptureError("captures of one model cannot be nested; finish the outer capture first")
+    module_ids = _modules_of(model)
+    if module_ids & _CAPTURING:  # the model, a part of it, or a model it is part of
+        raise CaptureError(
+            "captures of one model cannot be nested (also not of a model and its submodel, "
+            "e.g. model and model.model); finish the outer capture first"
+        )
     rows_dtype = _rows_dtype(dtype, what)
     n_layers, n_heads = _n_layers_heads(model)
     spec = CaptureSpec(
@@ -1001,6 +1116,7 @@ def capture(
                 "attncoda can switch; pass sink='first' or fixed key positions"
             )
     store = _stream_target(stream_to, what) if stream_to is not None else None
+    _check_weights_finite(model)
     info = _model_info(model)
     info["attention_implementation"] = str(model.config._attn_implementation)
     session = _Session(model, spec, layer_list, head_list, n_heads)
@@ -1021,7 +1137,7 @@ def capture(
         if layer in session.layers:
             _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
 
-    _CAPTURING.add(id(model))
+    _CAPTURING.update(module_ids)
     hooks = [
         model.register_forward_pre_hook(_before_forward(session), with_kwargs=True),
         model.register_forward_hook(_after_forward(session)),
@@ -1047,10 +1163,10 @@ def capture(
         _rollback(session)
         session.closed = True
         session.forward = None
-        _CAPTURING.discard(id(model))
+        _CAPTURING.difference_update(module_ids)
 
 
-_CAPTURING: set[int] = set()  # ids of models inside a capture block
+_CAPTURING: set[int] = set()  # ids of the modules of models inside a capture block
 
 
 def _stream_target(stream_to: Any, what: str) -> Path:
@@ -1096,12 +1212,26 @@ def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int 
     return ids, None
 
 
+def _check_not_empty(args: tuple[Any, ...], kwargs: dict[str, Any], tokens: int | None) -> None:
+    """Refuse a forward pass of no samples or no tokens before the model runs (the model would
+    fail deep inside, or give a dataset without rows)."""
+    given = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
+    if not torch.is_tensor(given):
+        given = kwargs.get("inputs_embeds")
+    if torch.is_tensor(given) and given.dim() >= 1 and (tokens == 0 or given.shape[0] == 0):
+        raise CaptureError(
+            f"the forward pass got an empty batch (input of shape {tuple(given.shape)}); give "
+            "at least one sample of at least one token"
+        )
+
+
 def _before_forward(session: _Session) -> Callable[..., None]:
     """The model's forward pre-hook: segments, and every check that can run before the work."""
 
     def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         _rollback(session)  # an earlier pass raised inside the block and was caught
         ids, tokens = _tokens_of(args, kwargs)
+        _check_not_empty(args, kwargs, tokens)
         past = next(
             (kwargs[n] for n in ("cache", "past_key_values") if kwargs.get(n) is not None), None
         )  # renamed in transformers 5

@@ -25,6 +25,7 @@ from ._session import (
     _sink_index,
     _sink_mask,
     _summaries_from_logits,
+    check_finite_rows,
 )
 from ._spec import CaptureError
 
@@ -81,6 +82,9 @@ def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
         return
     offset = kv_len - q_len
     w = weights[:, session.heads][:, :, [p - offset for p in positions]].float()
+    # NaN compares False with 0: without this check a NaN row would become an all-invisible
+    # row, which reads as padding
+    check_finite_rows(~torch.isfinite(w).all(dim=-1))
     visible = w > 0
     logits = torch.where(
         visible, torch.log(w.clamp_min(torch.finfo(torch.float32).tiny)), -math.inf

@@ -17,6 +17,18 @@ import attncoda as ac
 
 from ._spec import CaptureError, CaptureSpec, _fixed_sinks, _show, _show_sel
 
+NONFINITE_ATTENTION = (
+    "the model gave NaN or infinite attention logits (NaN weights or inputs, or activations "
+    "that overflowed, e.g. in float16); nothing was stored: check the weights with "
+    "torch.isfinite, or capture a float32 or bfloat16 copy of the model"
+)
+
+
+def check_finite_rows(bad: torch.Tensor) -> None:
+    """Refuse a forward pass whose attention rows hold NaN or +inf (``bad`` marks such rows)."""
+    if bool(bad.any()):
+        raise CaptureError(NONFINITE_ATTENTION)
+
 
 def _summaries_from_logits(
     logits: torch.Tensor, visible: torch.Tensor, sink: torch.Tensor
@@ -32,6 +44,7 @@ def _summaries_from_logits(
     # sink channel: log-sum-exp over (usually one) sink key(s)
     sink_logits = torch.where(sink_vis, logits, neg_inf)
     lse_s = torch.logsumexp(sink_logits, dim=-1)
+    bad = torch.isnan(lse_s) | (lse_s == math.inf)
     n_s = sink_vis.sum(-1)
     sum_s = torch.where(sink_vis, logits, 0.0).sum(-1)
     del sink_logits
@@ -40,6 +53,9 @@ def _summaries_from_logits(
     # logits are in the thousands (lse_c - sum e l / sum e lost 1e-4 nats to fp32 rounding there)
     logits.masked_fill_(~content, -math.inf)
     m_c = logits.amax(-1, keepdim=True)
+    # a NaN or +inf logit at a visible key makes its row's maximum (or the sink's log-sum-exp)
+    # NaN or +inf: refused, so that a NaN row is never stored (it would read as padding)
+    check_finite_rows(bad | torch.isnan(m_c[..., 0]) | (m_c[..., 0] == math.inf))
     m_c = torch.where(torch.isfinite(m_c), m_c, torch.zeros_like(m_c))
     logits.sub_(m_c)
     e = logits.exp()
