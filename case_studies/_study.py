@@ -182,6 +182,14 @@ def provenance_table(folder: Path) -> str:
     git = m.get("git", {})
     dirty = git.get("dirty")
     state = {True: "with uncommitted changes", False: "clean tree"}.get(dirty, "tree state unknown")
+    # a resumable study reports cells made by earlier runs: their trees, not this command's
+    groups = {
+        name: [g for g in found if g.get("dirty") is not False]
+        for name, found in m.get("settings", {}).get("cell_commits", {}).items()
+    }
+    unclean = {name: found for name, found in groups.items() if found}
+    if unclean:
+        state += " for this command; not every cell it reports (below)"
     versions = m.get("versions", {})
     shown = ", ".join(
         f"{k} {versions[k]}" for k in ("attncoda", "torch", "transformers") if k in versions
@@ -196,6 +204,18 @@ def provenance_table(folder: Path) -> str:
         ],
         ["versions", shown or "not recorded"],
     ]
+    for name, found in unclean.items():
+        rows.append(
+            [
+                f"cells not from a clean tree ({name})",
+                "; ".join(
+                    f"{g['n']} at `{str(g['commit'])[:12]}` "
+                    f"({'uncommitted changes; which files, not recorded' if g.get('dirty') else 'tree state unknown'}): "
+                    + ", ".join(f"`{c}`" for c in g.get("cells", []))
+                    for g in found
+                ),
+            ]
+        )
     if git.get("note"):
         rows.append(["note", git["note"]])
     return markdown_table(["results/manifest.json", ""], rows)
@@ -304,7 +324,8 @@ def unrendered_numbers(
         The README's markdown.
     allowed : iterable of str
         Exact phrases whose numbers are definitions, not results (e.g. ``"k=54"`` in a sentence
-        that defines the protocol); every occurrence of a phrase is skipped. Keep them short
+        that defines the protocol; a line break may stand for a space); every occurrence of a
+        phrase is skipped. Keep them short
         and specific: a phrase allows only its own words.
     where : bool
         Return ``"line N: NUMBER in '...context...'"`` instead of the bare numbers.
@@ -336,12 +357,8 @@ def unrendered_numbers(
         blank(m.start(), m.end())
     prose = "".join(masked)
     for phrase in allowed:
-        if not phrase:
-            continue
-        start = prose.find(phrase)
-        while start >= 0:
-            blank(start, start + len(phrase))
-            start = prose.find(phrase, start + len(phrase))
+        for m in _phrase(phrase).finditer(prose) if phrase.strip() else ():
+            blank(m.start(), m.end())
     prose = "".join(masked)
     out = []
     for m in _NUMBER.finditer(prose):
@@ -370,7 +387,13 @@ def unrendered_numbers(
 def unused_phrases(text: str, allowed: Iterable[str]) -> list[str]:
     """The phrases of an allow-list (:func:`unrendered_numbers`' ``allowed``) that the README no
     longer contains: a stale list allows nothing, and says so."""
-    return [p for p in allowed if p not in text]
+    return [p for p in allowed if not p.strip() or not _phrase(p).search(text)]
+
+
+def _phrase(phrase: str) -> re.Pattern[str]:
+    """An allowed phrase as a pattern: its words in order, any run of whitespace (a line break
+    of wrapped prose) between them."""
+    return re.compile(r"\s+".join(re.escape(w) for w in phrase.split()))
 
 
 # --------------------------------------------------------------------------------------------
