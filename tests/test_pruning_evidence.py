@@ -332,6 +332,43 @@ def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(
         assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)
 
 
+def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verdict():
+    """Each claim row names its ablation and shows each text's own ratio; where the texts fall
+    on both sides of the verdict's line, the verdict says "borderline"; the note counts the
+    intervals and says none is corrected for multiplicity."""
+    texts = ["a"] * 4 + ["b"] * 4
+    base = np.full(8, 3.0)
+
+    def rec(per_text: dict[str, float]) -> dict:
+        loss = base + np.log([per_text[t] for t in texts])
+        return {"nll": (loss * 64).tolist(), "n_tokens": [64] * 8, "texts": texts}
+
+    cells = {
+        E.BASE: rec({"a": 1.0, "b": 1.0}),
+        E.Cell("global", "zero", "entropy", 0, 8): rec({"a": 60.0, "b": 400.0}),
+        E.Cell("global", "mean", "entropy", 0, 8): rec({"a": 2.0, "b": 3.0}),
+        E.Cell("global", "zero", "sink_share", 0, 8): rec({"a": 1.5, "b": 1.5}),
+    }
+    meta = {
+        "ks": [0, 8],
+        "n_units": 40,
+        "protocol": {},
+        "cells": [],
+        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
+    }
+    evidence = {"m": study.ModelEvidence("m", meta, cells)}
+    rows = study.claims_table(evidence).splitlines()
+    assert "| ablation |" in rows[0] and "per text (a / b)" in rows[0]
+    zero = next(r for r in rows if "costs >100x" in r)
+    mean = next(r for r in rows if "with mean ablation" in r)
+    assert "| zero |" in zero and "60x / 400x" in zero and "borderline" in zero
+    assert "| mean |" in mean and "2x / 3x" in mean and "borderline" not in mean
+    assert "conditional on these texts" in zero
+    note = study.claims_note(evidence)
+    n = sum(r.count("x [") for r in rows[2:])
+    assert f"holds {n} intervals" in note and "None is corrected for multiplicity" in note
+
+
 def test_the_mean_ablation_lines_pair_each_score_mean_with_zero():
     """The README's mean-ablation lines come from the cells: both ablations of every mean
     score at the second k, in its own order; a score without both cells is left out."""

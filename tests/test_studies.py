@@ -132,6 +132,30 @@ def test_table_check_fails_on_a_prose_number_that_no_block_renders(tmp_path, mon
     assert "not rendered from results/: line 9: 318x" in problem
 
 
+def test_the_provenance_table_never_calls_cells_from_a_modified_tree_clean(tmp_path) -> None:
+    """A resumable study's manifest is written by the last command, which may have computed
+    none of the cells it reports: the cells' own commits and tree states are listed, and those
+    not from a clean tree are named one by one."""
+    prov = _study.Provenance("demo", "run", "python -m case_studies.demo run")
+    prov.git = {"commit": "a" * 40, "dirty": False, "dirty_files": []}
+    prov.settings["cell_commits"] = {
+        "m": [
+            {"commit": "b" * 40, "dirty": False, "n": 5},
+            {"commit": "c" * 40, "dirty": True, "n": 2, "cells": ["global/zero/x/k001", "y"]},
+        ]
+    }
+    prov.write(tmp_path)
+    table = _study.provenance_table(tmp_path)
+    commit_row = next(line for line in table.splitlines() if line.startswith("| commit"))
+    assert "not every cell" in commit_row
+    (row,) = [line for line in table.splitlines() if "not from a clean tree (m)" in line]
+    assert "2 at `cccccccccccc` (uncommitted changes" in row and "`global/zero/x/k001`" in row
+    assert "bbbbbbbbbbbb" not in row
+    prov.settings["cell_commits"]["m"].pop()
+    prov.write(tmp_path)
+    assert "(clean tree) |" in _study.provenance_table(tmp_path)
+
+
 def test_markdown_cells_escape_pipes() -> None:
     assert _study.markdown_table(["a"], [["x|y"]]).splitlines()[-1] == "| x\\|y |"
 
