@@ -1043,12 +1043,16 @@ def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
         for score in m.meta["protocol"]["mean_scores"]:
             mean, zero = Cell("global", "mean", score, 0, k), Cell("global", "zero", score, 0, k)
             if m.has(mean, zero):
+                rm, rz = ratio_interval(m.cells, mean), ratio_interval(m.cells, zero)
                 pairs.append(
-                    f"{score} {ratio_interval(m.cells, mean)} mean vs "
-                    f"{ratio_interval(m.cells, zero)} zero"
+                    f"{score} {rm}{f' (per text {rm.texts()})' if rm.per_text else ''} mean vs "
+                    f"{rz}{f' (per text {rz.texts()})' if rz.per_text else ''} zero"
                 )
         if pairs:
-            lines.append(f"- **{name}** ({m.k_label(k)}, own order): " + "; ".join(pairs) + ".")
+            texts = f"; per text: {_texts(m)}" if _texts(m) else ""
+            lines.append(
+                f"- **{name}** ({m.k_label(k)}, own order{texts}): " + "; ".join(pairs) + "."
+            )
     return "\n".join(lines) if lines else "No mean-ablation cells yet."
 
 
