@@ -1056,6 +1056,36 @@ def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
     return "\n".join(lines) if lines else "No mean-ablation cells yet."
 
 
+#: Cells recomputed later at a clean commit, beside a model's cells, to check those that came
+#: from a modified tree (``evidence/<model>/clean-rerun/``: cells and ``meta.json``).
+CLEAN_RERUN = "clean-rerun"
+
+
+def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
+    """Per model with a ``clean-rerun`` folder: which cells were recomputed, at which commit,
+    and how far their per-window NLLs are from the committed cells' (relative)."""
+    lines = []
+    for name, m in models.items():
+        folder = results / EVIDENCE_DIR / name / CLEAN_RERUN
+        rerun = load_cells(folder) if (folder / "meta.json").is_file() else {}
+        for cell, rec in sorted(rerun.items()):
+            if cell not in m.cells:
+                continue
+            old = m.cells[cell]
+            a, b = np.asarray(old["nll"], float), np.asarray(rec["nll"], float)
+            worst = float(np.max(np.abs(a - b) / np.abs(a)))
+            ppl = [math.exp(x.sum() / sum(r["n_tokens"])) for x, r in ((a, old), (b, rec))]
+            state = {False: "clean tree", True: "modified tree"}.get(rec.get("dirty"), "unknown")
+            was = {False: "clean tree", True: "modified tree"}.get(old.get("dirty"), "unknown")
+            lines.append(
+                f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
+                f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
+                f"agree to {worst:.1e} (largest relative difference), perplexity "
+                f"{ppl[0]:.4f} then, {ppl[1]:.4f} now."
+            )
+    return "\n".join(lines) if lines else "No cell has been recomputed at a clean commit yet."
+
+
 def compute_note(models: dict[str, ModelEvidence]) -> str:
     """What the cells cost, from their own ``seconds``: per model, cells x windows forward
     passes, the median and range of a cell and of a window (one torch thread, on the shared
@@ -1122,6 +1152,7 @@ def render_tables(results: Path) -> dict[str, str]:
         "mean-ablation": mean_ablation_answer(models),
         "evidence-coverage": coverage_table(models, results),
         "evidence-compute": compute_note(models),
+        "clean-rerun": clean_rerun_note(results, models),
         "earlier-wall": earlier_wall([smol, gemma, results / "smollm2-135m-reversed"]),
         "smollm2-sink-layers": sink_by_layer(smol),
         "channel-layer": channel_layer_table(models),
