@@ -66,6 +66,7 @@ from .._study import Shard, time_is_up, write_text
 __all__ = [
     "CONTROLS",
     "EARLY_LAYERS",
+    "N_BOOT",
     "RESAMPLING_UNIT",
     "Cell",
     "Evidence",
@@ -508,6 +509,8 @@ def _losses(rec: Mapping[str, Any], text: str | None = None) -> np.ndarray:
     return nll / n
 
 
+#: Bootstrap resamples of every interval (:func:`ratio_interval`).
+N_BOOT = 2000
 #: What every interval of this protocol resamples (the claim table names it in each row).
 RESAMPLING_UNIT = (
     "windows within each text (texts fixed: conditional on these texts; a paired, stratified "
@@ -545,7 +548,7 @@ def ratio_interval(
     off: Cell = BASE,
     *,
     text: str | None = None,
-    n_boot: int = 2000,
+    n_boot: int = N_BOOT,
 ) -> RatioInterval:
     """Perplexity ratio ``on / off`` with a 95% paired bootstrap CI over windows, stratified
     by text, and the point ratio of each text.

@@ -62,6 +62,7 @@ from .._study import main as study_main
 from .evidence import (
     BASE,
     CONTROLS,
+    N_BOOT,
     RESAMPLING_UNIT,
     Cell,
     Evidence,
@@ -986,7 +987,7 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         "for multiplicity**: each answers its own row, and about one in twenty of them would "
         "miss its target by chance alone; a Bonferroni correction over all of them would widen "
         f"each to a {1 - 0.05 / claims.intervals:.2%} interval. Every interval is a paired "
-        f"bootstrap (2,000 resamples) over {RESAMPLING_UNIT}: the windows come in runs of "
+        f"bootstrap ({N_BOOT:,} resamples) over {RESAMPLING_UNIT}: the windows come in runs of "
         f"{' or '.join(map(str, windows))} contiguous windows from each of "
         f"{' or '.join(map(str, n_texts))} texts, and a bootstrap over so few texts would "
         "understate how much another text could differ, so each row shows the per-text point "
