@@ -20,6 +20,7 @@ print(prov.git, flush=True)
 t0, c0 = time.perf_counter(), time.process_time()
 model, tok = assets.load_model("smollm2-135m")
 cal, ev = evidence_windows(tok, EVIDENCE["smollm2-135m"])
+# first run: skip_0_2/zero/content_entropy/k027; second run: global/zero/max_attention/k054
 cells = [Cell("skip_0_2", "zero", "content_entropy", 0, 27)]
 run_cells(
     model,
