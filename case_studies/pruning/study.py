@@ -1062,6 +1062,11 @@ def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
 CLEAN_RERUN = "clean-rerun"
 
 
+def _tree_state(dirty: Any) -> str:
+    """A cell's recorded ``dirty`` flag in words."""
+    return "modified tree" if dirty is True else "clean tree" if dirty is False else "unknown"
+
+
 def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
     """Per model with a ``clean-rerun`` folder: which cells were recomputed, at which commit,
     and how far their per-window NLLs are from the committed cells' (relative)."""
@@ -1076,8 +1081,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
             a, b = np.asarray(old["nll"], float), np.asarray(rec["nll"], float)
             worst = float(np.max(np.abs(a - b) / np.abs(a)))
             ppl = [math.exp(x.sum() / sum(r["n_tokens"])) for x, r in ((a, old), (b, rec))]
-            state = {False: "clean tree", True: "modified tree"}.get(rec.get("dirty"), "unknown")
-            was = {False: "clean tree", True: "modified tree"}.get(old.get("dirty"), "unknown")
+            state, was = (_tree_state(r.get("dirty")) for r in (rec, old))
             lines.append(
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
