@@ -12,7 +12,9 @@ Each study folder ``case_studies/<name>/`` has
   of leaving stale results;
 - ``README.md``, whose tables sit between ``<!-- table: NAME -->`` and ``<!-- /table -->``
   markers and are rendered from the result files by ``table`` (never typed by hand); ``table
-  --check`` (and a test) fails when a README table differs from what the results give.
+  --check`` (and a test) fails when a README table differs from what the results give, or when
+  the README states a number in prose outside those blocks (:func:`unrendered_numbers`: a
+  sentence with a result goes in a rendered block, whose content may be prose).
 """
 
 from __future__ import annotations
@@ -180,6 +182,14 @@ def provenance_table(folder: Path) -> str:
     git = m.get("git", {})
     dirty = git.get("dirty")
     state = {True: "with uncommitted changes", False: "clean tree"}.get(dirty, "tree state unknown")
+    # a resumable study reports cells made by earlier runs: their trees, not this command's
+    groups = {
+        name: [g for g in found if g.get("dirty") is not False]
+        for name, found in m.get("settings", {}).get("cell_commits", {}).items()
+    }
+    unclean = {name: found for name, found in groups.items() if found}
+    if unclean:
+        state += " for this command; not every cell it reports (below)"
     versions = m.get("versions", {})
     shown = ", ".join(
         f"{k} {versions[k]}" for k in ("attncoda", "torch", "transformers") if k in versions
@@ -194,6 +204,18 @@ def provenance_table(folder: Path) -> str:
         ],
         ["versions", shown or "not recorded"],
     ]
+    for name, found in unclean.items():
+        rows.append(
+            [
+                f"cells not from a clean tree ({name})",
+                "; ".join(
+                    f"{g['n']} at `{str(g['commit'])[:12]}` "
+                    f"({'uncommitted changes; which files, not recorded' if g.get('dirty') else 'tree state unknown'}): "
+                    + ", ".join(f"`{c}`" for c in g.get("cells", []))
+                    for g in found
+                ),
+            ]
+        )
     if git.get("note"):
         rows.append(["note", git["note"]])
     return markdown_table(["results/manifest.json", ""], rows)
@@ -248,6 +270,130 @@ def stale_tables(text: str, tables: Mapping[str, str]) -> list[str]:
         for name in set(found) | set(tables)
         if name not in found or name not in tables or found[name] != tables[name].strip("\n")
     )
+
+
+# --------------------------------------------------------------------------------------------
+# numbers in prose
+
+# what the prose check never reads: rendered blocks, definition blocks, fenced code, inline code,
+# HTML comments, link and image targets
+_NOT_PROSE = re.compile(
+    r"^<!-- table: [\w.-]+ -->\n(?:(?!<!-- /?table).*\n)*<!-- /table -->$"
+    r"|^<!-- definitions -->\n(?:(?!<!-- /?definitions).*\n)*<!-- /definitions -->$"
+    r"|^(?P<fence>```|~~~).*\n(?:.*\n)*?(?P=fence)[ \t]*$"
+    r"|<!--[\s\S]*?-->"
+    r"|`[^`\n]+`"
+    r"|\]\([^)\s]*\)",
+    re.M,
+)
+# a number as prose writes it: signs, thousands commas, decimals, exponents, a range (3-5,
+# 0.2-0.4), a magnitude (2.6M, 1.4B), a percent or "x" suffix; the word it sits in decides whether it is a name
+_NUMBER = re.compile(
+    r"(?<![\w.])[-−+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-−+]?\d+)?"
+    r"(?:\s?[-–]\s?[-−]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-−+]?\d+)?)?[kMB]?%?x?(?![\w])"
+)
+# a number that names something rather than measures it: what follows a section sign,
+# "issue"/"#", a figure, table or equation, an arXiv id, the year of a citation
+_NAMING = re.compile(
+    r"(?:§\s?|\bissues?\s#?|#|\b(?:Figure|Fig\.|Table|Eq\.|Section|arXiv:?)\s?)$"
+    r"|\bet al\.,?\s\(?$",
+    re.I,
+)
+
+
+def unrendered_numbers(
+    text: str, *, allowed: Iterable[str] = (), where: bool = False, smallest: float = 10
+) -> list[str]:
+    r"""Numbers a README states in prose, outside what ``table`` renders: each one could drift
+    from the result files, so ``table --check`` fails while any is left.
+
+    Read as prose is everything but rendered blocks (``<!-- table: NAME -->`` ... ``<!--
+    /table -->``, whose content may be prose too), fenced code, inline code spans (commands,
+    file names, option values such as ```--repeats 11```), HTML comments, link targets and
+    ``<!-- definitions -->`` ... ``<!-- /definitions -->`` blocks: settings a reader needs in
+    words (a protocol's window size, a schedule's steps) that are choices made before a run, not
+    its results. Within the prose a number is not counted when it is part of a name (it follows
+    a letter in the same word: ``SmolLM2-135M``, ``Qwen2.5-0.5B``, ``fp32``, ``Q4_1``), is a
+    commit hash, follows a section sign, "issue", ``#``, "Figure", "Table" or "arXiv", is the
+    year of a citation ("et al. 2019"), or is a lone whole number below ``smallest`` (a count
+    of seeds or layers; "7-8", "0.5", "3%" and "3x" still count).
+
+    Parameters
+    ----------
+    text : str
+        The README's markdown.
+    allowed : iterable of str
+        Exact phrases whose numbers are definitions, not results (e.g. ``"k=54"`` in a sentence
+        that defines the protocol; a line break may stand for a space); every occurrence of a
+        phrase is skipped. Keep them short
+        and specific: a phrase allows only its own words.
+    where : bool
+        Return ``"line N: NUMBER in '...context...'"`` instead of the bare numbers.
+    smallest : float
+        Lone whole numbers below this are counts, not results (0: count every number).
+
+    Returns
+    -------
+    list of str
+        The numbers in prose, in reading order (empty: every number is rendered or allowed).
+
+    Examples
+    --------
+    >>> unrendered_numbers("SmolLM2-135M pruned 27 heads: 318x (issue 28, §2).")
+    ['27', '318x']
+    >>> unrendered_numbers("<!-- table: a -->\nIt costs 318x.\n<!-- /table -->\nSee `k=54`.\n")
+    []
+    >>> unrendered_numbers("windows of 512 tokens cost 1.5x", allowed=["512 tokens"])
+    ['1.5x']
+    """
+    masked = list(text)
+
+    def blank(start: int, end: int) -> None:
+        for i in range(start, end):
+            if masked[i] != "\n":
+                masked[i] = " "
+
+    for m in _NOT_PROSE.finditer(text):
+        blank(m.start(), m.end())
+    prose = "".join(masked)
+    for phrase in allowed:
+        for m in _phrase(phrase).finditer(prose) if phrase.strip() else ():
+            blank(m.start(), m.end())
+    prose = "".join(masked)
+    out = []
+    for m in _NUMBER.finditer(prose):
+        token = m.group()
+        before = prose[max(0, m.start() - 24) : m.start()]
+        word_start = re.search(r"[\w.\-]*$", before)
+        if word_start and re.search(r"[A-Za-z]", word_start.group()):
+            continue  # inside a name: SmolLM2-135M, Gemma-3, fp32
+        if _NAMING.search(before):
+            continue
+        after = prose[m.end() : m.end() + 12]
+        if re.match(r"[0-9a-f]*[a-f][0-9a-f]*\b", after) and re.fullmatch(r"[0-9a-f]+", token):
+            continue  # a commit hash such as 250d09a
+        bare = token.lstrip("+")
+        if re.fullmatch(r"\d+", bare) and int(bare) < smallest:
+            continue
+        if where:
+            line = prose.count("\n", 0, m.start()) + 1
+            context = text[max(0, m.start() - 30) : m.end() + 30].replace("\n", " ")
+            out.append(f"line {line}: {token} in '...{context}...'")
+        else:
+            out.append(token)
+    return out
+
+
+def unused_phrases(text: str, allowed: Iterable[str]) -> list[str]:
+    """The phrases of an allow-list (:func:`unrendered_numbers`' ``allowed``) that the README no
+    longer contains: a stale list allows nothing, and says so."""
+    return [p for p in allowed if not p.strip() or not _phrase(p).search(text)]
+
+
+def _phrase(phrase: str) -> re.Pattern[str]:
+    """An allowed phrase as a pattern: its words in order, any run of whitespace (a line break
+    of wrapped prose) between them."""
+    return re.compile(r"\s+".join(re.escape(w) for w in phrase.split()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,6 +594,9 @@ class Study:
     golden: Sequence[Golden]
     assets: Sequence[str] = ()
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    #: phrases of the README whose numbers are definitions, not results (``unrendered_numbers``'
+    #: ``allowed``); settings described at length go in ``<!-- definitions -->`` blocks instead
+    definitions: Sequence[str] = ()
 
     @property
     def folder(self) -> Path:
@@ -468,6 +617,18 @@ class Study:
     def rendered_tables(self) -> dict[str, str]:
         """The study's README tables, and ``provenance`` (from the results' manifest)."""
         return {"provenance": provenance_table(self.results), **self.tables(self.results)}
+
+    def prose_problems(self, text: str | None = None) -> list[str]:
+        """The README's numbers in prose that nothing renders (:func:`unrendered_numbers`),
+        and allowed phrases it no longer contains; empty when the prose is clean."""
+        text = self.readme.read_text(encoding="utf-8") if text is None else text
+        return [
+            f"number in prose, not rendered from {self.results.name}/: {n}"
+            for n in unrendered_numbers(text, allowed=self.definitions, where=True)
+        ] + [
+            f"allowed phrase no longer in the README: {p!r}"
+            for p in unused_phrases(text, self.definitions)
+        ]
 
     def write_readme(self) -> list[str]:
         """Render the README tables from the results; return the names that changed."""
@@ -528,7 +689,10 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{study.readme}: table {name!r} differs from {study.results}", file=sys.stderr
                 )
-            return 1 if stale else 0
+            prose = study.prose_problems(text)
+            for line in prose:
+                print(f"{study.readme}: {line}", file=sys.stderr)
+            return 1 if stale or prose else 0
         write_text(study.readme, render_readme(text, tables))
         print(
             f"{study.readme}: {len(tables)} tables rendered ({', '.join(stale) or 'none'} changed)"

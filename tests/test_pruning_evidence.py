@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import zoo  # noqa: E402
-from attncoda.hooks.evaluate import paired_bootstrap, perplexity  # noqa: E402
+from attncoda.hooks.evaluate import perplexity  # noqa: E402
 from attncoda.hooks.gates import gates  # noqa: E402
 from attncoda.hooks.scores import (  # noqa: E402
     order_within_layers,
     order_without_layers,
     prune_plan,
 )
+from case_studies.conventions.evidence import stratified_draws  # noqa: E402
 from case_studies.pruning import evidence as E  # noqa: E402
 from case_studies.pruning import study  # noqa: E402
 
@@ -211,14 +212,21 @@ def test_the_ratio_interval_is_the_paired_block_bootstrap_over_windows(tiny_run)
     want = math.exp((sum(pruned["nll"]) - sum(base["nll"])) / sum(base["n_tokens"]))
     assert math.isclose(r.ratio, want, rel_tol=1e-9)
     assert r.low <= r.ratio <= r.high and r.n_windows == 4
-    # windows as blocks of tokens: the same interval as the bootstrap over per-window losses
+    # windows as blocks of tokens, each text's windows resampled among themselves
     n = np.asarray(base["n_tokens"], float)
-    b = paired_bootstrap(np.asarray(base["nll"]) / n, np.asarray(pruned["nll"]) / n, seed=0)
-    assert math.isclose(r.low, math.exp(b.low)) and math.isclose(r.high, math.exp(b.high))
+    a, b = np.asarray(base["nll"]) / n, np.asarray(pruned["nll"]) / n
+    draws = stratified_draws(base["texts"], 2000, seed=0)
+    assert all(set(np.asarray(base["texts"])[d].tolist()) == set(base["texts"]) for d in draws)
+    lo, hi = np.quantile(b[draws].mean(1) - a[draws].mean(1), [0.025, 0.975])
+    assert math.isclose(r.low, math.exp(lo)) and math.isclose(r.high, math.exp(hi))
     same = E.ratio_interval(cells, on, on)
     assert same.ratio == same.low == same.high == 1.0
     by_text = E.ratio_interval(cells, on, text="a")
-    assert by_text.n_windows == 2
+    assert by_text.n_windows == 2 and by_text.per_text == ()
+    # the per-text values are each text's own ratio, in the texts' order
+    assert [t for t, _ in r.per_text] == list(dict.fromkeys(base["texts"]))
+    for t, v in r.per_text:
+        assert math.isclose(v, E.ratio_interval(cells, on, text=t).ratio, rel_tol=1e-12)
 
 
 def _fake(nll: list[float]) -> dict:
@@ -251,9 +259,10 @@ def test_the_layer_share_of_the_gap_is_between_none_and_all_of_it():
             gap[c] = E.RatioInterval(r, r, r, 24, 1)
         return study.ChannelLayer("entropy", 5, {}, gap, {}).layer_share()
 
-    assert share(100.0, 10.0, 1.0) == "50%"  # the larger controlled gap is what is kept
-    assert share(100.0, 0.5, 0.8) == "100%"  # gaps below 1 under both controls: all layer
-    assert share(3.17, 3.18, 2.68) == "0%"  # Qwen2.5: a control widens the gap: none, not -0%
+    # a range over the controls, each named: neither alone is the layer share
+    assert share(100.0, 10.0, 1.0) == "50% (same number per layer) to 100% (layers 0-2 kept)"
+    assert share(100.0, 0.5, 0.8) == "100% (same number per layer and layers 0-2 kept)"
+    assert share(3.17, 3.18, 2.68).startswith("0% (same number per layer) to 15%")  # not -0%
     assert share(0.9, 2.0) == "n/a"  # no gap in the own order
     assert share(5.0) == "n/a"  # no control run yet
 
@@ -321,6 +330,43 @@ def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(
     for s in study.CONTENT:
         shown = float(row.split(f"{s}: ")[1].split("x [")[0])
         assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)
+
+
+def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verdict():
+    """Each claim row names its ablation and shows each text's own ratio; where the texts fall
+    on both sides of the verdict's line, the verdict says "borderline"; the note counts the
+    intervals and says none is corrected for multiplicity."""
+    texts = ["a"] * 4 + ["b"] * 4
+    base = np.full(8, 3.0)
+
+    def rec(per_text: dict[str, float]) -> dict:
+        loss = base + np.log([per_text[t] for t in texts])
+        return {"nll": (loss * 64).tolist(), "n_tokens": [64] * 8, "texts": texts}
+
+    cells = {
+        E.BASE: rec({"a": 1.0, "b": 1.0}),
+        E.Cell("global", "zero", "entropy", 0, 8): rec({"a": 60.0, "b": 400.0}),
+        E.Cell("global", "mean", "entropy", 0, 8): rec({"a": 2.0, "b": 3.0}),
+        E.Cell("global", "zero", "sink_share", 0, 8): rec({"a": 1.5, "b": 1.5}),
+    }
+    meta = {
+        "ks": [0, 8],
+        "n_units": 40,
+        "protocol": {},
+        "cells": [],
+        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
+    }
+    evidence = {"m": study.ModelEvidence("m", meta, cells)}
+    rows = study.claims_table(evidence).splitlines()
+    assert "| ablation |" in rows[0] and "per text (a / b)" in rows[0]
+    zero = next(r for r in rows if "costs >100x" in r)
+    mean = next(r for r in rows if "with mean ablation" in r)
+    assert "| zero |" in zero and "60x / 400x" in zero and "borderline" in zero
+    assert "| mean |" in mean and "2x / 3x" in mean and "borderline" not in mean
+    assert "conditional on these texts" in zero
+    note = study.claims_note(evidence)
+    n = sum(r.count("x [") for r in rows[2:])
+    assert f"holds {n} intervals" in note and "None is corrected for multiplicity" in note
 
 
 def test_the_mean_ablation_lines_pair_each_score_mean_with_zero():

@@ -86,6 +86,76 @@ def test_render_replaces_only_marked_blocks_and_detects_stale_ones() -> None:
         _study.render_readme(text, {"a": tables["a"]})
 
 
+def test_prose_numbers_are_found_outside_rendered_blocks_code_and_names() -> None:
+    text = (
+        "# SmolLM2-135M and Qwen2.5-0.5B (issue 28, §2, Michel et al. 2019)\n"
+        "Pruning 27 heads costs 318x; the band is 1.2-1.5x, 4,088 tokens, 2.6M parameters.\n"
+        "Run `--repeats 11` on fp32 weights at commit 250d09a; [fig](results/k54.png).\n"
+        "<!-- table: claims -->\nrendered prose: 985x [871, 1107]\n<!-- /table -->\n"
+        "<!-- definitions -->\nwindows of 512 tokens, lr 2e-3\n<!-- /definitions -->\n"
+        "```bash\npython -m x --k 54\n```\n"
+        "A lone 3 seeds, at k=54 of the protocol.\n"
+    )
+    assert _study.unrendered_numbers(text) == ["27", "318x", "1.2-1.5x", "4,088", "2.6M", "54"]
+    assert _study.unrendered_numbers(text, allowed=["k=54", "27 heads"]) == [
+        "318x",
+        "1.2-1.5x",
+        "4,088",
+        "2.6M",
+    ]
+    assert _study.unrendered_numbers(text, smallest=0)[-2:] == ["3", "54"]
+    (where,) = _study.unrendered_numbers("a\nb 7.5x c", where=True)
+    assert where.startswith("line 2: 7.5x")
+    assert _study.unused_phrases(text, ["k=54", "k=55"]) == ["k=55"]
+
+
+def test_table_check_fails_on_a_prose_number_that_no_block_renders(tmp_path, monkeypatch) -> None:
+    """A number typed into a README's prose fails ``table --check``, like a stale table; the same
+    sentence in a rendered block passes."""
+    folder = tmp_path / "demo"
+    (folder / "results").mkdir(parents=True)
+
+    def tables(_results: Path) -> dict[str, str]:
+        return {"claim": "It costs 318x."}
+
+    study = _study.Study("demo", "demo", lambda *a: None, lambda *a: None, tables, ())
+    monkeypatch.setattr(_study.Study, "folder", property(lambda self: folder))
+    rendered = _study.render_readme(
+        "<!-- table: provenance -->\n<!-- /table -->\n<!-- table: claim -->\n<!-- /table -->\n",
+        study.rendered_tables(),
+    )
+    study.readme.write_text(rendered, encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 0
+    study.readme.write_text(rendered + "It costs 318x.\n", encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 1
+    (problem,) = study.prose_problems()
+    assert "not rendered from results/: line 9: 318x" in problem
+
+
+def test_the_provenance_table_never_calls_cells_from_a_modified_tree_clean(tmp_path) -> None:
+    """A resumable study's manifest is written by the last command, which may have computed
+    none of the cells it reports: the cells' own commits and tree states are listed, and those
+    not from a clean tree are named one by one."""
+    prov = _study.Provenance("demo", "run", "python -m case_studies.demo run")
+    prov.git = {"commit": "a" * 40, "dirty": False, "dirty_files": []}
+    prov.settings["cell_commits"] = {
+        "m": [
+            {"commit": "b" * 40, "dirty": False, "n": 5},
+            {"commit": "c" * 40, "dirty": True, "n": 2, "cells": ["global/zero/x/k001", "y"]},
+        ]
+    }
+    prov.write(tmp_path)
+    table = _study.provenance_table(tmp_path)
+    commit_row = next(line for line in table.splitlines() if line.startswith("| commit"))
+    assert "not every cell" in commit_row
+    (row,) = [line for line in table.splitlines() if "not from a clean tree (m)" in line]
+    assert "2 at `cccccccccccc` (uncommitted changes" in row and "`global/zero/x/k001`" in row
+    assert "bbbbbbbbbbbb" not in row
+    prov.settings["cell_commits"]["m"].pop()
+    prov.write(tmp_path)
+    assert "(clean tree) |" in _study.provenance_table(tmp_path)
+
+
 def test_markdown_cells_escape_pipes() -> None:
     assert _study.markdown_table(["a"], [["x|y"]]).splitlines()[-1] == "| x\\|y |"
 
@@ -162,6 +232,29 @@ def test_readme_tables_equal_the_result_files(name: str) -> None:
     assert _study.stale_tables(text, tables) == [], (
         f"run `python -m case_studies.{name} table` (or rerun the study)"
     )
+
+
+#: Studies whose READMEs still state numbers in prose that nothing renders: their own branches
+#: (issue 28) move those numbers into rendered blocks; strict, so the mark must go once they pass.
+_PROSE_PENDING = {"arach", "conventions"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n, marks=pytest.mark.xfail(strict=True, reason="prose numbers not yet rendered")
+        )
+        if n in _PROSE_PENDING
+        else n
+        for n in STUDIES
+    ],
+)
+def test_readme_prose_states_no_number_the_results_do_not_render(name: str) -> None:
+    """A number in a README's prose (outside rendered blocks, code and definitions) could drift
+    from its result file; ``table --check`` refuses it, and so does this test."""
+    study = _study_of(name)
+    assert study.prose_problems() == [], f"render these from {study.results} (see table --check)"
 
 
 @pytest.mark.parametrize("name", STUDIES)

@@ -12,9 +12,10 @@ NLLs, so a killed run loses at most the cell in progress, a rerun skips every ce
 is complete and was made on the same tokens, and a damaged file is recomputed.
 
 The statistics (:func:`ratio_interval`, :func:`random_band`) come from the per-window NLLs:
-every interval is a paired bootstrap over windows (:func:`attncoda.hooks.evaluate.
-paired_bootstrap`), each window a block of ``window - 1`` consecutive predicted tokens resampled
-whole, the same draw for the two arms compared (the unpruned model, or another score).
+every interval is a paired bootstrap over windows stratified by text (each window a block of
+``window - 1`` consecutive predicted tokens resampled whole, each text's windows among
+themselves, the same draw for the two arms compared: the unpruned model, or another score),
+reported with the point ratio of each text.
 
 Examples
 --------
@@ -48,7 +49,7 @@ import torch
 import xarray as xr
 
 import attncoda as ac
-from attncoda.hooks.evaluate import paired_bootstrap, perplexity, tokens_sha256
+from attncoda.hooks.evaluate import perplexity, tokens_sha256
 from attncoda.hooks.gates import gates, head_layout, head_means
 from attncoda.hooks.prune import sweep_ks
 from attncoda.hooks.scores import (
@@ -65,9 +66,12 @@ from .._study import Shard, time_is_up, write_text
 __all__ = [
     "CONTROLS",
     "EARLY_LAYERS",
+    "N_BOOT",
+    "RESAMPLING_UNIT",
     "Cell",
     "Evidence",
     "RatioInterval",
+    "cell_commits",
     "cell_plan",
     "load_cells",
     "plan_cells",
@@ -451,6 +455,27 @@ def load_cells(folder: str | Path) -> dict[Cell, dict[str, Any]]:
     return out
 
 
+def cell_commits(cells: Mapping[Cell, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Which commit, and which tree state, made the cells: one group per ``(commit, dirty)``
+    each cell recorded, with its count and, for a modified (or unrecorded) tree, the labels of
+    its cells, so a manifest can say exactly which cells did not come from a clean tree."""
+    groups: dict[tuple[str, Any], list[str]] = {}
+    for cell in sorted(cells):
+        rec = cells[cell]
+        groups.setdefault((str(rec.get("commit", "unknown")), rec.get("dirty")), []).append(
+            cell.label
+        )
+    return [
+        {
+            "commit": commit,
+            "dirty": dirty,
+            "n": len(labels),
+            **({"cells": labels} if dirty is not False else {}),
+        }
+        for (commit, dirty), labels in sorted(groups.items(), key=lambda g: -len(g[1]))
+    ]
+
+
 def window_table(cells: Mapping[Cell, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per cell and window: ``control, mode, score, seed, k, text, window, nll,
     n_tokens, pruned`` (the long table of ``window_nll.csv``)."""
@@ -484,18 +509,33 @@ def _losses(rec: Mapping[str, Any], text: str | None = None) -> np.ndarray:
     return nll / n
 
 
+#: Bootstrap resamples of every interval (:func:`ratio_interval`).
+N_BOOT = 2000
+#: What every interval of this protocol resamples (the claim table names it in each row).
+RESAMPLING_UNIT = (
+    "windows within each text (texts fixed: conditional on these texts; a paired, stratified "
+    "bootstrap)"
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class RatioInterval:
-    """Perplexity of ``on`` over that of ``off`` (on the same windows) and its bootstrap CI."""
+    """Perplexity of ``on`` over that of ``off`` (on the same windows), its bootstrap CI, and
+    the point ratio on each text's windows alone (``per_text``; empty for one text)."""
 
     ratio: float
     low: float
     high: float
     n_windows: int
     n_tokens: int
+    per_text: tuple[tuple[str, float], ...] = ()
 
     def __str__(self) -> str:
         return f"{_num(self.ratio)}x [{_num(self.low)}, {_num(self.high)}]"
+
+    def texts(self) -> str:
+        """The per-text point ratios, e.g. ``"223x / 354x / 406x"`` (in the texts' order)."""
+        return " / ".join(f"{_num(v)}x" for _, v in self.per_text) or "—"
 
 
 def _num(x: float) -> str:
@@ -508,30 +548,53 @@ def ratio_interval(
     off: Cell = BASE,
     *,
     text: str | None = None,
-    n_boot: int = 2000,
+    n_boot: int = N_BOOT,
 ) -> RatioInterval:
-    """Perplexity ratio ``on / off`` with a 95% paired block bootstrap CI over windows.
+    """Perplexity ratio ``on / off`` with a 95% paired bootstrap CI over windows, stratified
+    by text, and the point ratio of each text.
 
     Every window has the same number of predicted tokens, so the mean of the per-window mean
     NLLs is the token-weighted loss and ``exp`` of the bootstrap difference of means is the
-    perplexity ratio; windows (blocks of consecutive tokens) are resampled whole, the same draw
-    for both cells (:func:`attncoda.hooks.evaluate.paired_bootstrap`).
+    perplexity ratio. Windows (blocks of consecutive tokens) are resampled whole, the same
+    draw for both cells, and each text's windows only among themselves
+    (:func:`case_studies.conventions.evidence.stratified_draws`): every replicate keeps the
+    texts' mix, so the interval is conditional on these texts (:data:`RESAMPLING_UNIT`). With
+    three texts a bootstrap over texts would have ten distinct draws and understate the spread
+    between texts, so the per-text ratios are reported beside it instead.
 
     Raises
     ------
     KeyError
         A cell that is not done.
     """
+    from ..conventions.evidence import stratified_draws  # the one stratified draw of the studies
+
     a, b = _losses(cells[off], text), _losses(cells[on], text)
     if len(set(np.asarray(cells[on]["n_tokens"]).tolist())) != 1:
         raise ValueError("windows of unequal length: the mean of window losses is not the loss")
-    r = paired_bootstrap(a, b, n_boot=n_boot, seed=0)
-    n_tok = (
-        int(np.sum(cells[on]["n_tokens"]))
-        if text is None
-        else int(len(b) * cells[on]["n_tokens"][0])
+    labels = [t for t in cells[on].get("texts", ["all"] * len(b)) if text is None or t == text]
+    draws = stratified_draws(labels, n_boot, seed=0)
+    diffs = b[draws].mean(axis=1) - a[draws].mean(axis=1)
+    low, high = np.quantile(diffs, [0.025, 0.975])
+    diff = float(b.mean() - a.mean())
+    names = list(dict.fromkeys(labels))
+    per_text = (
+        tuple(
+            (
+                t,
+                math.exp(
+                    float(b[np.asarray(labels) == t].mean() - a[np.asarray(labels) == t].mean())
+                ),
+            )
+            for t in names
+        )
+        if len(names) > 1
+        else ()
     )
-    return RatioInterval(math.exp(r.diff), math.exp(r.low), math.exp(r.high), len(b), n_tok)
+    n_tok = int(len(b) * cells[on]["n_tokens"][0])
+    return RatioInterval(
+        math.exp(diff), math.exp(float(low)), math.exp(float(high)), len(b), n_tok, per_text
+    )
 
 
 def random_band(

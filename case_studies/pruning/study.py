@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import attncoda as ac
 from attncoda.hooks import assets
 from attncoda.hooks.evaluate import text_windows
@@ -54,16 +56,18 @@ from .._study import (
     add_time_limit,
     markdown_table,
     provenance_table,
-    read_manifest,
     seconds_left,
 )
 from .._study import main as study_main
 from .evidence import (
     BASE,
     CONTROLS,
+    N_BOOT,
+    RESAMPLING_UNIT,
     Cell,
     Evidence,
     RatioInterval,
+    cell_commits,
     load_cells,
     plot_evidence,
     random_band,
@@ -279,6 +283,8 @@ def run_evidence(
         "cells_done": len(done),
         "cells_planned": len(planned),
     }
+    # the manifest's commit is this command's; the cells may come from earlier runs and trees
+    prov.settings.setdefault("cell_commits", {})[name] = cell_commits(cells)
     prov.write(folder)
     return done
 
@@ -459,6 +465,12 @@ class ModelEvidence:
     def has(self, *cells: Cell) -> bool:
         return all(c in self.cells for c in (BASE, *cells))
 
+    def design(self) -> str:
+        """``3 texts x 8 windows``: how the windows are grouped (what the interval holds fixed)."""
+        texts = self.meta.get("texts", {})
+        windows = "/".join(sorted({str(t["windows"]) for t in texts.values()}))
+        return f"{len(texts)} texts x {windows} windows" if texts else "one pool of windows"
+
     def sample(self) -> str:
         """``24 windows, 12,264 tokens``: the sample behind every interval."""
         rec = self.cells[BASE]
@@ -490,11 +502,10 @@ def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
         state = "complete" if len(m.cells) == planned else "**partial**"
         secs = sum(float(r.get("seconds", 0)) for r in m.cells.values())
         texts = ", ".join(f"{t} x {v['windows']}" for t, v in m.meta["texts"].items())
-        manifest = read_manifest(results / EVIDENCE_DIR / name).get("git", {})
-        made_by = (
-            f"`{manifest['commit'][:12]}`{' (dirty tree)' if manifest.get('dirty') else ''}"
-            if manifest
-            else "no manifest yet"
+        made_by = "; ".join(
+            f"`{g['commit'][:12]}` x {g['n']}"
+            + {False: "", True: " (**modified tree**)"}.get(g["dirty"], " (tree state unknown)")
+            for g in cell_commits(m.cells)
         )
         rows.append(
             [
@@ -513,7 +524,7 @@ def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
             "evaluation sample",
             "random orders",
             "compute (cells)",
-            "manifest commit",
+            "cells made at (commit x cells)",
         ],
         rows,
     )
@@ -595,16 +606,36 @@ class ChannelLayer:
             return "channel"
         return "layer" if self.layer_effect else "neither resolved"
 
-    def layer_share(self) -> str:
-        """How much of the own-order gap's log the layer controls remove (the larger of the
-        controlled gaps kept), e.g. ``"84%"``; ``"0%"`` where a control keeps the whole gap or
-        widens it; ``"n/a"`` without a gap to share."""
+    def layer_shares(self) -> dict[str, float]:
+        """Per layer control, how much of the own-order gap's log it removes: ``1 -
+        log(controlled gap) / log(own gap)``, 0 where the control keeps the whole gap or widens
+        it, 1 where it removes all of it (a controlled gap below 1); empty without a gap."""
         own = self.gap.get("global")
-        controlled = [v.ratio for c, v in self.gap.items() if c != "global"]
-        if own is None or not controlled or own.ratio <= 1:
+        if own is None or own.ratio <= 1:
+            return {}
+        return {
+            c: min(1.0, max(0.0, 1 - math.log(max(v.ratio, 1.0)) / math.log(own.ratio)))
+            for c, v in self.gap.items()
+            if c != "global"
+        }
+
+    def layer_share(self) -> str:
+        """The layer share of the gap's log as a range over the controls, each named, e.g.
+        ``"67% (same number per layer) to 94% (layers 0-2 kept)"``; ``"n/a"`` without a gap or
+        a control. Neither control alone is *the* share: they bound it from two sides."""
+        shares = self.layer_shares()
+        if not shares:
             return "n/a"
-        kept = max(math.log(max(r, 1.0)) for r in controlled) / math.log(own.ratio)
-        return f"{max(0.0, 1 - kept):.0%}"  # a wider controlled gap is none of it, not "-3%"
+        parts = [
+            f"{v:.0%} ({_CONTROL_NAMES[c]})" for c, v in sorted(shares.items(), key=lambda x: x[1])
+        ]
+        return (
+            " to ".join(parts)
+            if len({f"{v:.0%}" for v in shares.values()}) > 1
+            else (
+                f"{next(iter(shares.values())):.0%} ({' and '.join(_CONTROL_NAMES[c] for c in shares)})"
+            )
+        )
 
 
 def channel_layer(m: ModelEvidence) -> ChannelLayer | None:
@@ -711,136 +742,257 @@ def _verdict_100x(r: RatioInterval) -> str:
     return "inconclusive (CI spans 100x)"
 
 
-def claims_table(models: dict[str, ModelEvidence]) -> str:
-    """The study's claim table: question, the paper's number, ours with a 95% CI, the sample,
-    a verdict; one block of rows per model with results."""
-    rows = []
+def _texts(m: ModelEvidence) -> str:
+    """The texts behind the per-text values, in their order (``mobydick / ... / wikipedia``)."""
+    return " / ".join(m.meta.get("texts", {}))
+
+
+@dataclasses.dataclass
+class _Claims:
+    """The claim rows and every interval they show (counted for the multiplicity note)."""
+
+    rows: list[list[str]] = dataclasses.field(default_factory=list)
+    intervals: int = 0
+
+    def add(
+        self,
+        m: ModelEvidence,
+        question: str,
+        ablation: str,
+        paper: str,
+        shown: Sequence[tuple[str, RatioInterval]],
+        verdict: str,
+        extra: str = "",
+        threshold: float | None = None,
+    ) -> None:
+        """One row: ``shown`` are ``(label, interval)`` pairs, each with its per-text values.
+        Where the per-text values of a shown interval straddle ``threshold`` (the verdict's
+        line: 100x, or 1 for a comparison), the verdict says so: the pooled interval, conditional
+        on these texts, does not settle it for text in general."""
+        self.intervals += len(shown)
+        if threshold is not None:
+            split = [
+                label or "it"
+                for label, r in shown
+                if r.per_text
+                and min(v for _, v in r.per_text) < threshold < max(v for _, v in r.per_text)
+            ]
+            if split:
+                verdict += (
+                    f"; **borderline**: per-text values straddle {threshold:g}x "
+                    f"({', '.join(split)})"
+                )
+        ours = "; ".join(f"{label}{': ' if label else ''}{r}" for label, r in shown)
+        texts = "; ".join(f"{label}{': ' if label else ''}{r.texts()}" for label, r in shown)
+        self.rows.append(
+            [
+                m.name,
+                question,
+                ablation,
+                paper,
+                ours + (f"; {extra}" if extra else ""),
+                texts,
+                f"{m.sample()}; {m.design()}, CI conditional on these texts",
+                verdict,
+            ]
+        )
+
+
+def _claims(models: dict[str, ModelEvidence]) -> _Claims:
+    out = _Claims()
     for name, m in models.items():
         if BASE not in m.cells:
             continue
-        n = m.sample()
         cl = channel_layer(m)
         if cl is not None and "global" in cl.ratio:
             r = cl.ratio["global"]
-            rows.append(
-                [
-                    name,
-                    "Pruning by the wrong (sink-blind, full-row) channel costs >100x perplexity",
-                    ">100x",
-                    f"{cl.score}, {m.k_label(cl.k)}: {r}",
-                    n,
-                    _verdict_100x(r),
-                ]
+            where = f"{cl.score}, {m.k_label(cl.k)}"
+            mean = Cell("global", "mean", cl.score, 0, cl.k)
+            out.add(
+                m,
+                "Pruning by the wrong (sink-blind, full-row) channel costs >100x perplexity",
+                "zero",
+                ">100x",
+                [(where, r)],
+                f"zero ablation: {_verdict_100x(r)}",
+                threshold=100,
             )
-            content = {
-                s: ratio_interval(m.cells, Cell("global", "zero", s, 0, cl.k))
+            if m.has(mean):
+                rm = ratio_interval(m.cells, mean)
+                out.add(
+                    m,
+                    "... the same cell with mean ablation (each pruned head's calibration mean)",
+                    "mean",
+                    ">100x",
+                    [(where, rm)],
+                    f"mean ablation: {_verdict_100x(rm)}"
+                    + (
+                        "; the >100x holds under zero ablation only"
+                        if r.low > 100 and rm.high < 100
+                        else ""
+                    ),
+                    threshold=100,
+                )
+            content = [
+                (s, ratio_interval(m.cells, Cell("global", "zero", s, 0, cl.k)))
                 for s in CONTENT
                 if m.has(Cell("global", "zero", s, 0, cl.k))
-            }
+            ]
             if content:
-                rows.append(
-                    [
-                        name,
-                        "... specific to the full-row scores? The content scores, same k, own order",
-                        "—",
-                        "; ".join(f"{s}: {v}" for s, v in content.items()),
-                        n,
-                        "not specific: a content score also costs >100x"
-                        if any(v.low > 100 for v in content.values())
-                        else "no >100x in either channel"
-                        if r.high < 100 and all(v.high < 100 for v in content.values())
-                        else "specific: every content score below 100x"
-                        if all(v.high < 100 for v in content.values())
-                        else "inconclusive",
-                    ]
+                values = [v for _, v in content]
+                out.add(
+                    m,
+                    "... specific to the full-row scores? The content scores, same k, own order",
+                    "zero",
+                    "—",
+                    content,
+                    "not specific: a content score also costs >100x"
+                    if any(v.low > 100 for v in values)
+                    else "no >100x in either channel"
+                    if r.high < 100 and all(v.high < 100 for v in values)
+                    else "specific: every content score below 100x"
+                    if all(v.high < 100 for v in values)
+                    else "inconclusive",
+                    threshold=100,
                 )
-            kept = "; ".join(
-                f"{_CONTROL_NAMES[c]}: {v}" for c, v in cl.ratio.items() if c != "global"
-            )
+            kept = [(_CONTROL_NAMES[c], v) for c, v in cl.ratio.items() if c != "global"]
             if kept:
-                still = [v for c, v in cl.ratio.items() if c != "global"]
-                verdict = (
+                still = [v for _, v in kept]
+                out.add(
+                    m,
+                    "... the same score and k with layer position controlled",
+                    "zero",
+                    "—",
+                    kept,
                     "no >100x to explain: below 100x in its own order"
                     if r.high < 100
                     else "the >100x needs the early-layer order"
                     if all(v.high < 100 for v in still)
                     else "the >100x survives a layer control"
                     if any(v.low > 100 for v in still)
-                    else "inconclusive"
-                )
-                rows.append(
-                    [
-                        name,
-                        "... the same score and k with layer position controlled",
-                        "—",
-                        kept,
-                        n,
-                        verdict,
-                    ]
+                    else "inconclusive",
+                    threshold=100,
                 )
             if cl.gap:
-                gaps = "; ".join(f"{_CONTROL_NAMES[c]}: {v}" for c, v in cl.gap.items())
                 verdict = {
                     "reversed": f"contradicted: {cl.score} prunes better than the sink share "
                     "in its own order",
-                    "both": f"both: {cl.layer_share()} of the gap's log is layer position, "
-                    "the rest survives both controls (channel)",
+                    "both": f"both: layer position is {cl.layer_share()} of the gap's log "
+                    "(a range: each control bounds it from one side); the rest survives both "
+                    "controls (channel)",
                     "channel": "reproduced: a channel effect",
                     "layer": "contradicted: a layer-position effect",
                     "neither resolved": "inconclusive",
                 }[cl.effect]
-                rows.append(
-                    [
-                        name,
-                        f"The gap is the channel: {cl.score} over sink share, same k, each order",
-                        "— (attributed to the channel)",
-                        gaps,
-                        n,
-                        verdict,
-                    ]
+                out.add(
+                    m,
+                    f"The gap is the channel: {cl.score} over sink share, same k, each order",
+                    "zero",
+                    "— (attributed to the channel)",
+                    [(_CONTROL_NAMES[c], v) for c, v in cl.gap.items()],
+                    verdict,
+                    threshold=1,
                 )
         for k in m.ks[1:2]:
             grad = Cell("global", "zero", "gradient", 0, k)
+            sink = Cell("global", "zero", "sink_share", 0, k)
             ratios = score_ratios(m.cells, k, ATTENTION_SCORES)
-            if ratios and m.has(grad):
+            if ratios and m.has(grad, sink):
                 best = min(ratios, key=lambda s: ratios[s])
                 r = ratio_interval(m.cells, Cell("global", "zero", best, 0, k), grad)
-                verdict = (
+                rs = ratio_interval(m.cells, sink, grad)
+                versus = (
                     "as good as the gradient (CI includes 1)"
                     if r.low <= 1 <= r.high
                     else "better than the gradient"
                     if r.high < 1
                     else "worse than the gradient"
                 )
-                rows.append(
-                    [
-                        name,
-                        f"The attention statistic closest to the gradient baseline ({m.k_label(k)})",
-                        "— (ours; Michel et al. 2019 baseline)",
-                        f"{best} / gradient: {r}",
-                        n,
-                        verdict,
-                    ]
+                verdict = (
+                    f"on {name}, yes: the sink share is the closest, {versus}"
+                    if best == "sink_share"
+                    else f"on {name}, no: {best} is the closest, {versus}; the sink share costs "
+                    f"{rs.ratio:.2g}x the gradient's perplexity"
+                )
+                shown = [(f"{best} / gradient", r)]
+                if best != "sink_share":
+                    shown.append(("sink_share / gradient", rs))
+                out.add(
+                    m,
+                    f"Is the sink share the attention statistic closest to the gradient baseline "
+                    f"({m.k_label(k)}; {len(ratios)} statistics compared)?",
+                    "zero",
+                    "— (ours; Michel et al. 2019 baseline)",
+                    shown,
+                    verdict,
+                    threshold=1,
                 )
             med, p5, p95, n_orders = random_band(m.cells, k)
-            sink = Cell("global", "zero", "sink_share", 0, k)
             if n_orders and m.has(sink):
                 r = ratio_interval(m.cells, sink)
                 where = "below" if r.high < p5 else "above" if r.low > p95 else "within"
-                rows.append(
-                    [
-                        name,
-                        f"Sink-channel pruning beats random orders ({m.k_label(k)})",
-                        "—",
-                        f"sink share {r}; random median {med:.3g}x, 5-95% [{p5:.3g}, {p95:.3g}] over {n_orders} orders",
-                        n,
-                        f"{where} the random band",
-                    ]
+                out.add(
+                    m,
+                    f"Sink-channel pruning beats random orders ({m.k_label(k)})",
+                    "zero",
+                    "—",
+                    [("sink share", r)],
+                    f"{where} the random band",
+                    extra=f"random median {med:.3g}x, 5-95% [{p5:.3g}, {p95:.3g}] over "
+                    f"{n_orders} orders (a band over orders, not an interval)",
                 )
-    if not rows:
+    return out
+
+
+def claims_table(models: dict[str, ModelEvidence]) -> str:
+    """The study's claim table: question, ablation, the paper's number, ours with a 95% CI,
+    the per-text values, the sample and what the interval resamples, a verdict; one block of
+    rows per model with results."""
+    claims = _claims(models)
+    if not claims.rows:
         return "no evidence results yet"
+    texts = {_texts(m) for m in models.values() if BASE in m.cells}
     return markdown_table(
-        ["model", "question", "paper", "ours (95% CI)", "sample", "verdict"], rows
+        [
+            "model",
+            "question",
+            "ablation",
+            "paper",
+            "ours (95% CI)",
+            f"per text ({' | '.join(sorted(texts))})",
+            "sample; interval",
+            "verdict",
+        ],
+        claims.rows,
+    )
+
+
+def claims_note(models: dict[str, ModelEvidence]) -> str:
+    """The sentences that read the claim table: what an interval resamples, how many there are
+    and that none is corrected for multiplicity (rendered, so its numbers cannot drift)."""
+    claims = _claims(models)
+    if not claims.rows:
+        return "No evidence results yet."
+    n_texts = sorted({len(m.meta.get("texts", {})) for m in models.values() if BASE in m.cells})
+    windows = sorted(
+        {
+            w["windows"]
+            for m in models.values()
+            if BASE in m.cells
+            for w in m.meta.get("texts", {}).values()
+        }
+    )
+    return (
+        f"The claim table holds {claims.intervals} intervals (95% each). **None is corrected "
+        "for multiplicity**: each answers its own row, and about one in twenty of them would "
+        "miss its target by chance alone; a Bonferroni correction over all of them would widen "
+        f"each to a {1 - 0.05 / claims.intervals:.2%} interval. Every interval is a paired "
+        f"bootstrap ({N_BOOT:,} resamples) over {RESAMPLING_UNIT}: the windows come in runs of "
+        f"{' or '.join(map(str, windows))} contiguous windows from each of "
+        f"{' or '.join(map(str, n_texts))} texts, and a bootstrap over so few texts would "
+        "understate how much another text could differ, so each row shows the per-text point "
+        "ratios beside the pooled one: where they straddle a threshold, the pooled interval does "
+        "not settle the question for text in general."
     )
 
 
@@ -892,13 +1044,104 @@ def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
         for score in m.meta["protocol"]["mean_scores"]:
             mean, zero = Cell("global", "mean", score, 0, k), Cell("global", "zero", score, 0, k)
             if m.has(mean, zero):
+                rm, rz = ratio_interval(m.cells, mean), ratio_interval(m.cells, zero)
                 pairs.append(
-                    f"{score} {ratio_interval(m.cells, mean)} mean vs "
-                    f"{ratio_interval(m.cells, zero)} zero"
+                    f"{score} {rm}{f' (per text {rm.texts()})' if rm.per_text else ''} mean vs "
+                    f"{rz}{f' (per text {rz.texts()})' if rz.per_text else ''} zero"
                 )
         if pairs:
-            lines.append(f"- **{name}** ({m.k_label(k)}, own order): " + "; ".join(pairs) + ".")
+            texts = f"; per text: {_texts(m)}" if _texts(m) else ""
+            lines.append(
+                f"- **{name}** ({m.k_label(k)}, own order{texts}): " + "; ".join(pairs) + "."
+            )
     return "\n".join(lines) if lines else "No mean-ablation cells yet."
+
+
+#: Cells recomputed later at a clean commit, beside a model's cells, to check those that came
+#: from a modified tree (``evidence/<model>/clean-rerun/``: cells and ``meta.json``).
+CLEAN_RERUN = "clean-rerun"
+
+
+def _tree_state(dirty: Any) -> str:
+    """A cell's recorded ``dirty`` flag in words."""
+    return "modified tree" if dirty is True else "clean tree" if dirty is False else "unknown"
+
+
+def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
+    """Per model with a ``clean-rerun`` folder: which cells were recomputed, at which commit,
+    and how far their per-window NLLs are from the committed cells' (relative)."""
+    lines = []
+    for name, m in models.items():
+        folder = results / EVIDENCE_DIR / name / CLEAN_RERUN
+        rerun = load_cells(folder) if (folder / "meta.json").is_file() else {}
+        for cell, rec in sorted(rerun.items()):
+            if cell not in m.cells:
+                continue
+            old = m.cells[cell]
+            a, b = np.asarray(old["nll"], float), np.asarray(rec["nll"], float)
+            worst = float(np.max(np.abs(a - b) / np.abs(a)))
+            ppl = [math.exp(x.sum() / sum(r["n_tokens"])) for x, r in ((a, old), (b, rec))]
+            state, was = (_tree_state(r.get("dirty")) for r in (rec, old))
+            lines.append(
+                f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
+                f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
+                f"agree to {worst:.1e} (largest relative difference), perplexity "
+                f"{ppl[0]:.4f} then, {ppl[1]:.4f} now."
+            )
+    return "\n".join(lines) if lines else "No cell has been recomputed at a clean commit yet."
+
+
+def compute_note(models: dict[str, ModelEvidence]) -> str:
+    """What the cells cost, from their own ``seconds``: per model, cells x windows forward
+    passes, the median and range of a cell and of a window (one torch thread, on the shared
+    machine: the spread is its load, not the model)."""
+    lines = []
+    for name, m in models.items():
+        if BASE not in m.cells:
+            continue
+        secs = np.array([float(r.get("seconds", math.nan)) for r in m.cells.values()])
+        secs = secs[np.isfinite(secs)]
+        windows = len(m.cells[BASE]["nll"])
+        if not len(secs):
+            continue
+        lines.append(
+            f"- **{name}**: {len(m.cells)} cells x {windows} windows = "
+            f"{len(m.cells) * windows:,} forward passes, {secs.sum() / 3600:.1f} h of one thread; "
+            f"a cell took {np.median(secs):.0f} s (median; {secs.min():.0f}-{secs.max():.0f} s), "
+            f"a window {np.median(secs) / windows:.1f} s "
+            f"({secs.min() / windows:.1f}-{secs.max() / windows:.1f} s)."
+        )
+    return "\n".join(lines) if lines else "No cells yet."
+
+
+def earlier_wall(folders: Sequence[Path]) -> str:
+    """The earlier run's wall time per folder (``wall_s`` of its ``meta.json``)."""
+    parts = []
+    for folder in folders:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        parts.append(f"{meta['wall_s'] / 60:.0f} min (`{folder.name}`)")
+    return (
+        "Wall time of the earlier run (the `wall_s` of each `meta.json`): " + ", ".join(parts) + "."
+    )
+
+
+def sink_by_layer(folder: Path) -> str:
+    """Mean sink share per layer over the calibration text (``head_scores.csv``), and the
+    most sink-dominated heads: where the dispensable, sink-heavy heads sit."""
+    table = ac.read_table(folder / "head_scores.csv")
+    per_layer = table.groupby("layer")["sink_share"].mean()
+    top = table.sort_values("sink_share", ascending=False).head(3)
+    return (
+        f"Mean sink share per layer on the calibration text (`{folder.name}/head_scores.csv`, "
+        "column `sink_share`), layer: share: "
+        + ", ".join(f"{int(layer)}: {v:.2f}" for layer, v in per_layer.items())
+        + ". The three most sink-dominated heads: "
+        + ", ".join(
+            f"layer {int(r.layer)} head {int(r.head)} ({r.sink_share:.5g})"
+            for r in top.itertuples()
+        )
+        + "."
+    )
 
 
 def render_tables(results: Path) -> dict[str, str]:
@@ -909,9 +1152,14 @@ def render_tables(results: Path) -> dict[str, str]:
     return {
         "provenance-earlier": provenance_table(smol),
         "claims": claims_table(models),
+        "claims-note": claims_note(models),
         "channel-layer-answer": channel_layer_answer(models),
         "mean-ablation": mean_ablation_answer(models),
         "evidence-coverage": coverage_table(models, results),
+        "evidence-compute": compute_note(models),
+        "clean-rerun": clean_rerun_note(results, models),
+        "earlier-wall": earlier_wall([smol, gemma, results / "smollm2-135m-reversed"]),
+        "smollm2-sink-layers": sink_by_layer(smol),
         "channel-layer": channel_layer_table(models),
         "closest-to-gradient": gradient_table(models),
         **evidence,
@@ -945,6 +1193,8 @@ STUDY = Study(
     golden=GOLDEN,
     assets=("smollm2-135m", "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
+    # the numbers in these phrases name the protocol (a control, an interval's level), not results
+    definitions=("layers 0-2", "95% paired", "[95% CI", "5-95% band"),
 )
 
 
