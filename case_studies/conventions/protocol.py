@@ -199,7 +199,11 @@ def _relabel(ds: xr.Dataset, text: str, first: int) -> xr.Dataset:
 
 
 def _cell_attrs(**kw: Any) -> dict[str, Any]:
-    return {**{k: v for k, v in kw.items()}, "commit": git_state()["commit"]}
+    """The cell's own attrs plus the code state that measured it: the commit and whether the
+    tree held changes to tracked files (``dirty`` 0/1; netCDF attrs hold no booleans), so the
+    manifest can say exactly which cells came from a modified tree."""
+    state = git_state()
+    return {**kw, "commit": state["commit"], "dirty": int(state["dirty"])}
 
 
 def _out_of_time(started: float, time_limit_s: float | None, what: str) -> bool:
