@@ -249,7 +249,7 @@ def test_the_readme_summary_reads_every_number_from_the_result_files(tmp_path):
     ef.loc[mine, ["mean_total_change", "total_ci_low", "total_ci_high"]] = [0.42, 0.40, 0.44]
     ef.to_csv(results / "entropy_fraction.csv", index=False)
     after = study.claims_summary(results)
-    assert "SmolLM2-135M +0.42 nats [+0.40, +0.44]" in after
+    assert "SmolLM2-135M +0.42 nats, sink share" in after
     rises = after.split("*rises* across depth in ", 1)[1].split(", so", 1)[0]
     assert "SmolLM2-135M" in rises and "SmolLM2-135M" not in before.split("*rises*", 1)[1]
 
@@ -351,7 +351,7 @@ def test_the_claim_table_is_recomputed_from_the_committed_cells(tmp_path):
     # a changed cell is noticed: the claims are rebuilt from the cells now there
     copy = tmp_path / "results"
     shutil.copytree(results, copy, ignore=shutil.ignore_patterns("figures", "*.nc"))
-    (copy / "cells").mkdir()
+    (copy / "cells").mkdir(exist_ok=True)
     tc = protocol.read_text_cells(path)
     tc["js"] = tc["js"] * 1.5 + 0.01 * tc["cosine"]
     protocol.write_text_cells(copy / "cells" / path.name, tc)

@@ -1069,14 +1069,17 @@ def claims_frame(results: Path) -> pd.DataFrame:
 def intervals_note(cl: pd.DataFrame) -> str:
     """How many intervals the claim table holds, their units, and that none is corrected."""
     shown = cl[cl.ci.fillna("").str.len() > 0]
-    n = int(sum(str(c).count("[") for c in shown.ci))
-    units = shown.unit.fillna("").value_counts()
-    by_unit = "; ".join(f"{v} rows over {k}" for k, v in units.items() if k)
+    n_ci = int(sum(str(c).count("[") for c in shown.ci))
+    n_why = int(sum(str(c).count("CI [") + str(c).count("nats [") for c in cl.why.fillna("")))
+    n = n_ci + n_why
+    units = cl[cl.unit.fillna("").str.len() > 0].unit.value_counts()
+    by_unit = "; ".join(f"{v} rows over {k}" for k, v in units.items())
     return (
-        f"The claim table holds {n} 95% intervals in {len(shown)} rows (an artifact row holds "
-        f"two). None is corrected for multiplicity: each is a per-claim interval, to be read on "
-        f"its own; even if every one were exact, about {n / 20:.1f} of them would miss their "
-        f"value by chance. Resampling units: {by_unit}."
+        f"The claim table holds {n} 95% intervals: {n_ci} in the CI column ({len(shown)} rows; "
+        f"an artifact row holds two) and {n_why} of entropy changes in the why column. None is "
+        f"corrected for multiplicity: each is a per-claim interval, to be read on its own; even "
+        f"if every one were exact, about {n / 20:.1f} of them would miss their value by chance. "
+        f"Resampling units: {by_unit}."
     )
 
 
@@ -1088,11 +1091,17 @@ def cells_provenance(results: Path) -> str:
     if len(cells):
         dirty = cells["dirty"] if "dirty" in cells else pd.Series(np.nan, index=cells.index)
         states = dirty.map(_tree)
-        counts = ", ".join(f"{v} {k}" for k, v in states.value_counts().items())
+        counts = ", ".join(f"{k}: {v}" for k, v in states.value_counts().items())
+        m = read_manifest(results)
+        made = m.get("settings", {}).get("window_tables_made_by") or m
+        git = made.get("git") or {}
         lines.append(
             f"- **Window tables** (`cells.csv`): {len(cells)} cells measured at "
-            f"{cells.commit.nunique()} commits, {counts} (each cell's commit is in "
-            "`cells.csv`). The tables were built from them by the run the manifest names."
+            f"{cells.commit.nunique()} commits ({counts}; each cell's commit is in "
+            f"`cells.csv`), built into the tables by `{made.get('command', 'unknown')}` at "
+            f"`{str(git.get('commit', 'unknown'))[:12]}` ("
+            + {True: "modified tree", False: "clean tree"}.get(git.get("dirty"), "tree unknown")
+            + f") on {made.get('started', 'an unrecorded date')}."
         )
     evidence = _frame(results, "claim_evidence")
     fr = _frame(results, "flip_rates")
