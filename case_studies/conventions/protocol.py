@@ -471,7 +471,8 @@ def read_text_cells(path: Path) -> xr.Dataset:
             full[..., iu[1], iu[0]] = lower.transpose(*var.dims).values
             out[name] = ((*lead, "unit_a", "unit_b"), full, var.attrs)
         else:
-            out[name] = var.rename(unit="unit_a") if "unit" in var.dims else var
+            dims = tuple("unit_a" if d == "unit" else d for d in var.dims)
+            out[name] = (dims, var.values, var.attrs)
     out.attrs = dict(ds.attrs)
     return out
 

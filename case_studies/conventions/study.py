@@ -560,9 +560,12 @@ def claims(
                     model=model,
                     setting="first-token sink",
                     paper="17%-47% (range over ten unnamed models)",
-                    ours=_pct(value),
-                    per_text=", ".join(f"{tx} {_pct(v)}" for tx, v in zip(texts, per, strict=True)),
-                    ci=_ci_pct(lo, hi),
+                    # one decimal: whole percents made a narrow interval look like a point
+                    ours=f"{100 * value:.1f}%",
+                    per_text=", ".join(
+                        f"{tx} {100 * v:.1f}%" for tx, v in zip(texts, per, strict=True)
+                    ),
+                    ci=f"[{100 * lo:.1f}, {100 * hi:.1f}]",
                     unit=unit,
                     n=f"{sample_note}; {int(r.n_triples):,} triples",
                     verdict=verdict,
