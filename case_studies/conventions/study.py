@@ -1025,6 +1025,8 @@ def claims_summary(results: Path) -> str:
                 f"{NAMES.get(model, model)} {fl.mean_total_change:+.2f} nats, sink share "
                 f"{_pct(fl.sink_fraction)} / {_pct(co.sink_fraction)}"
             )
+            if (ent[ent.model == model].ours == "undefined").any():
+                part += " (undefined in the claim table: the change's interval holds 0)"
             if texts.max() - texts.min() > 1:  # a spread over 100 points: a ratio to ~0
                 part += (
                     f" (per text {_pct(texts.min())} to {_pct(texts.max())}: a ratio to a small "
