@@ -240,15 +240,125 @@ def test_the_readme_summary_reads_every_number_from_the_result_files(tmp_path):
     shutil.copytree(study.STUDY.results, results, ignore=shutil.ignore_patterns("figures"))
     before = study.claims_summary(results)
     cl = pd.read_csv(results / "claims.csv")
-    outside = cl[cl.claim.str.startswith("verdict flips") & (cl.verdict != "reproduced")]
+    outside = cl[cl.claim.str.startswith("verdict flips") & (cl.verdict != "consistent with")]
     for r in outside.itertuples():
-        assert f"{r.ours} {r.ci} ({r.verdict})" in before
+        assert f"{r.ours} {r.ci}, texts {r.per_text} ({r.verdict})" in before
     # a model whose entropy rises across depth is named as such, with its own numbers
     ef = pd.read_csv(results / "entropy_fraction.csv")
     mine = (ef.model == "smollm2-135m") & (ef.sink_key == "first")
     ef.loc[mine, ["mean_total_change", "total_ci_low", "total_ci_high"]] = [0.42, 0.40, 0.44]
     ef.to_csv(results / "entropy_fraction.csv", index=False)
     after = study.claims_summary(results)
-    assert "SmolLM2-135M +0.42 nats [+0.40, +0.44]" in after
+    assert "SmolLM2-135M +0.42 nats, sink share" in after
     rises = after.split("*rises* across depth in ", 1)[1].split(", so", 1)[0]
     assert "SmolLM2-135M" in rises and "SmolLM2-135M" not in before.split("*rises*", 1)[1]
+
+
+# --------------------------------------------------------------------------------------------
+# the claim table from committed per-text cells (issue 28)
+
+
+def _claim_cells(n_texts: int = 4, per_text: int = 3) -> xr.Dataset:
+    parts = []
+    for t in range(n_texts):
+        ds = ac.testing.synthetic_rows(n_samples=per_text, n_layers=3, n_heads=3, length=10, seed=t)
+        cmp = ac.head_comparisons(ds, ev.CLAIM_METRICS, per_sample=True)
+        cell = xr.merge([cmp, protocol.window_attribution(ds, None)])
+        labels = [f"t{t}/{i}" for i in range(per_text)]
+        parts.append(cell.assign_coords(sample=labels, text=("sample", [f"t{t}"] * per_text)))
+    out = xr.concat(parts, dim="sample")
+    out.attrs = {"attncoda_kind": "attncoda.head_comparisons"}
+    return out
+
+
+def test_text_cells_store_losslessly_and_pool_to_the_cores_numbers(tmp_path):
+    cells = _claim_cells()
+    tc = ev.text_cells(cells, {"model": "m"})
+    path = protocol.text_cells_path(tmp_path, "m", "first")
+    protocol.write_text_cells(path, tc)
+    back = protocol.read_text_cells(path)
+    for m in ev.CLAIM_METRICS:  # the upper triangle holds the whole symmetric matrix
+        np.testing.assert_array_equal(back[m].values, tc[m].values.astype(np.float32))
+    # pooled over the texts, the per-text cells give the flip rates of all windows
+    direct = ac.flip_rates(cells, list(ev.CLAIM_METRICS), by_layer=False, n_boot=0)
+    e = ev.claim_evidence(back, {"model": "m"}).set_index(["claim", "stat"])
+    for m in ev.CLAIM_METRICS:
+        want = float(direct.flip_rate.sel(metric=m, pair="kept/dropped", scope="all"))
+        assert e.loc[("flips", m), "value"] == pytest.approx(want, abs=1e-12)
+        one = ac.flip_rates(cells.isel(sample=[0, 1, 2]), [m], by_layer=False, n_boot=0)
+        assert e.loc[("flips", m), "text_t0"] == pytest.approx(float(one.flip_rate.squeeze()))
+    frac, _, _ = ev.entropy(cells, n_boot=0, key={})
+    a = frac[frac.text == "all"].set_index("scope")
+    for scope in ("first->last", "consecutive, pooled"):
+        got = e.loc[("entropy", f"sink share, {scope}"), "value"]
+        assert got == pytest.approx(a.loc[scope, "sink_fraction"], rel=1e-9)
+    assert e.loc[("entropy", "mean change"), "value"] == pytest.approx(
+        a.loc["first->last", "mean_total_change"], rel=1e-9
+    )
+    # every interval is a texts (or two-stage) interval around its value
+    assert set(e.unit) == {"texts", "two-stage"}
+    assert (e.ci_low <= e.value + 1e-12).all() and (e.value <= e.ci_high + 1e-12).all()
+
+
+def test_text_draws_are_every_bootstrap_draw_with_its_probability():
+    counts, p = ev.text_draws(3)
+    assert len(counts) == 10 and p.sum() == pytest.approx(1)
+    rng = np.random.default_rng(0)
+    sims = np.array([np.bincount(rng.integers(0, 3, 3), minlength=3) for _ in range(20000)])
+    for c, q in zip(counts, p, strict=True):
+        assert (sims == c).all(axis=1).mean() == pytest.approx(q, abs=0.01)
+
+
+def test_two_stage_draws_resample_texts_then_windows():
+    texts = np.array(["a"] * 4 + ["b"] * 4)
+    draws = ev.two_stage_draws(texts, 300, seed=0)
+    only_one = [d for d in draws if len(set(texts[d])) == 1]
+    assert 0 < len(only_one) < 300  # a draw may repeat one text (first stage)
+    assert any(len(set(d[:4])) < 4 for d in draws)  # and repeats windows within it
+
+
+@pytest.mark.parametrize(
+    ("value", "per_text", "ci", "verdict"),
+    [
+        (0.30, [0.28, 0.31], (0.28, 0.31), "consistent with"),
+        (0.16, [0.15, 0.18], (0.16, 0.16), "borderline"),  # texts straddle 17%
+        (0.18, [0.18, 0.19], (0.165, 0.19), "borderline"),  # the interval straddles it
+        (0.46, [0.45, 0.49], (0.45, 0.48), "borderline"),  # the upper edge
+        (0.10, [0.09, 0.12], (0.09, 0.11), "outside the published range"),
+    ],
+)
+def test_flip_verdict_words(value, per_text, ci, verdict):
+    assert ev.flip_verdict(value, per_text, *ci)[0] == verdict
+
+
+def test_the_claim_table_is_recomputed_from_the_committed_cells(tmp_path):
+    """Every committed per-text cell file is the one claim_evidence.csv was computed from, and
+    recomputing MiniLM's evidence from it gives the committed numbers; a changed cell makes the
+    table recompute (and so ``table --check`` fail until the results are rebuilt)."""
+    import shutil
+
+    from case_studies.conventions import study
+
+    results = study.STUDY.results
+    assert study.stale_evidence(results) == []
+    committed = pd.read_csv(results / "claim_evidence.csv")
+    path = results / "cells" / "minilm-l6-first.nc"
+    assert path.is_file(), "the MiniLM claim cells are committed"
+    again = ev.claim_evidence(protocol.read_text_cells(path), {"model": "minilm-l6"})
+    mine = committed[committed.model == "minilm-l6"].reset_index(drop=True)
+    for col in ("value", "ci_low", "ci_high", *[c for c in again if c.startswith("text_")]):
+        np.testing.assert_allclose(mine[col], again[col], rtol=1e-9, atol=1e-12, err_msg=col)
+    # a changed cell is noticed: the claims are rebuilt from the cells now there
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy, ignore=shutil.ignore_patterns("figures", "*.nc"))
+    (copy / "cells").mkdir(exist_ok=True)
+    tc = protocol.read_text_cells(path)
+    tc["js"] = tc["js"] * 1.5 + 0.01 * tc["cosine"]
+    protocol.write_text_cells(copy / "cells" / path.name, tc)
+    assert study.stale_evidence(copy) == [path.name]
+    cl = study.claims_frame(copy)
+    old = study.claims_frame(results)
+    row = (cl.model == "minilm-l6") & (cl.claim == "verdict flips kept/dropped, js")
+    assert (
+        cl[row].ours.iloc[0] != old[row].ours.iloc[0] or cl[row].ci.iloc[0] != old[row].ci.iloc[0]
+    )

@@ -290,3 +290,300 @@ def scale_difference(
     n = min(len(small), len(large))
     lo, hi = _ci(large[:n] - small[:n])
     return large_point - small_point, lo, hi
+
+
+# ------------------------------------------------------------------------------------ claims
+#
+# The claim table's numbers come from the committed per-text cells (``results/cells/``), so
+# every one of them, intervals included, can be recomputed from the repository alone. Units:
+#
+# - flip rates and the clustering artifact: **texts** (cluster bootstrap; the four texts drawn
+#   with replacement, every one of the 35 distinct draws weighted by its multinomial
+#   probability, so the interval is exact for that bootstrap and has no seed). Windows within
+#   a text are not redrawn: their own bootstrap (``flip_rates.csv``) moves a rate by about one
+#   point, the texts by several;
+# - entropy shares and changes: **texts, then windows within each drawn text** (two-stage), from
+#   the per-window sink and total parts stored beside the matrices.
+
+#: The views the claim cells keep (the flip claim compares these two).
+CLAIM_VIEWS = ("kept", "dropped")
+#: How the claim table names each interval's resampling unit.
+UNITS = {
+    "texts": "texts (cluster bootstrap: every draw of the texts, exact)",
+    "two-stage": "texts, then windows within each text (two-stage bootstrap)",
+    "pair runs": "runs of consecutive pairs (one text)",
+}
+#: Two-stage bootstrap replicates of the entropy claims (scalars per window: cheap).
+N_BOOT_TWO_STAGE = 2000
+
+
+def text_cells(cells: xr.Dataset, attrs: dict[str, Any] | None = None) -> xr.Dataset:
+    """What the claim table needs of one ``(model, sink)``, small enough to commit: per text,
+    the row-weighted mean head-vs-head matrices of :data:`CLAIM_METRICS` under ``kept`` and
+    ``dropped`` (exact merges of the per-window means) with their row counts and each head's
+    sink share; per window, the row-weighted sink part and total of the entropy change (first
+    -> last and consecutive layers) and its rows.
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> ds = ac.testing.synthetic_rows(n_samples=4, n_layers=2, n_heads=2, length=6)
+    >>> cmp = ac.head_comparisons(ds, ["cosine", "js", "entropy"], per_sample=True)
+    >>> from case_studies.conventions.protocol import window_attribution
+    >>> cells = xr.merge([cmp, window_attribution(ds, None)])
+    >>> cells = cells.assign_coords(text=("sample", ["a", "a", "b", "b"]))
+    >>> tc = text_cells(cells)
+    >>> tc.sample.values.tolist(), tc.sizes["window"]
+    (['a', 'b'], 4)
+    """
+    from .sinks import merge_samples
+
+    texts = np.asarray(cells["text"].values)
+    names = list(dict.fromkeys(texts.tolist()))
+    parent = np.array([names.index(t) for t in texts])
+    slim = cells[[*CLAIM_METRICS, "n_rows", "sink_share"]].sel(view=list(CLAIM_VIEWS))
+    out = merge_samples(slim, parent, np.array(names))
+    out = out.drop_vars([c for c in ("text",) if c in out.coords])
+    for scope, prefix in (("ends", "ends"), ("att", "att")):
+        s, t = _sums(_attribution(cells, prefix))
+        out[f"{scope}_sink"] = ("window", s)
+        out[f"{scope}_total"] = ("window", t)
+    rows = cells["att_n_rows"].isel(att_transition=0).sum("head").transpose("sample").values
+    out["window_rows"] = ("window", np.asarray(rows, np.float64))
+    out = out.assign_coords(
+        window=np.asarray(cells["sample"].values), window_text=("window", texts)
+    )
+    out.attrs = {"attncoda_kind": cells.attrs.get("attncoda_kind", "attncoda.head_comparisons")}
+    out.attrs.update(attrs or {})
+    return out
+
+
+def text_draws(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every distinct bootstrap draw of ``n`` clusters (counts per cluster) and its probability.
+
+    Examples
+    --------
+    >>> counts, p = text_draws(4)
+    >>> counts.shape, round(float(p.sum()), 12), counts.sum(axis=1).tolist() == [4] * 35
+    ((35, 4), 1.0, True)
+    """
+    from itertools import combinations_with_replacement
+    from math import factorial, prod
+
+    rows = []
+    for combo in combinations_with_replacement(range(n), n):
+        rows.append(np.bincount(combo, minlength=n))
+    counts = np.array(rows, np.int64)
+    p = np.array([factorial(n) / prod(factorial(int(c)) for c in r) / n**n for r in counts])
+    return counts, p
+
+
+def weighted_interval(values: np.ndarray, p: np.ndarray, ci: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of a discrete distribution (``values`` with probabilities ``p``).
+
+    Examples
+    --------
+    >>> weighted_interval(np.array([3.0, 1.0, 2.0]), np.array([0.01, 0.01, 0.98]))
+    (1.0, 3.0)
+    >>> weighted_interval(np.array([3.0, 1.0, 2.0]), np.array([0.1, 0.0, 0.9]))
+    (2.0, 3.0)
+    """
+    v = np.asarray(values, float)
+    w = np.asarray(p, float)
+    ok = np.isfinite(v)
+    v, w = v[ok], w[ok] / w[ok].sum()
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(w[order])
+    lo = v[np.searchsorted(cum, (1 - ci) / 2 - 1e-12, side="right")]
+    hi = v[min(np.searchsorted(cum, (1 + ci) / 2 - 1e-12, side="left"), len(v) - 1)]
+    return float(lo), float(hi)
+
+
+def two_stage_draws(strata: Sequence[str], n_boot: int, seed: int = 4) -> list[np.ndarray]:
+    """Two-stage bootstrap index draws: the strata (texts) drawn with replacement, then each
+    drawn stratum's members (windows) drawn with replacement within it.
+
+    Examples
+    --------
+    >>> d = two_stage_draws(["a", "a", "b"], 3)
+    >>> len(d), all(len(x) in (3, 4) for x in d)
+    (3, True)
+    """
+    labels = np.asarray(strata)
+    groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_boot):
+        picks = rng.integers(0, len(groups), len(groups))
+        out.append(
+            np.concatenate(
+                [groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in picks]
+            )
+        )
+    return out
+
+
+def _by_counts(tc: xr.Dataset, counts: np.ndarray) -> xr.Dataset:
+    """The per-text cells with text ``i`` repeated ``counts[i]`` times (a bootstrap draw): the
+    core pools samples by their row counts, so this is the draw's pooled comparison."""
+    idx = np.repeat(np.arange(len(counts)), counts)
+    return tc.isel(sample=idx)
+
+
+def claim_evidence(tc: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:
+    """The claim statistics of one ``(model, sink)`` from its per-text cells: pooled value, one
+    value per text and a 95% interval whose resampling unit is named in ``unit``.
+
+    Rows: ``flips`` (one per :data:`CLAIM_METRICS`, kept vs dropped), ``artifact`` (|rho| of the
+    kept MDS-1 with the sink share, ARI of the kept and dropped k=2 partitions), ``entropy``
+    (sink share of the change, and the mean change, first -> last and consecutive layers)."""
+    texts = [str(t) for t in tc["sample"].values]
+    counts, p = text_draws(len(texts))
+    pooled = tc.isel(sample=np.arange(len(texts)))
+    single = [tc.isel(sample=[i]) for i in range(len(texts))]
+    rows: list[dict[str, Any]] = []
+
+    def add(
+        claim: str,
+        stat: str,
+        value: float,
+        per_text: list[float],
+        lo: float,
+        hi: float,
+        unit: str,
+        n_boot: int,
+    ) -> None:
+        rows.append(
+            {
+                **key,
+                "claim": claim,
+                "stat": stat,
+                "value": value,
+                **{f"text_{t}": v for t, v in zip(texts, per_text, strict=True)},
+                "ci_low": lo,
+                "ci_high": hi,
+                "unit": unit,
+                "n_boot": n_boot,
+            }
+        )
+
+    def rate(ds: xr.Dataset, metric: str) -> float:
+        fr = ac.flip_rates(ds, [metric], by_layer=False, n_boot=0)
+        return float(fr.flip_rate.sel(metric=metric, pair="kept/dropped", scope="all"))
+
+    for metric in CLAIM_METRICS:
+        reps = np.array([rate(_by_counts(tc, c), metric) for c in counts])
+        lo, hi = weighted_interval(reps, p)
+        add(
+            "flips",
+            metric,
+            rate(pooled, metric),
+            [rate(s, metric) for s in single],
+            lo,
+            hi,
+            "texts",
+            len(counts),
+        )
+    slim = _slim(tc, "js")
+    point = _artifact_stats(slim)
+    per = [_artifact_stats(_slim(s, "js")) for s in single]
+    reps_a = [_artifact_stats(_slim(_by_counts(tc, c), "js")) for c in counts]
+    for stat in ("rho_kept", "ari_k2"):
+        lo, hi = weighted_interval(np.array([r[stat] for r in reps_a]), p)
+        add("artifact", stat, point[stat], [r[stat] for r in per], lo, hi, "texts", len(counts))
+    wtext = np.asarray(tc["window_text"].values)
+    draws = two_stage_draws(wtext, N_BOOT_TWO_STAGE)
+    rows_w = tc["window_rows"].values
+    for scope, prefix in (("first->last", "ends"), ("consecutive, pooled", "att")):
+        s, t = tc[f"{prefix}_sink"].values, tc[f"{prefix}_total"].values
+        frac = np.array([s[i].sum() / t[i].sum() for i in draws])
+        lo, hi = _ci(frac)
+        per_f = [float(s[wtext == x].sum() / t[wtext == x].sum()) for x in texts]
+        add(
+            "entropy",
+            f"sink share, {scope}",
+            float(s.sum() / t.sum()),
+            per_f,
+            lo,
+            hi,
+            "two-stage",
+            N_BOOT_TWO_STAGE,
+        )
+        if prefix == "ends":
+            change = np.array([t[i].sum() / rows_w[i].sum() for i in draws])
+            lo, hi = _ci(change)
+            per_c = [float(t[wtext == x].sum() / rows_w[wtext == x].sum()) for x in texts]
+            add(
+                "entropy",
+                "mean change",
+                float(t.sum() / rows_w.sum()),
+                per_c,
+                lo,
+                hi,
+                "two-stage",
+                N_BOOT_TWO_STAGE,
+            )
+    return pd.DataFrame(rows)
+
+
+def scale_evidence(small: xr.Dataset, large: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:
+    """Difference large - small of the entropy sink shares of two models measured on the same
+    texts and windows; the two-stage draws are the same for both (paired)."""
+    wtext = np.asarray(small["window_text"].values)
+    if wtext.tolist() != np.asarray(large["window_text"].values).tolist():
+        raise ac.InputError("the two models' cells hold different windows; rerun both")
+    texts = list(dict.fromkeys(wtext.tolist()))
+    draws = two_stage_draws(wtext, N_BOOT_TWO_STAGE)
+    rows = []
+    for scope, prefix in (("first->last", "ends"), ("consecutive, pooled", "att")):
+        ss, ts = small[f"{prefix}_sink"].values, small[f"{prefix}_total"].values
+        sl, tl = large[f"{prefix}_sink"].values, large[f"{prefix}_total"].values
+        diff = np.array([sl[i].sum() / tl[i].sum() - ss[i].sum() / ts[i].sum() for i in draws])
+        lo, hi = _ci(diff)
+        per = [
+            float(
+                sl[wtext == x].sum() / tl[wtext == x].sum()
+                - ss[wtext == x].sum() / ts[wtext == x].sum()
+            )
+            for x in texts
+        ]
+        rows.append(
+            {
+                **key,
+                "claim": "scale",
+                "stat": f"sink share difference, {scope}",
+                "value": float(sl.sum() / tl.sum() - ss.sum() / ts.sum()),
+                **{f"text_{t}": v for t, v in zip(texts, per, strict=True)},
+                "ci_low": lo,
+                "ci_high": hi,
+                "unit": "two-stage",
+                "n_boot": N_BOOT_TWO_STAGE,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def flip_verdict(value: float, per_text: Sequence[float], lo: float, hi: float) -> tuple[str, str]:
+    """Where a flip rate sits against the paper's range, which spans ten unnamed models: inside
+    it with every text and the interval inside is *consistent with* it (not a reproduction of
+    any one model's number); every text and the interval outside on one side is *outside the
+    published range*; texts or interval on both sides of an edge is *borderline*.
+
+    Examples
+    --------
+    >>> flip_verdict(0.27, [0.26, 0.29], 0.25, 0.3)[0]
+    'consistent with'
+    >>> flip_verdict(0.16, [0.15, 0.18], 0.15, 0.18)[0]
+    'borderline'
+    >>> flip_verdict(0.10, [0.09, 0.11], 0.08, 0.12)[0]
+    'outside the published range'
+    """
+    a, b = PUBLISHED_FLIPS
+    points = [value, *per_text, lo, hi]
+    inside = [a <= x <= b for x in points]
+    if all(inside):
+        return "consistent with", "the rate, every text and the interval lie inside the range"
+    if not any(inside) and (all(x < a for x in points) or all(x > b for x in points)):
+        return "outside the published range", "the rate, every text and the interval lie outside"
+    edge = a if min(points) < a else b
+    return "borderline", f"texts or interval straddle the range's edge at {100 * edge:.0f}%"

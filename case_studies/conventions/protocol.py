@@ -199,7 +199,11 @@ def _relabel(ds: xr.Dataset, text: str, first: int) -> xr.Dataset:
 
 
 def _cell_attrs(**kw: Any) -> dict[str, Any]:
-    return {**{k: v for k, v in kw.items()}, "commit": git_state()["commit"]}
+    """The cell's own attrs plus the code state that measured it: the commit and whether the
+    tree held changes to tracked files (``dirty`` 0/1; netCDF attrs hold no booleans), so the
+    manifest can say exactly which cells came from a modified tree."""
+    state = git_state()
+    return {**kw, "commit": state["commit"], "dirty": int(state["dirty"])}
 
 
 def _out_of_time(started: float, time_limit_s: float | None, what: str) -> bool:
@@ -405,6 +409,72 @@ def load_cells(
     # the core recognises its comparison datasets by this tag (kept in every cell)
     out.attrs = {"attncoda_kind": parts[0].attrs["attncoda_kind"]}
     return out, meta
+
+
+# ------------------------------------------------------------------------------------ text cells
+
+
+def text_cells_path(folder: Path, model: str, sink: str) -> Path:
+    """Where the committed per-text cells of one ``(model, sink)`` live (``results/cells/``)."""
+    return folder / f"{model}-{slug(sink)}.nc"
+
+
+def write_text_cells(path: Path, ds: xr.Dataset) -> None:
+    """Write the per-text cells of :func:`.evidence.text_cells` crash-safely, replacing an older
+    file: the head-vs-head matrices have a zero diagonal and are symmetric, so only their upper
+    triangle is stored, compressed (the lower one too where rounding made them differ: lossless
+    either way, in float32 as the window cells)."""
+    n = ds.sizes["unit_a"]
+    iu = np.triu_indices(n, 1)
+    out = ds.drop_vars([v for v in ds.data_vars if "unit_b" in ds[v].dims])
+    out = out.drop_dims("unit_b").rename(unit_a="unit")
+    out = out.rename({c: c.replace("_a", "") for c in ("layer_a", "head_a") if c in out.coords})
+    for name, var in ds.data_vars.items():
+        if "unit_b" not in var.dims:
+            continue
+        lead = [d for d in var.dims if d not in ("unit_a", "unit_b")]
+        full = var.transpose(*lead, "unit_a", "unit_b").values.astype(np.float32)
+        out[name] = ((*lead, "pair"), full[..., iu[0], iu[1]], var.attrs)
+        lower = full[..., iu[1], iu[0]]
+        if not np.array_equal(lower, full[..., iu[0], iu[1]]):  # not exactly symmetric
+            out[f"{name}_lower"] = ((*lead, "pair"), lower)
+    out.attrs = {k: v for k, v in ds.attrs.items() if isinstance(v, (str, int, float))}
+    enc = {v: {"zlib": True, "complevel": 6, "shuffle": True} for v in out.data_vars}
+    with ac.atomic_output(
+        path, overwrite=True, is_ours=lambda _p: None, what="conventions text cells"
+    ) as tmp:
+        _clean_attrs(out).to_netcdf(tmp, engine="h5netcdf", encoding=enc)
+
+
+def read_text_cells(path: Path) -> xr.Dataset:
+    """The per-text cells written by :func:`write_text_cells`, with full ``(unit_a, unit_b)``
+    matrices again: a comparisons dataset the core reads (one ``sample`` per text)."""
+    with xr.open_dataset(path, engine="h5netcdf") as raw:
+        ds = raw.load()
+    n = ds.sizes["unit"]
+    iu = np.triu_indices(n, 1)
+    units = ds["unit"].values
+    coords: dict[str, Any] = {"unit_a": units, "unit_b": units}
+    for side in ("a", "b"):
+        for c in ("layer", "head"):
+            coords[f"{c}_{side}"] = (f"unit_{side}", ds[c].values)
+    out = xr.Dataset(coords={k: v for k, v in ds.coords.items() if "unit" not in ds[k].dims})
+    out = out.assign_coords(coords)
+    for name, var in ds.data_vars.items():
+        if name.endswith("_lower"):
+            continue
+        if "pair" in var.dims:
+            lead = [d for d in var.dims if d != "pair"]
+            full = np.zeros((*var.shape[:-1], n, n), np.float32)
+            full[..., iu[0], iu[1]] = var.values
+            lower = ds[f"{name}_lower"] if f"{name}_lower" in ds else var
+            full[..., iu[1], iu[0]] = lower.transpose(*var.dims).values
+            out[name] = ((*lead, "unit_a", "unit_b"), full, var.attrs)
+        else:
+            dims = tuple("unit_a" if d == "unit" else d for d in var.dims)
+            out[name] = (dims, var.values, var.attrs)
+    out.attrs = dict(ds.attrs)
+    return out
 
 
 def cells_json(meta: list[dict[str, Any]]) -> str:
