@@ -71,7 +71,9 @@ def test_batched_cloze_scores_equal_one_by_one_scores(wrapper):
 
 # ------------------------------------------------------------------------------ resumable cells
 
-PLAN = claims.ClaimPlan(cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, n_boot=50)
+PLAN = claims.ClaimPlan(
+    cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, long_context=None, n_boot=50
+)
 CONFIGS = (claims.Config(), claims.Config(-0.5, "same"), claims.Config(-1.0, "none"))
 
 
@@ -233,7 +235,22 @@ def test_plans_and_configurations_refuse_bad_values():
         "none_b-1",
         "none_b-2",
     ]
-    assert len(claims.claim_configs("smollm2-135m")) == 1 + 2 * len(claims.SWEEP)
+    smol = claims.claim_configs("smollm2-135m")
+    assert len(smol) == 1 + 2 * len(claims.SWEEP) + len(claims.SENSITIVITY)
+    assert smol[-len(claims.SENSITIVITY) :] == list(claims.SENSITIVITY)
+    for bad, match in (
+        ({"hub_embedding": "first"}, "hub_embedding"),
+        ({"layers": "middle"}, "layers"),
+    ):
+        with pytest.raises(ac.InputError, match=match):
+            claims.Config(-0.5, "same", **bad)
+    with pytest.raises(ac.InputError, match="plain"):
+        claims.Config(None, hub_embedding="zeros")
+    with pytest.raises(ac.InputError, match="multiple of long_context"):
+        claims.ClaimPlan(ppl_tokens=3000, context=1000, long_context=2000)
+    # the default names stay the claim study's (old cells keep their paths)
+    assert claims.Config(-0.5, "same", "token", "all").name == "same_b-0.5"
+    assert claims.Config(-0.5, "same", layers="first_half").arach().layers == "first_half"
 
 
 @pytest.mark.parametrize(

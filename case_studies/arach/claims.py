@@ -36,7 +36,7 @@ import torch
 import attncoda as ac
 from attncoda import InputError, require_int, require_real
 from attncoda.hooks import assets
-from attncoda.hooks.arach import Arach, ArachConfig
+from attncoda.hooks.arach import LAYER_SETS, Arach, ArachConfig
 from attncoda.hooks.evaluate import (
     ClozeItem,
     cloze_accuracy,
@@ -75,11 +75,23 @@ CELL_FORMAT = "arach-claim-cell/1"
 
 @dataclass(frozen=True)
 class Config:
-    """One arm of the comparison: the plain model (``offset is None``) or ARACH with an offset
-    and a hub-position rule (the other options keep :class:`ArachConfig`'s defaults)."""
+    """One arm of the comparison: the plain model (``offset is None``) or ARACH with an offset,
+    a hub-position rule, a hub embedding and the layers that see the hubs (the other options
+    keep :class:`ArachConfig`'s defaults).
+
+    ``hub_embedding`` and ``layers`` are the sensitivity sweep's choices (:data:`SENSITIVITY`);
+    at their defaults (``"token"``, ``"all"``) the name is the claim study's ``same_b-0.5``.
+
+    Examples
+    --------
+    >>> Config(-0.5, "same", hub_embedding="zeros", layers="last_half").name
+    'same_b-0.5_emb-zeros_layers-last_half'
+    """
 
     offset: float | None = None
     hub_positions: str = "same"
+    hub_embedding: str = "token"
+    layers: str = "all"
 
     def __post_init__(self) -> None:
         if self.offset is not None:
@@ -87,11 +99,26 @@ class Config:
             object.__setattr__(self, "offset", float(b))
         if self.hub_positions not in ("same", "none"):
             raise InputError(f"hub_positions must be 'same' or 'none', got {self.hub_positions!r}")
+        if self.hub_embedding not in ("token", "mean", "zeros"):
+            raise InputError(
+                f"hub_embedding must be 'token', 'mean' or 'zeros', got {self.hub_embedding!r}"
+            )
+        if self.layers not in ("all", *LAYER_SETS):
+            raise InputError(f"layers must be 'all' or one of {LAYER_SETS}, got {self.layers!r}")
+        if self.offset is None and (self.hub_embedding, self.layers) != ("token", "all"):
+            raise InputError("the plain configuration has no hub options")
 
     @property
     def name(self) -> str:
-        """``plain``, ``same_b-0.5``, ``none_b-2`` (a file name)."""
-        return "plain" if self.offset is None else f"{self.hub_positions}_b{self.offset:g}"
+        """``plain``, ``same_b-0.5``, ``none_b-2``, ``same_b-0.5_emb-zeros`` (a file name)."""
+        if self.offset is None:
+            return "plain"
+        name = f"{self.hub_positions}_b{self.offset:g}"
+        if self.hub_embedding != "token":
+            name += f"_emb-{self.hub_embedding}"
+        if self.layers != "all":
+            name += f"_layers-{self.layers}"
+        return name
 
     @property
     def label(self) -> str:
@@ -103,7 +130,12 @@ class Config:
     def arach(self) -> ArachConfig:
         if self.offset is None:
             raise InputError("the plain configuration has no ARACH options")
-        return ArachConfig(offset=self.offset, hub_positions=self.hub_positions)  # type: ignore[arg-type]
+        return ArachConfig(
+            offset=self.offset,
+            hub_positions=self.hub_positions,  # type: ignore[arg-type]
+            hub_embedding=self.hub_embedding,  # type: ignore[arg-type]
+            layers=None if self.layers == "all" else self.layers,
+        )
 
 
 #: The configurations every model runs (the issue's list), in the order they are run.
@@ -116,6 +148,20 @@ CORE_CONFIGS: tuple[Config, ...] = (
 )
 #: The offset grid of the full sweep (SmolLM2 only, both hub-position rules).
 SWEEP: tuple[float, ...] = (0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0)
+#: The sensitivity sweep (SmolLM2 only; issue #28): the reconstruction's choices the paper does
+#: not fix, one at a time from the default ``same_b-0.5`` (hub embedding: the BOS token, the
+#: mean of the prefix embeddings, zeros; the layers that see the hubs: all, the first or the
+#: last half). The third choice, where the hubs sit, is the ``same``/``none`` pair of the sweep.
+SENSITIVITY: tuple[Config, ...] = (
+    Config(-0.5, "same", hub_embedding="zeros"),
+    Config(-0.5, "same", hub_embedding="mean"),
+    Config(-0.5, "same", layers="first_half"),
+    Config(-0.5, "same", layers="last_half"),
+)
+#: The long-context check (SmolLM2 only; max_position_embeddings 8192): the same perplexity
+#: tokens as the 1,024-token cells, in windows of this length, for these configurations.
+LONG_CONTEXT = 2048
+LONG_CONFIGS: tuple[Config, ...] = (Config(), Config(-0.5, "same"), Config(-1.0, "none"))
 
 
 def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
@@ -126,7 +172,7 @@ def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
     >>> [c.name for c in claim_configs("gemma3-270m")]
     ['plain', 'same_b-0.5', 'none_b-0.5', 'none_b-1', 'none_b-2']
     >>> len(claim_configs("smollm2-135m"))
-    15
+    19
     """
     out = list(CORE_CONFIGS)
     if model == SWEEP_MODEL:
@@ -135,6 +181,7 @@ def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
                 c = Config(b, rule)
                 if c not in out:
                     out.append(c)
+        out += [c for c in SENSITIVITY if c not in out]
     return out
 
 
@@ -155,6 +202,9 @@ class ClaimPlan:
         Items and windows per forward.
     sweep : tuple of float
         The offset grid of the SmolLM2 sweep.
+    long_context : int or None
+        Window length of the long-context perplexity cells (SmolLM2, :data:`LONG_CONFIGS`; the
+        same ``ppl_tokens`` in fewer, longer windows); None runs none.
     n_boot, seed : int
     """
 
@@ -165,6 +215,7 @@ class ClaimPlan:
     cloze_batch: int = 16
     ppl_batch: int = 1
     sweep: tuple[float, ...] = SWEEP
+    long_context: int | None = LONG_CONTEXT
     n_boot: int = 2000
     seed: int = 0
 
@@ -175,6 +226,13 @@ class ClaimPlan:
         require_int(self.ppl_tokens, "ppl_tokens", low=self.context)
         require_int(self.cloze_batch, "cloze_batch", low=1)
         require_int(self.ppl_batch, "ppl_batch", low=1)
+        if self.long_context is not None:
+            require_int(self.long_context, "long_context", low=self.context + 1)
+            if self.ppl_tokens % self.long_context:
+                raise InputError(
+                    f"ppl_tokens ({self.ppl_tokens}) must be a multiple of long_context "
+                    f"({self.long_context}), so both window lengths score the same tokens"
+                )
         require_int(self.n_boot, "n_boot", low=0)
         require_int(self.seed, "seed", low=0)
         if not isinstance(self.sweep, tuple) or not self.sweep:
@@ -185,7 +243,14 @@ class ClaimPlan:
     @classmethod
     def quick(cls) -> ClaimPlan:
         """A CI smoke plan: 3 items per source, two windows of 64 tokens per text."""
-        return cls(cloze_per_source=3, ppl_tokens=128, context=64, sweep=(-0.5,), n_boot=200)
+        return cls(
+            cloze_per_source=3,
+            ppl_tokens=128,
+            context=64,
+            sweep=(-0.5,),
+            long_context=None,
+            n_boot=200,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,14 +311,23 @@ def ppl_windows(
     name: str,
     plan: ClaimPlan,
     texts: Callable[[str], Mapping[str, str]] = _source_texts,
+    *,
+    context: int | None = None,
 ) -> torch.Tensor:
-    """The ``(windows, context)`` ids of one perplexity text."""
+    """The ``(windows, context)`` ids of one perplexity text (``context``: default
+    ``plan.context``; the same text, so the same tokens when no prefix is added, in windows of
+    another length)."""
     return text_windows(
         tokenizer,
         ppl_text(name, plan.ppl_tokens * 8, texts),
-        window=plan.context,
+        window=plan.context if context is None else context,
         n_tokens=plan.ppl_tokens,
     )
+
+
+def long_task(text: str, context: int) -> str:
+    """The task name of a long-context perplexity cell: ``ppl2048-mobydick``."""
+    return f"ppl{context}-{text}"
 
 
 def cloze_token_ids(tokenizer: Any, items: Sequence[ClozeItem]) -> torch.Tensor:
@@ -415,15 +489,27 @@ def run_claims(
             ids = cloze_token_ids(tok, its)
             record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
             tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
+        long_tasks: list[_Task] = []
+        if plan.long_context is not None and model_name == SWEEP_MODEL:
+            for name in PPL_TEXTS:
+                w = ppl_windows(tok, name, plan, texts or _source_texts, context=plan.long_context)
+                label = long_task(name, plan.long_context)
+                record(f"{model_name}/{label} windows", w)
+                long_tasks.append(_Task(label, w, tokens_sha256(w), len(w)))
         counts = {"done": 0, "skipped": 0, "left": 0, **({"other_shards": 0} if shard else {})}
         # the issue's list (CORE_CONFIGS) completes, perplexity then cloze, before the sweep
-        # starts; configuration-major within each kind, so the first configurations finish first
+        # starts; configuration-major within each kind, so the first configurations finish
+        # first; then the long-context cells, then the sensitivity sweep (issue #28)
         core = [c for c in configs if c in CORE_CONFIGS]
-        rest = [c for c in configs if c not in CORE_CONFIGS]
+        rest = [c for c in configs if c not in CORE_CONFIGS and c not in SENSITIVITY]
         order = []
         for group in (core, rest):
             order += [(t, c) for c in group for t in tasks if t.name.startswith("ppl")]
             order += [(t, c) for c in group for t in tasks if t.name.startswith("cloze")]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS for t in long_tasks]
+        sens = [c for c in configs if c in SENSITIVITY]
+        order += [(t, c) for c in sens for t in tasks if t.name.startswith("ppl")]
+        order += [(t, c) for c in sens for t in tasks if t.name.startswith("cloze")]
         for position, (task, config) in enumerate(order):
             path = cell_path(root, model_name, config, task.name)
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
@@ -493,8 +579,9 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
 
 def planned_cells(model: str) -> int:
     """Cells of ``model``'s full claim run: each configuration on every perplexity text and
-    cloze source."""
-    return len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES))
+    cloze source, and (SmolLM2) the long-context cells of :data:`LONG_CONFIGS`."""
+    long = len(LONG_CONFIGS) * len(PPL_TEXTS) if model == SWEEP_MODEL else 0
+    return len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES)) + long
 
 
 def load_cells(root: Path) -> dict[tuple[str, str, str], dict]:
@@ -547,9 +634,11 @@ def summarise(
             if config.name in seen:
                 continue
             seen.add(config.name)
-            for text in PPL_TEXTS:
-                a = cells.get((model, "plain", f"ppl-{text}"))
-                b = cells.get((model, config.name, f"ppl-{text}"))
+            # ppl-TEXT, and the long-context ppl2048-TEXT where they were run
+            ppl_tasks = sorted({t for m, _, t in cells if m == model and t.startswith("ppl")})
+            for task in ppl_tasks:
+                a = cells.get((model, "plain", task))
+                b = cells.get((model, config.name, task))
                 if a is None or b is None or a["tokens_sha256"] != b["tokens_sha256"]:
                     continue
                 na = np.asarray(a["values"]["window_nll"]) / np.asarray(
@@ -563,7 +652,7 @@ def summarise(
                     _row(
                         model,
                         config,
-                        f"ppl-{text}",
+                        task,
                         r.as_dict(),
                         int(sum(a["values"]["window_tokens"])),
                         len(na),
