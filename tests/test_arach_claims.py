@@ -4,6 +4,7 @@ cells (a rerun skips complete cells and redoes a damaged or stale one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -293,3 +294,73 @@ def test_the_full_plan_draws_its_items_and_windows_from_the_real_corpora():
     for name in claims.PPL_TEXTS:
         text = claims.ppl_text(name, plan.ppl_tokens * 8)
         assert len(text.split()) > plan.ppl_tokens // 2  # about 16k tokens need 10k+ words
+
+
+def test_long_context_and_sensitivity_cells_run_after_the_sweep_and_pair_with_plain(tmp_path):
+    """SmolLM2's plan (issue #28): the long-context cells score the same tokens in longer
+    windows, the sensitivity configurations run after the sweep, every run writes the cloze
+    passages, and the cloze rows resample passages (fewer clusters than items)."""
+    plan = claims.ClaimPlan(
+        cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, long_context=64, n_boot=50
+    )
+    configs = (claims.Config(), claims.Config(-0.5, "same"), *claims.SENSITIVITY[:1])
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    lines: list[str] = []
+    root = tmp_path / "claims"
+    claims.run_claims(
+        "smollm2-135m",
+        root,
+        plan=plan,
+        configs=configs,
+        progress=lines.append,
+        load_model=lambda _name: (model, tok),
+        texts=_corpora,
+    )
+    done = [tuple(line.split("] ", 1)[1].split(":")[0].split()[1:]) for line in lines]
+    sens = claims.SENSITIVITY[0].name
+    first_sens = next(i for i, (c, _) in enumerate(done) if c == sens)
+    assert all(c != sens for c, _ in done[:first_sens])
+    assert ("plain", "ppl64-mobydick") in done[:first_sens]  # the long context before it
+    long_cell = json.loads(
+        claims.cell_path(root, "smollm2-135m", configs[0], "ppl64-mobydick").read_text()
+    )
+    short_cell = json.loads(
+        claims.cell_path(root, "smollm2-135m", configs[0], "ppl-mobydick").read_text()
+    )
+    assert (
+        len(long_cell["values"]["window_nll"]) == 1 and len(short_cell["values"]["window_nll"]) == 2
+    )
+    assert (
+        json.loads(claims.cell_path(root, "smollm2-135m", configs[2], "ppl-mobydick").read_text())[
+            "config"
+        ]["hub_embedding"]
+        == "zeros"
+    )
+    passages = claims.read_passages(root, dataclasses.asdict(plan))
+    assert passages is not None and all(len(v) == 3 for v in passages.values())
+    rows = claims.summarise(root, n_boot=50)
+    measures = {(r["config"], r["measure"]) for r in rows}
+    assert ("same_b-0.5", "ppl64-wikipedia") in measures and (sens, "cloze") in measures
+    cloze = next(r for r in rows if r["measure"] == "cloze" and r["config"] == "same_b-0.5")
+    assert cloze["unit"] == "passages"
+    assert cloze["blocks"] == len({f"{s}/{p}" for s, v in passages.items() for p in v})
+    # without the passages file the bootstrap falls back to items, and says so
+    (root / claims.PASSAGES_FILE).unlink()
+    cloze = next(r for r in claims.summarise(root, n_boot=50) if r["measure"] == "cloze")
+    assert cloze["unit"] == "items" and cloze["blocks"] == cloze["n"]
+
+
+def test_verdicts_never_call_an_interval_with_zero_worse_and_name_a_nil_change():
+    row = {"measure": "ppl-mobydick", "off": 50.0}
+    assert claims.verdict({**row, "low": -0.1, "high": 3.0}) == "not resolved: 95% CI includes 0"
+    nil = claims.verdict({**row, "low": 0.05, "high": 0.2})
+    assert nil.startswith("contradicted") and "practically nil" in nil and "0.4%" in nil
+    assert "practically nil" not in claims.verdict({**row, "low": 0.1, "high": 0.6})
+    cloze = {"measure": "cloze", "off": 0.2, "low": -0.006, "high": 0.004}
+    assert claims.verdict(cloze).startswith("not resolved") and "0.6 points" in claims.verdict(
+        cloze
+    )
+    assert claims._paper("ppl-wikipedia").startswith("none")
+    assert "37.33" in claims._paper("ppl-mobydick") and "46.89" in claims._paper("cloze")
