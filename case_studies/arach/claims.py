@@ -508,11 +508,17 @@ def run_claims(
         for group in (core, rest):
             order += [(t, c) for c in group for t in tasks if t.name.startswith("ppl")]
             order += [(t, c) for c in group for t in tasks if t.name.startswith("cloze")]
-        # the plain and default arms at the long context first, the sensitivity sweep's
-        # perplexity then cloze, the other long-context arms last
-        order += [(t, c) for c in configs if c in LONG_CONFIGS[:2] for t in long_tasks]
+        # the plain arm at the long context first; the layer choices' perplexity (never
+        # measured before); the default arm at the long context; the hub embeddings'
+        # perplexity (measured at T = 256 in the earlier evaluation); the sensitivity cloze;
+        # the other long-context arms last
         sens = [c for c in configs if c in SENSITIVITY]
-        order += [(t, c) for c in sens for t in tasks if t.name.startswith("ppl")]
+        layer_sens = [c for c in sens if c.layers != "all"]
+        ppl_tasks = [t for t in tasks if t.name.startswith("ppl")]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS[:1] for t in long_tasks]
+        order += [(t, c) for c in layer_sens for t in ppl_tasks]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS[1:2] for t in long_tasks]
+        order += [(t, c) for c in sens if c not in layer_sens for t in ppl_tasks]
         order += [(t, c) for c in sens for t in tasks if t.name.startswith("cloze")]
         order += [(t, c) for c in configs if c in LONG_CONFIGS[2:] for t in long_tasks]
         for position, (task, config) in enumerate(order):
@@ -1092,6 +1098,8 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
         "claims-long": long_table(index, done),
         "claims-cost": cost_table(done),
         "claims-summary": claim_summary(rows, done),
+        "claims-findings": claim_findings(rows),
+        "claims-provenance": provenance_cells_table(done),
     }
 
 
@@ -1248,6 +1256,113 @@ def long_table(
     )
 
 
+def claim_findings(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The README's reading of the claim rows, one bullet per model, every number from
+    :func:`summarise`'s ``rows``: the verdicts, the least harmful configuration per measure, the
+    two hub-position rules at b = −0.5, the filtered task and (SmolLM2) the offset sweep."""
+    core = [c.name for c in CORE_CONFIGS[1:]]
+    measures = ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+    sens = {c.name for c in SENSITIVITY}
+    lines = []
+    for model in CLAIM_MODELS:
+        mine = {
+            (r["config"], r["measure"]): r
+            for r in rows
+            if r["model"] == model and r["config"] not in sens
+        }
+        claim = [mine[(c, m)] for c in core for m in measures if (c, m) in mine]
+        if not claim:
+            lines.append(f"- **{model}**: no claim row complete yet.")
+            continue
+        text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}."
+        least = []
+        for m in measures:
+            got = [mine[(c, m)] for c in core if (c, m) in mine]
+            if got:
+                best = min(got, key=lambda r: r["diff"] * (-1 if m.startswith("cloze") else 1))
+                least.append(
+                    f"{MEASURE_LABEL[m].split(',')[0] if m == 'cloze' else MEASURE_LABEL[m]} "
+                    f"`{best['config']}` ({_fmt_row(best)[1]})"
+                )
+        if least:
+            text += " Closest to the paper's direction: " + "; ".join(least) + "."
+        pairs = []
+        for m in measures:
+            a, b = mine.get(("same_b-0.5", m)), mine.get(("none_b-0.5", m))
+            if a is not None and b is not None:
+                pairs.append(
+                    f"{MEASURE_LABEL[m].split(', ')[-1] if m != 'cloze' else 'cloze'} "
+                    f"{_fmt_row(b)[1].split(' [')[0]} vs {_fmt_row(a)[1].split(' [')[0]}"
+                )
+        if pairs:
+            text += " At b = −0.5, `none` vs `same`: " + "; ".join(pairs) + "."
+        filt = [mine[(c, "cloze-in-context")] for c in core if (c, "cloze-in-context") in mine]
+        if filt:
+            text += f" Filtered task (target in context): {_verdict_counts(filt)}."
+        if model == SWEEP_MODEL:
+            swept = [r for (c, m), r in mine.items() if c not in core and m in MEASURE_LABEL]
+            if swept:
+                n_conf = len({r["config"] for r in swept})
+                text += (
+                    f" The rest of the offset sweep ({n_conf} configurations, "
+                    f"{len(swept)} rows with the filtered task): {_verdict_counts(swept)}."
+                )
+        lines.append(text)
+    every = [r for r in rows if r["measure"] in MEASURE_LABEL]
+    better = sum(verdict(r).startswith("reproduced") for r in every)
+    lines.append(
+        f"\nOver all {len(every)} rows of every model and configuration (sensitivity sweep "
+        f"included), {better} reproduce the paper's direction."
+    )
+    return "\n".join(lines)
+
+
+def cell_provenance(cells: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> dict[str, Any]:
+    """Which commit and tree state made each cell: ``{"clean": {commit: n}, "dirty": {commit
+    +dirty: [MODEL/CONFIG/TASK, ...]}, "unknown": [...]}`` (what the manifest records)."""
+    clean: dict[str, int] = {}
+    dirty: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    for (model, config, task), cell in sorted(cells.items()):
+        commit = str(cell.get("commit", ""))
+        name = f"{model}/{config}/{task}"
+        if not commit or commit.startswith("unknown"):
+            unknown.append(name)
+        elif commit.endswith("+dirty"):
+            dirty.setdefault(commit, []).append(name)
+        else:
+            clean[commit] = clean.get(commit, 0) + 1
+    return {"clean": clean, "dirty": dirty, "unknown": unknown}
+
+
+def provenance_cells_table(cells: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> str:
+    """The README table of :func:`cell_provenance`: every dirty cell by name."""
+    from .._study import markdown_table
+
+    prov = cell_provenance(cells)
+    rows = []
+    for commit, n in sorted(prov["clean"].items(), key=lambda kv: -kv[1]):
+        models = sorted({m for (m, _, _), c in cells.items() if c.get("commit") == commit})
+        rows.append([f"`{commit[:12]}`", "clean tree", str(n), ", ".join(models)])
+    for commit, names in sorted(prov["dirty"].items()):
+        rows.append(
+            [
+                f"`{commit[:12]}`",
+                "uncommitted changes on top of it",
+                str(len(names)),
+                ", ".join(f"`{n}`" for n in names),
+            ]
+        )
+    if prov["unknown"]:
+        rows.append(["unknown", "unknown", str(len(prov["unknown"])), ", ".join(prov["unknown"])])
+    n_dirty = sum(len(v) for v in prov["dirty"].values())
+    table = markdown_table(["commit", "tree", "cells", "which"], rows)
+    return (
+        f"{len(cells)} cells: {sum(prov['clean'].values())} computed at a clean commit, "
+        f"{n_dirty} from a modified tree, {len(prov['unknown'])} of unknown state.\n\n{table}"
+    )
+
+
 def _verdict_counts(rows: Sequence[Mapping[str, Any]]) -> str:
     """``"4 contradicted, 1 not resolved"``: the verdicts of some rows, by kind."""
     counts: dict[str, int] = {}
@@ -1313,12 +1428,17 @@ def claim_summary(
         if missing:
             text += f"; claim rows not complete yet: {missing} of {len(core) * len(measures)}"
         if model == SWEEP_MODEL:
+            sens = {c.name for c in SENSITIVITY}
             swept = [
                 r
                 for r in rows
-                if r["model"] == model and r["config"] not in core and r["measure"] in measures
+                if r["model"] == model
+                and r["config"] not in core | sens
+                and r["measure"] in measures
             ]
-            extra = len(measures) * (len(claim_configs(model)) - len(CORE_CONFIGS))
+            extra = len(measures) * (
+                len(claim_configs(model)) - len(CORE_CONFIGS) - len(SENSITIVITY)
+            )
             if swept:
                 text += (
                     f"; the rest of the offset sweep: {len(swept)} of {extra} rows "

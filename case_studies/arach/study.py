@@ -54,8 +54,10 @@ from .claims import (
     MINUS,
     ClaimPlan,
     Config,
+    cell_provenance,
     claim_tables,
     cloze_token_ids,
+    load_cells,
     run_claims,
     signed,
     summarise,
@@ -582,6 +584,9 @@ def _run_study(out: Path, args: Any, prov: Any) -> None:
         prov.settings.setdefault("cells", {})[name] = counts
     write_claim_outputs(root, n_boot=plan.n_boot, seed=plan.seed)
     prov.settings.update(plan=dataclasses.asdict(plan), models=list(args.models), threads=1)
+    # the run's own commit is not every cell's: each cell names the commit and tree state
+    # that made it, and the manifest lists them (every cell from a modified tree by name)
+    prov.settings["cell_provenance"] = cell_provenance(load_cells(root))
 
 
 def write_claim_outputs(
@@ -691,6 +696,25 @@ def _ci(r: Mapping[str, Any], digits: int = 2) -> str:
     return f"{signed(r['diff'], digits)} [{signed(r['low'], digits)}, {signed(r['high'], digits)}]"
 
 
+def _run_provenance(results: Path) -> str:
+    """The last run's manifest, saying how many cells that run computed: its commit and tree
+    state are that run's, not every cell's (``claims-provenance`` lists those)."""
+    from .._study import provenance_table, read_manifest
+
+    table = provenance_table(results)
+    cells = read_manifest(results).get("settings", {}).get("cells", {})
+    done = sum(int(c.get("done", 0)) for c in cells.values()) if cells else None
+    if done is None:
+        return table
+    lines = table.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| commit |"):
+            lines[i] = line[: -len(" |")] + (
+                f"; the last run, which computed {done} of the cells below |"
+            )
+    return "\n".join(lines)
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables: the claim study's from ``results/claims/`` (cells), the earlier
     evaluation's from ``results/<model>/results.json`` and its provenance from
@@ -699,6 +723,7 @@ def render_tables(results: Path) -> dict[str, str]:
 
     claim = claim_tables(results / "claims")
     evaluation = {"provenance-evaluation": provenance_table(results / "evaluation")}
+    claim["provenance"] = _run_provenance(results)
 
     res = {m: json.loads((results / m / "results.json").read_text()) for m in MODELS}
     ppl, sweep, variants, cloze, audit_rows = [], [], [], [], []
@@ -804,12 +829,25 @@ def render_tables(results: Path) -> dict[str, str]:
 #: The quick mode's files CI compares with ``golden/``. Perplexity and cloze use fixed tokens
 #: and greedy scoring, the bootstrap is seeded, so a rerun on this machine repeats them; rtol
 #: 1e-4 leaves room for another CPU's float rounding (a cloze item whose greedy answer flips
-#: would still show, as it should). Timings, thread count and figure names are not results.
+#: would still show, as it should). ARACH − plain and its interval ends are differences of two
+#: perplexities of similar size: another machine's rounding of the operands (about 1e-5
+#: relative) moves them by more than 1e-4 of themselves, so their tolerance is 1e-4 of the
+#: operands (:class:`~case_studies._study.Golden` ``derived``). Timings, thread count and
+#: figure names are not results.
+DIFFERENCES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (col, ("off", "on")) for col in ("diff", "low", "high")
+)
 GOLDEN = (
-    Golden("claims.csv", rtol=1e-4, atol=1e-6),
-    Golden("ppl.csv", rtol=1e-4, atol=1e-6),
-    Golden("cloze.csv", rtol=1e-4, atol=1e-6),
-    Golden("results.json", rtol=1e-4, atol=1e-6, ignore=("seconds", "torch_threads", "figures")),
+    Golden("claims.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden("ppl.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden("cloze.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden(
+        "results.json",
+        rtol=1e-4,
+        atol=1e-6,
+        ignore=("seconds", "torch_threads", "figures"),
+        derived=DIFFERENCES,
+    ),
 )
 
 STUDY = Study(
