@@ -364,3 +364,29 @@ def test_verdicts_never_call_an_interval_with_zero_worse_and_name_a_nil_change()
     )
     assert claims._paper("ppl-wikipedia").startswith("none")
     assert "37.33" in claims._paper("ppl-mobydick") and "46.89" in claims._paper("cloze")
+
+
+def test_recheck_recomputes_the_windows_of_modified_tree_cells(tmp_path):
+    """A cell marked ``+dirty`` gets its window recomputed at the current code, beside the
+    stored value; the README note reports the largest difference."""
+    root = tmp_path / "claims"
+    _run(root)
+    for other in root.glob("twin/*/*.json"):  # clean, whatever state this tree is in
+        cell = json.loads(other.read_text())
+        other.write_text(json.dumps({**cell, "commit": "1" * 40}))
+    path = claims.cell_path(root, "twin", CONFIGS[1], "ppl-wikipedia")
+    cell = json.loads(path.read_text())
+    cell["commit"] = "0" * 40 + "+dirty"
+    path.write_text(json.dumps(cell))
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    out = claims.recheck_cells(
+        root, "twin", plan=PLAN, load_model=lambda _n: (model, tok), texts=_corpora
+    )
+    doc = json.loads(out.read_text())
+    assert [r["cell"] for r in doc["rows"]] == ["twin/same_b-0.5/ppl-wikipedia"]
+    row = doc["rows"][0]
+    assert abs(row["recomputed_nll"] - row["stored_nll"]) < 1e-3
+    note = claims.provenance_cells_table(claims.load_cells(root), root)
+    assert "1 from a modified tree" in note and "Spot check" in note

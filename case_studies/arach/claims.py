@@ -584,6 +584,60 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
     return [list(items[i * per_source : (i + 1) * per_source]) for i in range(len(CLOZE_SOURCES))]
 
 
+#: The file, beside the cells, of :func:`recheck_cells`.
+RECHECK_FILE = "recheck-dirty-cells.json"
+
+
+def recheck_cells(
+    root: Path,
+    model_name: str,
+    *,
+    windows: Sequence[int] = (0,),
+    plan: ClaimPlan | None = None,
+    load_model: Callable[[str], tuple[Any, Any]] | None = None,
+    texts: Callable[[str], Mapping[str, str]] | None = None,
+) -> Path:
+    """Recompute some windows of every perplexity cell of ``model_name`` that a modified tree
+    made (``+dirty``), at the current commit, and write what they gave beside what the cell
+    holds (``root/recheck-dirty-cells.json``): a spot check of cells that cannot be rerun whole.
+
+    Windows are the cells' own tokens (:func:`ppl_windows`; a cell of other tokens is refused).
+    """
+    plan = plan or ClaimPlan()
+    root = Path(root)
+    cells = {k: c for k, c in load_cells(root).items() if k[0] == model_name}
+    dirty = [
+        (k, c)
+        for k, c in sorted(cells.items())
+        if str(c.get("commit", "")).endswith("+dirty") and k[2].startswith("ppl")
+    ]
+    model_obj, tok = (load_model or assets.load_model)(model_name)
+    commit = _git_commit()
+    out = []
+    torch.set_num_threads(1)
+    for (model, config_name, task), cell in dirty:
+        text = task.split("-", 1)[1]
+        context = None if task.startswith("ppl-") else int(task[3:].split("-")[0])
+        w = ppl_windows(tok, text, plan, texts or _source_texts, context=context)
+        if tokens_sha256(w) != cell["tokens_sha256"]:
+            raise InputError(f"{config_name}/{task}: the cell was made from other tokens")
+        config = Config(**cell["config"])
+        wrapper = None if config.offset is None else Arach(model_obj, config=config.arach())
+        for i in windows:
+            res = perplexity(wrapper if wrapper is not None else model_obj, w[i : i + 1])
+            out.append(
+                {
+                    "cell": f"{model}/{config_name}/{task}",
+                    "cell_commit": cell["commit"],
+                    "window": int(i),
+                    "stored_nll": float(cell["values"]["window_nll"][i]),
+                    "recomputed_nll": float(res.nll[0]),
+                }
+            )
+    doc = {"format": "arach-recheck/1", "commit": commit, "windows": list(windows), "rows": out}
+    return write_text(root / RECHECK_FILE, json.dumps(doc, indent=1) + "\n")
+
+
 # --------------------------------------------------------------------------------------------
 # passages: the cloze bootstrap's resampling unit
 
@@ -1099,7 +1153,7 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
         "claims-cost": cost_table(done),
         "claims-summary": claim_summary(rows, done),
         "claims-findings": claim_findings(rows),
-        "claims-provenance": provenance_cells_table(done),
+        "claims-provenance": provenance_cells_table(done, Path(root)),
     }
 
 
@@ -1335,8 +1389,11 @@ def cell_provenance(cells: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> 
     return {"clean": clean, "dirty": dirty, "unknown": unknown}
 
 
-def provenance_cells_table(cells: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> str:
-    """The README table of :func:`cell_provenance`: every dirty cell by name."""
+def provenance_cells_table(
+    cells: Mapping[tuple[str, str, str], Mapping[str, Any]], root: Path | None = None
+) -> str:
+    """The README table of :func:`cell_provenance`: every dirty cell by name, and the spot
+    check of :func:`recheck_cells` where ``root`` holds one."""
     from .._study import markdown_table
 
     prov = cell_provenance(cells)
@@ -1357,9 +1414,31 @@ def provenance_cells_table(cells: Mapping[tuple[str, str, str], Mapping[str, Any
         rows.append(["unknown", "unknown", str(len(prov["unknown"])), ", ".join(prov["unknown"])])
     n_dirty = sum(len(v) for v in prov["dirty"].values())
     table = markdown_table(["commit", "tree", "cells", "which"], rows)
-    return (
+    text = (
         f"{len(cells)} cells: {sum(prov['clean'].values())} computed at a clean commit, "
         f"{n_dirty} from a modified tree, {len(prov['unknown'])} of unknown state.\n\n{table}"
+    )
+    check = _recheck_note(root) if root is not None else ""
+    return text + (f"\n\n{check}" if check else "")
+
+
+def _recheck_note(root: Path) -> str:
+    """One sentence on :data:`RECHECK_FILE` under ``root`` ('' when there is none)."""
+    try:
+        doc = json.loads((Path(root) / RECHECK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    rows = doc.get("rows", [])
+    if not rows:
+        return ""
+    diffs = [abs(r["recomputed_nll"] - r["stored_nll"]) for r in rows]
+    rel = max(d / abs(r["stored_nll"]) for d, r in zip(diffs, rows, strict=True))
+    cells = len({r["cell"] for r in rows})
+    return (
+        f"Spot check (`{RECHECK_FILE}`): window {', '.join(map(str, doc['windows']))} of "
+        f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
+        f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
+        f"({rel:.1e} of it)."
     )
 
 
