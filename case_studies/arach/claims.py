@@ -611,6 +611,7 @@ def recheck_cells(
         for k, c in sorted(cells.items())
         if str(c.get("commit", "")).endswith("+dirty") and k[2].startswith("ppl")
     ]
+    dirty.sort(key=lambda kc: kc[0][1] != "plain")  # the plain arm pairs with every row: first
     model_obj, tok = (load_model or assets.load_model)(model_name)
     commit = _git_commit()
     out = []
@@ -634,8 +635,10 @@ def recheck_cells(
                     "recomputed_nll": float(res.nll[0]),
                 }
             )
-    doc = {"format": "arach-recheck/1", "commit": commit, "windows": list(windows), "rows": out}
-    return write_text(root / RECHECK_FILE, json.dumps(doc, indent=1) + "\n")
+        # written after every cell, so a stopped check keeps what it did
+        doc = {"format": "arach-recheck/1", "commit": commit, "windows": list(windows), "rows": out}
+        write_text(root / RECHECK_FILE, json.dumps(doc, indent=1) + "\n")
+    return root / RECHECK_FILE
 
 
 # --------------------------------------------------------------------------------------------
@@ -1328,14 +1331,18 @@ def claim_findings(rows: Sequence[Mapping[str, Any]]) -> str:
         if not claim:
             lines.append(f"- **{model}**: no claim row complete yet.")
             continue
-        text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}."
+        nil = sum(_nil_size(r) is not None for r in claim)
+        text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}" + (
+            f"; {nil} of them practically nil in size" if nil else ""
+        )
+        text += "."
         least = []
         for m in measures:
             got = [mine[(c, m)] for c in core if (c, m) in mine]
             if got:
                 best = min(got, key=lambda r: r["diff"] * (-1 if m.startswith("cloze") else 1))
                 least.append(
-                    f"{MEASURE_LABEL[m].split(',')[0] if m == 'cloze' else MEASURE_LABEL[m]} "
+                    f"{'cloze' if m == 'cloze' else MEASURE_LABEL[m]} "
                     f"`{best['config']}` ({_fmt_row(best)[1]})"
                 )
         if least:

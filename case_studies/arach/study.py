@@ -771,6 +771,28 @@ def evaluation_findings(res: Mapping[str, Mapping[str, Any]]) -> str:
     return " ".join(parts)
 
 
+def earlier_sensitivity(res: Mapping[str, Mapping[str, Any]]) -> str:
+    """The earlier evaluation's hub variants read as a sensitivity check (``ablations`` of
+    ``results/<model>/results.json``): how many rows are worse, better or not resolved."""
+    rows = [(m, row) for m, r in res.items() for row in r["ablations"]]
+    if not rows:
+        return "The earlier evaluation ran no hub variants."
+    kinds = {"worse": 0, "better": 0, "not resolved": 0}
+    for _m, row in rows:
+        kinds[_direction(row, False)] += 1
+    variants = sorted({row["variant"] for _m, row in rows})
+    r0 = next(iter(res.values()))
+    return (
+        f"The earlier evaluation already changed the hub embedding and positions alone "
+        f"({', '.join(f'`{v}`' for v in variants)}; b = {_b(r0['arach']['offset'])}, windows "
+        f"of {r0['plan']['sweep_ppl_context']} tokens, {r0['plan']['ppl_tokens']:,} tokens per "
+        f"text, [hub variants table](#results)) on {' and '.join(res)}: of its {len(rows)} "
+        "perplexity rows, "
+        + ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
+        + " (interval against 0)."
+    )
+
+
 def audit_prose(res: Mapping[str, Mapping[str, Any]]) -> str:
     """The audit's reading, one bullet per model, every number from ``results.json``'s
     ``audit`` and ``audit_per_layer``: does mass leave the sink for the hub, most visibly in
@@ -925,6 +947,7 @@ def render_tables(results: Path) -> dict[str, str]:
         **claim,
         **evaluation,
         "evaluation-findings": evaluation_findings(res),
+        "sensitivity-earlier": earlier_sensitivity(res),
         "audit-findings": audit_prose(res),
         "perplexity": markdown_table(
             ["model", "text", "context", "ppl off", "ppl on", "on − off [95% CI]"], ppl
