@@ -1286,6 +1286,23 @@ def long_table(
 
     out = []
     for text in PPL_TEXTS:
+        for task in (f"ppl-{text}", long_task(text, LONG_CONTEXT)):
+            plain = cells.get((SWEEP_MODEL, "plain", task))
+            if plain is not None:
+                nll = np.asarray(plain["values"]["window_nll"])
+                tokens = np.asarray(plain["values"]["window_tokens"])
+                window = plain["plan"]["context"] if task.startswith("ppl-") else LONG_CONTEXT
+                out.append(
+                    [
+                        TEXT_NAME[text],
+                        "plain",
+                        str(window),
+                        f"{float(np.exp(nll.sum() / tokens.sum())):.2f}",
+                        "",
+                        f"{int(tokens.sum())} tokens; {len(nll)} windows",
+                        "",
+                    ]
+                )
         for config in LONG_CONFIGS[1:]:
             for task in (f"ppl-{text}", long_task(text, LONG_CONTEXT)):
                 r = index.get((SWEEP_MODEL, config.name, task))
