@@ -406,15 +406,24 @@ class Golden:
 
     ``rtol``/``atol`` apply to every numeric cell (CSV) or number (JSON); other cells must be
     equal. ``ignore`` lists columns or top-level JSON keys that are not results (timings).
+    ``derived`` names columns (CSV) or keys (of any JSON object that also holds the operands)
+    that are differences of others, e.g. ``(("diff", ("off", "on")),)``: their tolerance is
+    ``atol + rtol * sum(|operand|)`` (golden operands), since a difference of two close numbers
+    loses the operands' relative precision (cancellation) while a real change still moves it
+    by more than that.
     """
 
     file: str
     rtol: float = 1e-4
     atol: float = 1e-6
     ignore: tuple[str, ...] = ()
+    derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+def _close(
+    a: Any, b: Any, rtol: float, atol: float, derived: Mapping[str, Sequence[str]] | None = None
+) -> bool:
+    derived = derived or {}
     if isinstance(a, bool) or isinstance(b, bool):
         return a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -422,9 +431,21 @@ def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
             return math.isnan(a) and math.isnan(b)
         return abs(a - b) <= atol + rtol * abs(b)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(_close(a[k], b[k], rtol, atol) for k in a)
+        if set(a) != set(b):
+            return False
+        for k in a:
+            ops = derived.get(k, ())
+            if ops and all(isinstance(b.get(o), (int, float)) for o in ops):
+                scale = sum(abs(b[o]) for o in ops)
+                if not _close(a[k], b[k], 0.0, atol + rtol * scale):
+                    return False
+            elif not _close(a[k], b[k], rtol, atol, derived):
+                return False
+        return True
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y, rtol, atol) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(
+            _close(x, y, rtol, atol, derived) for x, y in zip(a, b, strict=True)
+        )
     return bool(a == b)
 
 
@@ -451,10 +472,17 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     f"{y.shape} {list(y.columns)})"
                 )
                 continue
+            derived = dict(g.derived)
             for col in x.columns:
                 if pd.api.types.is_numeric_dtype(y[col]) and pd.api.types.is_numeric_dtype(x[col]):
                     xv, yv = x[col].to_numpy(float), y[col].to_numpy(float)
-                    bad = ~np.isclose(xv, yv, rtol=g.rtol, atol=g.atol, equal_nan=True)
+                    ops = [o for o in derived.get(col, ()) if o in y.columns]
+                    if ops:  # a difference: tolerance scaled to its operands
+                        scale = sum(np.abs(y[o].to_numpy(float)) for o in ops)
+                        tol = g.atol + g.rtol * scale
+                        bad = ~((np.abs(xv - yv) <= tol) | (np.isnan(xv) & np.isnan(yv)))
+                    else:
+                        bad = ~np.isclose(xv, yv, rtol=g.rtol, atol=g.atol, equal_nan=True)
                 else:  # cells missing in both (an empty CSV cell) are equal
                     both_missing = (x[col].isna() & y[col].isna()).to_numpy()
                     bad = (x[col].astype(str) != y[col].astype(str)).to_numpy() & ~both_missing
@@ -471,7 +499,7 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                 xa.pop(key, None)
                 ya.pop(key, None)
             for key in sorted(set(xa) | set(ya)):
-                if not _close(xa.get(key), ya.get(key), g.rtol, g.atol):
+                if not _close(xa.get(key), ya.get(key), g.rtol, g.atol, dict(g.derived)):
                     problems.append(
                         f"{g.file}: {key!r} differs ({json.dumps(xa.get(key))[:80]} vs golden "
                         f"{json.dumps(ya.get(key))[:80]}; rtol {g.rtol})"

@@ -177,6 +177,8 @@ def test_eager_sdpa_and_fast_agree(family):
     [
         {"layers": [1]},
         {"layers": [-2]},
+        {"layers": "first_half"},
+        {"layers": "last_half"},
         {"hub_positions": "none"},
         {"hub_embedding": "mean", "offset": 1.0},
         {"hub_embedding": "zeros", "offset": -2.0},
@@ -191,6 +193,25 @@ def test_fast_equals_dense_for_every_option(family, options):
     dense = logits(arach.Arach(model, mode="dense", **options), **batch)
     valid = batch["attention_mask"].bool()
     torch.testing.assert_close(fast[valid], dense[valid], rtol=0, atol=2e-5)
+
+
+def test_named_layer_sets_are_the_halves():
+    """``layers="first_half"``/``"last_half"`` resolve to the model's halves and give exactly
+    the outputs of the explicit layer lists; the two halves differ from each other and from
+    all layers (so the option reaches the attention)."""
+    model = zoo.tiny_twin("llama")
+    n = len(model.model.layers)
+    batch = ids_for(model, length=9)
+    first = arach.Arach(model, layers="first_half")
+    last = arach.Arach(model, layers="last_half")
+    assert first.hub_layers == frozenset(range(n // 2))
+    assert last.hub_layers == frozenset(range(n // 2, n))
+    out = {k: logits(w, **batch) for k, w in (("first", first), ("last", last))}
+    explicit = logits(arach.Arach(model, layers=list(range(n // 2))), **batch)
+    torch.testing.assert_close(out["first"], explicit, rtol=0, atol=0)
+    every = logits(arach.Arach(model), **batch)
+    assert (out["first"] - out["last"]).abs().max() > 1e-4
+    assert (out["first"] - every).abs().max() > 1e-4
 
 
 def test_softcapped_attention_fast_equals_dense():
@@ -295,7 +316,8 @@ def test_generate_greedy_matches_plain_at_minus_inf():
         ({"mode": "sparse"}, ValueError, "mode"),
         ({"layers": []}, ValueError, "empty"),
         ({"layers": [5]}, ValueError, "out of range"),
-        ({"layers": "all"}, TypeError, "layers"),
+        ({"layers": "all"}, ValueError, "first_half"),
+        ({"layers": b"first_half"}, TypeError, "layers"),
         ({"hub_embedding": "mean", "hub_token_id": 3}, ValueError, "hub_token_id"),
         ({"hub_token_id": 10_000}, ValueError, "vocabulary"),
     ],

@@ -4,6 +4,7 @@ cells (a rerun skips complete cells and redoes a damaged or stale one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def test_batched_cloze_scores_equal_one_by_one_scores(wrapper):
 
 # ------------------------------------------------------------------------------ resumable cells
 
-PLAN = claims.ClaimPlan(cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, n_boot=50)
+PLAN = claims.ClaimPlan(
+    cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, long_context=None, n_boot=50
+)
 CONFIGS = (claims.Config(), claims.Config(-0.5, "same"), claims.Config(-1.0, "none"))
 
 
@@ -233,7 +236,22 @@ def test_plans_and_configurations_refuse_bad_values():
         "none_b-1",
         "none_b-2",
     ]
-    assert len(claims.claim_configs("smollm2-135m")) == 1 + 2 * len(claims.SWEEP)
+    smol = claims.claim_configs("smollm2-135m")
+    assert len(smol) == 1 + 2 * len(claims.SWEEP) + len(claims.SENSITIVITY)
+    assert smol[-len(claims.SENSITIVITY) :] == list(claims.SENSITIVITY)
+    for bad, match in (
+        ({"hub_embedding": "first"}, "hub_embedding"),
+        ({"layers": "middle"}, "layers"),
+    ):
+        with pytest.raises(ac.InputError, match=match):
+            claims.Config(-0.5, "same", **bad)
+    with pytest.raises(ac.InputError, match="plain"):
+        claims.Config(None, hub_embedding="zeros")
+    with pytest.raises(ac.InputError, match="multiple of long_context"):
+        claims.ClaimPlan(ppl_tokens=3000, context=1000, long_context=2000)
+    # the default names stay the claim study's (old cells keep their paths)
+    assert claims.Config(-0.5, "same", "token", "all").name == "same_b-0.5"
+    assert claims.Config(-0.5, "same", layers="first_half").arach().layers == "first_half"
 
 
 @pytest.mark.parametrize(
@@ -276,3 +294,99 @@ def test_the_full_plan_draws_its_items_and_windows_from_the_real_corpora():
     for name in claims.PPL_TEXTS:
         text = claims.ppl_text(name, plan.ppl_tokens * 8)
         assert len(text.split()) > plan.ppl_tokens // 2  # about 16k tokens need 10k+ words
+
+
+def test_long_context_and_sensitivity_cells_run_after_the_sweep_and_pair_with_plain(tmp_path):
+    """SmolLM2's plan (issue #28): the long-context cells score the same tokens in longer
+    windows, the sensitivity configurations run after the sweep, every run writes the cloze
+    passages, and the cloze rows resample passages (fewer clusters than items)."""
+    plan = claims.ClaimPlan(
+        cloze_per_source=3, cloze_window=9, ppl_tokens=64, context=32, long_context=64, n_boot=50
+    )
+    configs = (claims.Config(), claims.Config(-0.5, "same"), *claims.SENSITIVITY[:1])
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    lines: list[str] = []
+    root = tmp_path / "claims"
+    claims.run_claims(
+        "smollm2-135m",
+        root,
+        plan=plan,
+        configs=configs,
+        progress=lines.append,
+        load_model=lambda _name: (model, tok),
+        texts=_corpora,
+    )
+    done = [tuple(line.split("] ", 1)[1].split(":")[0].split()[1:]) for line in lines]
+    sens = claims.SENSITIVITY[0].name
+    first_sens = next(i for i, (c, _) in enumerate(done) if c == sens)
+    assert all(c != sens for c, _ in done[:first_sens])
+    assert ("plain", "ppl64-mobydick") in done[:first_sens]  # the long context before it
+    long_cell = json.loads(
+        claims.cell_path(root, "smollm2-135m", configs[0], "ppl64-mobydick").read_text()
+    )
+    short_cell = json.loads(
+        claims.cell_path(root, "smollm2-135m", configs[0], "ppl-mobydick").read_text()
+    )
+    assert (
+        len(long_cell["values"]["window_nll"]) == 1 and len(short_cell["values"]["window_nll"]) == 2
+    )
+    assert (
+        json.loads(claims.cell_path(root, "smollm2-135m", configs[2], "ppl-mobydick").read_text())[
+            "config"
+        ]["hub_embedding"]
+        == "zeros"
+    )
+    passages = claims.read_passages(root, dataclasses.asdict(plan))
+    assert passages is not None and all(len(v) == 3 for v in passages.values())
+    rows = claims.summarise(root, n_boot=50)
+    measures = {(r["config"], r["measure"]) for r in rows}
+    assert ("same_b-0.5", "ppl64-wikipedia") in measures and (sens, "cloze") in measures
+    cloze = next(r for r in rows if r["measure"] == "cloze" and r["config"] == "same_b-0.5")
+    assert cloze["unit"] == "passages"
+    assert cloze["blocks"] == len({f"{s}/{p}" for s, v in passages.items() for p in v})
+    # without the passages file the bootstrap falls back to items, and says so
+    (root / claims.PASSAGES_FILE).unlink()
+    cloze = next(r for r in claims.summarise(root, n_boot=50) if r["measure"] == "cloze")
+    assert cloze["unit"] == "items" and cloze["blocks"] == cloze["n"]
+
+
+def test_verdicts_never_call_an_interval_with_zero_worse_and_name_a_nil_change():
+    row = {"measure": "ppl-mobydick", "off": 50.0}
+    assert claims.verdict({**row, "low": -0.1, "high": 3.0}) == "not resolved: 95% CI includes 0"
+    nil = claims.verdict({**row, "low": 0.05, "high": 0.2})
+    assert nil.startswith("contradicted") and "practically nil" in nil and "0.4%" in nil
+    assert "practically nil" not in claims.verdict({**row, "low": 0.1, "high": 0.6})
+    cloze = {"measure": "cloze", "off": 0.2, "low": -0.006, "high": 0.004}
+    assert claims.verdict(cloze).startswith("not resolved") and "0.6 points" in claims.verdict(
+        cloze
+    )
+    assert claims._paper("ppl-wikipedia").startswith("none")
+    assert "37.33" in claims._paper("ppl-mobydick") and "46.89" in claims._paper("cloze")
+
+
+def test_recheck_recomputes_the_windows_of_modified_tree_cells(tmp_path):
+    """A cell marked ``+dirty`` gets its window recomputed at the current code, beside the
+    stored value; the README note reports the largest difference."""
+    root = tmp_path / "claims"
+    _run(root)
+    for other in root.glob("twin/*/*.json"):  # clean, whatever state this tree is in
+        cell = json.loads(other.read_text())
+        other.write_text(json.dumps({**cell, "commit": "1" * 40}))
+    path = claims.cell_path(root, "twin", CONFIGS[1], "ppl-wikipedia")
+    cell = json.loads(path.read_text())
+    cell["commit"] = "0" * 40 + "+dirty"
+    path.write_text(json.dumps(cell))
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    out = claims.recheck_cells(
+        root, "twin", plan=PLAN, load_model=lambda _n: (model, tok), texts=_corpora
+    )
+    doc = json.loads(out.read_text())
+    assert [r["cell"] for r in doc["rows"]] == ["twin/same_b-0.5/ppl-wikipedia"]
+    row = doc["rows"][0]
+    assert abs(row["recomputed_nll"] - row["stored_nll"]) < 1e-3
+    note = claims.provenance_cells_table(claims.load_cells(root), root)
+    assert "1 from a modified tree" in note and "Spot check" in note

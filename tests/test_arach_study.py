@@ -103,3 +103,59 @@ def test_the_command_line_has_no_audit_arach_any_more(capsys):
 
     assert main(["audit", "arach", "smollm2-135m", "--quick"]) == 2
     assert "invalid choice: 'arach'" in capsys.readouterr().err
+
+
+def _golden_copy(tmp_path, change):
+    """A copy of the committed golden files with ``change(frame)`` applied to claims.csv and
+    ppl.csv (``got``), and the golden folder itself."""
+    import shutil
+
+    import pandas as pd
+
+    from case_studies.arach.study import STUDY
+
+    got = tmp_path / "got"
+    shutil.copytree(STUDY.golden_dir, got)
+    for name in ("claims.csv", "ppl.csv"):
+        frame = pd.read_csv(got / name)
+        change(frame)
+        frame.to_csv(got / name, index=False, float_format="%.17g")
+    return got, STUDY.golden_dir
+
+
+def test_golden_differences_tolerate_cancellation_but_not_a_real_change(tmp_path):
+    """Issue #28: another machine rounds the two perplexities ~1e-5 apart, which moves ARACH −
+    plain by more than 1e-4 of itself; the derived columns' tolerance scales to the operands,
+    so that passes, while a change of 1e-3 in the operands, or of the difference alone, fails."""
+    from case_studies._study import Golden, compare
+    from case_studies.arach.study import GOLDEN
+
+    spec = [g for g in GOLDEN if g.file in ("claims.csv", "ppl.csv")]
+    plain_spec = [Golden(g.file, rtol=g.rtol, atol=g.atol) for g in spec]
+
+    def rounding(frame):  # the operands move by 1e-5 relative, in opposite directions
+        ppl = frame["measure"].str.startswith("ppl") if "measure" in frame else frame["off"] > 1
+        shift = (frame["off"] + frame["on"]) * 1e-5
+        frame.loc[ppl, "off"] = frame["off"] * (1 + 1e-5)
+        frame.loc[ppl, "on"] = frame["on"] * (1 - 1e-5)
+        for col in ("diff", "low", "high"):
+            frame.loc[ppl, col] = frame[col] - shift
+
+    got, gold = _golden_copy(tmp_path / "a", rounding)
+    assert compare(got, gold, spec) == []
+    assert compare(got, gold, plain_spec) != []  # what the derived tolerance is for
+
+    def real(frame):  # ARACH's perplexity changes by 1e-3 of itself
+        frame["on"] = frame["on"] * (1 + 1e-3)
+        frame["diff"] = frame["on"] - frame["off"]
+
+    got, gold = _golden_copy(tmp_path / "b", real)
+    problems = compare(got, gold, spec)
+    assert any("'on'" in p for p in problems) and any("'diff'" in p for p in problems)
+
+    def interval_only(frame):  # only an interval end moves, by 1e-3 of the operands
+        frame["high"] = frame["high"] + (frame["off"] + frame["on"]) * 1e-3
+
+    got, gold = _golden_copy(tmp_path / "c", interval_only)
+    problems = compare(got, gold, spec)
+    assert problems and all("'high'" in p for p in problems)

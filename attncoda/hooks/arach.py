@@ -98,6 +98,9 @@ FAST_ATTENTION_NAME = "attncoda_arach"
 HubEmbedding = Literal["token", "mean", "zeros"]
 HubPositions = Literal["same", "none"]
 Mode = Literal["fast", "dense"]
+#: Named layer sets of ``ArachConfig.layers``: the first or the last ``n // 2`` of ``n`` layers
+#: (the middle layer of an odd count goes to the last half).
+LAYER_SETS: tuple[str, ...] = ("first_half", "last_half")
 
 
 class ArachError(AttncodaError, RuntimeError):
@@ -126,9 +129,11 @@ class ArachConfig:
         ``"same"``: hub ``h_i`` gets the position id of ``v_i``. ``"none"``: no positional
         encoding (rotary models: position 0, whose rotation is the identity; absolute
         position embeddings such as GPT-2's ``wpe``: the position-0 vector is cancelled).
-    layers : iterable of int, optional
+    layers : iterable of int, or {"first_half", "last_half"}, optional
         Layers in which hubs are visible (negative indices count from the end). In the other
         layers no query sees a hub key, and hubs attend to the verbal prefix only. Default: all.
+        ``"first_half"`` is layers ``0 .. n//2 - 1`` of a model with ``n`` layers,
+        ``"last_half"`` the rest (:data:`LAYER_SETS`; resolved when the plug-in meets a model).
     mode : {"fast", "dense"}, default "fast"
         Implementation (see the module docstring). Both give the same outputs.
 
@@ -138,13 +143,15 @@ class ArachConfig:
     -1.0
     >>> ArachConfig(hub_embedding="mean").hub_embedding
     'mean'
+    >>> ArachConfig(layers="last_half").layers
+    'last_half'
     """
 
     offset: float = -0.5
     hub_embedding: HubEmbedding = "token"
     hub_token_id: int | None = None
     hub_positions: HubPositions = "same"
-    layers: tuple[int, ...] | None = None
+    layers: tuple[int, ...] | str | None = None
     mode: Mode = "fast"
 
     def __post_init__(self) -> None:
@@ -164,8 +171,10 @@ class ArachConfig:
             raise TypeError(f"hub_token_id must be an int, got {self.hub_token_id!r}")
         if self.hub_token_id is not None and self.hub_embedding != "token":
             raise InputError("hub_token_id is only used with hub_embedding='token'")
-        if self.layers is not None:
-            if isinstance(self.layers, (str, bytes)) or not isinstance(self.layers, Iterable):
+        if isinstance(self.layers, str):
+            _choice("layers", self.layers, LAYER_SETS)
+        elif self.layers is not None:
+            if isinstance(self.layers, bytes) or not isinstance(self.layers, Iterable):
                 raise TypeError(f"layers must be None or an iterable of ints, got {self.layers!r}")
             items = tuple(self.layers)
             if not items:
@@ -579,6 +588,11 @@ def _hub_layers(model: Any, config: ArachConfig) -> frozenset[int] | None:
     if config.layers is None:
         return None
     n = _n_layers(model)
+    if isinstance(config.layers, str):  # a named set (LAYER_SETS), checked by ArachConfig
+        if n < 2:
+            raise InputError(f"layers={config.layers!r} needs at least 2 layers; the model has {n}")
+        half = range(n // 2) if config.layers == "first_half" else range(n // 2, n)
+        return frozenset(half)
     out = set()
     for i in config.layers:
         if not -n <= i < n:

@@ -21,6 +21,7 @@ tokens, and redoes a cell that is missing, unreadable or stale. So a long run ca
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import os
@@ -36,7 +37,7 @@ import torch
 import attncoda as ac
 from attncoda import InputError, require_int, require_real
 from attncoda.hooks import assets
-from attncoda.hooks.arach import Arach, ArachConfig
+from attncoda.hooks.arach import LAYER_SETS, Arach, ArachConfig
 from attncoda.hooks.evaluate import (
     ClozeItem,
     cloze_accuracy,
@@ -47,7 +48,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, time_is_up
+from .._study import Shard, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -75,11 +76,23 @@ CELL_FORMAT = "arach-claim-cell/1"
 
 @dataclass(frozen=True)
 class Config:
-    """One arm of the comparison: the plain model (``offset is None``) or ARACH with an offset
-    and a hub-position rule (the other options keep :class:`ArachConfig`'s defaults)."""
+    """One arm of the comparison: the plain model (``offset is None``) or ARACH with an offset,
+    a hub-position rule, a hub embedding and the layers that see the hubs (the other options
+    keep :class:`ArachConfig`'s defaults).
+
+    ``hub_embedding`` and ``layers`` are the sensitivity sweep's choices (:data:`SENSITIVITY`);
+    at their defaults (``"token"``, ``"all"``) the name is the claim study's ``same_b-0.5``.
+
+    Examples
+    --------
+    >>> Config(-0.5, "same", hub_embedding="zeros", layers="last_half").name
+    'same_b-0.5_emb-zeros_layers-last_half'
+    """
 
     offset: float | None = None
     hub_positions: str = "same"
+    hub_embedding: str = "token"
+    layers: str = "all"
 
     def __post_init__(self) -> None:
         if self.offset is not None:
@@ -87,11 +100,26 @@ class Config:
             object.__setattr__(self, "offset", float(b))
         if self.hub_positions not in ("same", "none"):
             raise InputError(f"hub_positions must be 'same' or 'none', got {self.hub_positions!r}")
+        if self.hub_embedding not in ("token", "mean", "zeros"):
+            raise InputError(
+                f"hub_embedding must be 'token', 'mean' or 'zeros', got {self.hub_embedding!r}"
+            )
+        if self.layers not in ("all", *LAYER_SETS):
+            raise InputError(f"layers must be 'all' or one of {LAYER_SETS}, got {self.layers!r}")
+        if self.offset is None and (self.hub_embedding, self.layers) != ("token", "all"):
+            raise InputError("the plain configuration has no hub options")
 
     @property
     def name(self) -> str:
-        """``plain``, ``same_b-0.5``, ``none_b-2`` (a file name)."""
-        return "plain" if self.offset is None else f"{self.hub_positions}_b{self.offset:g}"
+        """``plain``, ``same_b-0.5``, ``none_b-2``, ``same_b-0.5_emb-zeros`` (a file name)."""
+        if self.offset is None:
+            return "plain"
+        name = f"{self.hub_positions}_b{self.offset:g}"
+        if self.hub_embedding != "token":
+            name += f"_emb-{self.hub_embedding}"
+        if self.layers != "all":
+            name += f"_layers-{self.layers}"
+        return name
 
     @property
     def label(self) -> str:
@@ -103,7 +131,12 @@ class Config:
     def arach(self) -> ArachConfig:
         if self.offset is None:
             raise InputError("the plain configuration has no ARACH options")
-        return ArachConfig(offset=self.offset, hub_positions=self.hub_positions)  # type: ignore[arg-type]
+        return ArachConfig(
+            offset=self.offset,
+            hub_positions=self.hub_positions,  # type: ignore[arg-type]
+            hub_embedding=self.hub_embedding,  # type: ignore[arg-type]
+            layers=None if self.layers == "all" else self.layers,
+        )
 
 
 #: The configurations every model runs (the issue's list), in the order they are run.
@@ -116,6 +149,20 @@ CORE_CONFIGS: tuple[Config, ...] = (
 )
 #: The offset grid of the full sweep (SmolLM2 only, both hub-position rules).
 SWEEP: tuple[float, ...] = (0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0)
+#: The sensitivity sweep (SmolLM2 only; issue #28): the reconstruction's choices the paper does
+#: not fix, one at a time from the default ``same_b-0.5`` (hub embedding: the BOS token, the
+#: mean of the prefix embeddings, zeros; the layers that see the hubs: all, the first or the
+#: last half). The third choice, where the hubs sit, is the ``same``/``none`` pair of the sweep.
+SENSITIVITY: tuple[Config, ...] = (
+    Config(-0.5, "same", hub_embedding="zeros"),
+    Config(-0.5, "same", hub_embedding="mean"),
+    Config(-0.5, "same", layers="first_half"),
+    Config(-0.5, "same", layers="last_half"),
+)
+#: The long-context check (SmolLM2 only; max_position_embeddings 8192): the same perplexity
+#: tokens as the 1,024-token cells, in windows of this length, for these configurations.
+LONG_CONTEXT = 2048
+LONG_CONFIGS: tuple[Config, ...] = (Config(), Config(-0.5, "same"), Config(-1.0, "none"))
 
 
 def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
@@ -126,7 +173,7 @@ def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
     >>> [c.name for c in claim_configs("gemma3-270m")]
     ['plain', 'same_b-0.5', 'none_b-0.5', 'none_b-1', 'none_b-2']
     >>> len(claim_configs("smollm2-135m"))
-    15
+    19
     """
     out = list(CORE_CONFIGS)
     if model == SWEEP_MODEL:
@@ -135,6 +182,7 @@ def claim_configs(model: str, sweep: Sequence[float] = SWEEP) -> list[Config]:
                 c = Config(b, rule)
                 if c not in out:
                     out.append(c)
+        out += [c for c in SENSITIVITY if c not in out]
     return out
 
 
@@ -155,6 +203,9 @@ class ClaimPlan:
         Items and windows per forward.
     sweep : tuple of float
         The offset grid of the SmolLM2 sweep.
+    long_context : int or None
+        Window length of the long-context perplexity cells (SmolLM2, :data:`LONG_CONFIGS`; the
+        same ``ppl_tokens`` in fewer, longer windows); None runs none.
     n_boot, seed : int
     """
 
@@ -165,6 +216,7 @@ class ClaimPlan:
     cloze_batch: int = 16
     ppl_batch: int = 1
     sweep: tuple[float, ...] = SWEEP
+    long_context: int | None = LONG_CONTEXT
     n_boot: int = 2000
     seed: int = 0
 
@@ -175,6 +227,13 @@ class ClaimPlan:
         require_int(self.ppl_tokens, "ppl_tokens", low=self.context)
         require_int(self.cloze_batch, "cloze_batch", low=1)
         require_int(self.ppl_batch, "ppl_batch", low=1)
+        if self.long_context is not None:
+            require_int(self.long_context, "long_context", low=self.context + 1)
+            if self.ppl_tokens % self.long_context:
+                raise InputError(
+                    f"ppl_tokens ({self.ppl_tokens}) must be a multiple of long_context "
+                    f"({self.long_context}), so both window lengths score the same tokens"
+                )
         require_int(self.n_boot, "n_boot", low=0)
         require_int(self.seed, "seed", low=0)
         if not isinstance(self.sweep, tuple) or not self.sweep:
@@ -185,7 +244,14 @@ class ClaimPlan:
     @classmethod
     def quick(cls) -> ClaimPlan:
         """A CI smoke plan: 3 items per source, two windows of 64 tokens per text."""
-        return cls(cloze_per_source=3, ppl_tokens=128, context=64, sweep=(-0.5,), n_boot=200)
+        return cls(
+            cloze_per_source=3,
+            ppl_tokens=128,
+            context=64,
+            sweep=(-0.5,),
+            long_context=None,
+            n_boot=200,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,14 +312,23 @@ def ppl_windows(
     name: str,
     plan: ClaimPlan,
     texts: Callable[[str], Mapping[str, str]] = _source_texts,
+    *,
+    context: int | None = None,
 ) -> torch.Tensor:
-    """The ``(windows, context)`` ids of one perplexity text."""
+    """The ``(windows, context)`` ids of one perplexity text (``context``: default
+    ``plan.context``; the same text, so the same tokens when no prefix is added, in windows of
+    another length)."""
     return text_windows(
         tokenizer,
         ppl_text(name, plan.ppl_tokens * 8, texts),
-        window=plan.context,
+        window=plan.context if context is None else context,
         n_tokens=plan.ppl_tokens,
     )
+
+
+def long_task(text: str, context: int) -> str:
+    """The task name of a long-context perplexity cell: ``ppl2048-mobydick``."""
+    return f"ppl{context}-{text}"
 
 
 def cloze_token_ids(tokenizer: Any, items: Sequence[ClozeItem]) -> torch.Tensor:
@@ -411,19 +486,41 @@ def run_claims(
             tasks.append(_Task(f"ppl-{name}", w, tokens_sha256(w), len(w)))
         items = claim_items(plan, texts or _source_texts)
         by_source = _split_items(items, plan.cloze_per_source)
+        write_passages(root, plan, texts or _source_texts)  # the cloze bootstrap's unit
         for source, its in zip(CLOZE_SOURCES, by_source, strict=True):
             ids = cloze_token_ids(tok, its)
             record(f"{model_name}/cloze-{source} (context + target, -1 between items)", ids)
             tasks.append(_Task(f"cloze-{source}", its, tokens_sha256(ids), len(its)))
+        long_tasks: list[_Task] = []
+        if plan.long_context is not None and model_name == SWEEP_MODEL:
+            for name in PPL_TEXTS:
+                w = ppl_windows(tok, name, plan, texts or _source_texts, context=plan.long_context)
+                label = long_task(name, plan.long_context)
+                record(f"{model_name}/{label} windows", w)
+                long_tasks.append(_Task(label, w, tokens_sha256(w), len(w)))
         counts = {"done": 0, "skipped": 0, "left": 0, **({"other_shards": 0} if shard else {})}
         # the issue's list (CORE_CONFIGS) completes, perplexity then cloze, before the sweep
-        # starts; configuration-major within each kind, so the first configurations finish first
+        # starts; configuration-major within each kind, so the first configurations finish
+        # first; then the long-context cells and the sensitivity sweep (issue #28)
         core = [c for c in configs if c in CORE_CONFIGS]
-        rest = [c for c in configs if c not in CORE_CONFIGS]
+        rest = [c for c in configs if c not in CORE_CONFIGS and c not in SENSITIVITY]
         order = []
         for group in (core, rest):
             order += [(t, c) for c in group for t in tasks if t.name.startswith("ppl")]
             order += [(t, c) for c in group for t in tasks if t.name.startswith("cloze")]
+        # the plain arm at the long context first; the layer choices' perplexity (never
+        # measured before); the default arm at the long context; the hub embeddings'
+        # perplexity (measured at T = 256 in the earlier evaluation); the sensitivity cloze;
+        # the other long-context arms last
+        sens = [c for c in configs if c in SENSITIVITY]
+        layer_sens = [c for c in sens if c.layers != "all"]
+        ppl_tasks = [t for t in tasks if t.name.startswith("ppl")]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS[:1] for t in long_tasks]
+        order += [(t, c) for c in layer_sens for t in ppl_tasks]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS[1:2] for t in long_tasks]
+        order += [(t, c) for c in sens if c not in layer_sens for t in ppl_tasks]
+        order += [(t, c) for c in sens for t in tasks if t.name.startswith("cloze")]
+        order += [(t, c) for c in configs if c in LONG_CONFIGS[2:] for t in long_tasks]
         for position, (task, config) in enumerate(order):
             path = cell_path(root, model_name, config, task.name)
             if read_cell(path, tokens=task.sha, n=task.n) is not None:
@@ -487,14 +584,153 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
     return [list(items[i * per_source : (i + 1) * per_source]) for i in range(len(CLOZE_SOURCES))]
 
 
+#: The file, beside the cells, of :func:`recheck_cells`.
+RECHECK_FILE = "recheck-dirty-cells.json"
+
+
+def recheck_cells(
+    root: Path,
+    model_name: str,
+    *,
+    windows: Sequence[int] = (0,),
+    plan: ClaimPlan | None = None,
+    load_model: Callable[[str], tuple[Any, Any]] | None = None,
+    texts: Callable[[str], Mapping[str, str]] | None = None,
+) -> Path:
+    """Recompute some windows of every perplexity cell of ``model_name`` that a modified tree
+    made (``+dirty``), at the current commit, and write what they gave beside what the cell
+    holds (``root/recheck-dirty-cells.json``): a spot check of cells that cannot be rerun whole.
+
+    Windows are the cells' own tokens (:func:`ppl_windows`; a cell of other tokens is refused).
+    """
+    plan = plan or ClaimPlan()
+    root = Path(root)
+    cells = {k: c for k, c in load_cells(root).items() if k[0] == model_name}
+    dirty = [
+        (k, c)
+        for k, c in sorted(cells.items())
+        if str(c.get("commit", "")).endswith("+dirty") and k[2].startswith("ppl")
+    ]
+    dirty.sort(key=lambda kc: kc[0][1] != "plain")  # the plain arm pairs with every row: first
+    model_obj, tok = (load_model or assets.load_model)(model_name)
+    commit = _git_commit()
+    out = []
+    torch.set_num_threads(1)
+    for (model, config_name, task), cell in dirty:
+        text = task.split("-", 1)[1]
+        context = None if task.startswith("ppl-") else int(task[3:].split("-")[0])
+        w = ppl_windows(tok, text, plan, texts or _source_texts, context=context)
+        if tokens_sha256(w) != cell["tokens_sha256"]:
+            raise InputError(f"{config_name}/{task}: the cell was made from other tokens")
+        config = Config(**cell["config"])
+        wrapper = None if config.offset is None else Arach(model_obj, config=config.arach())
+        for i in windows:
+            res = perplexity(wrapper if wrapper is not None else model_obj, w[i : i + 1])
+            out.append(
+                {
+                    "cell": f"{model}/{config_name}/{task}",
+                    "cell_commit": cell["commit"],
+                    "window": int(i),
+                    "stored_nll": float(cell["values"]["window_nll"][i]),
+                    "recomputed_nll": float(res.nll[0]),
+                }
+            )
+        # written after every cell, so a stopped check keeps what it did
+        doc = {"format": "arach-recheck/1", "commit": commit, "windows": list(windows), "rows": out}
+        write_text(root / RECHECK_FILE, json.dumps(doc, indent=1) + "\n")
+    return root / RECHECK_FILE
+
+
+# --------------------------------------------------------------------------------------------
+# passages: the cloze bootstrap's resampling unit
+
+#: The file, beside the cells, that names each cloze item's passage (written by every run).
+PASSAGES_FILE = "cloze-passages.json"
+PASSAGES_FORMAT = "arach-cloze-passages/1"
+#: Sources whose passage is a chapter (a heading word ``CHAPTER``/``Chapter`` starts one);
+#: in the others (Wikipedia) the passage is the whole article.
+CHAPTERED: tuple[str, ...] = ("austen", "mobydick")
+PASSAGE_RULE = (
+    "a passage is a chapter of a novel (Austen, Moby-Dick: the words from one CHAPTER/Chapter "
+    "heading to the next) or a whole Wikipedia article"
+)
+
+
+def cloze_passages(
+    plan: ClaimPlan, texts: Callable[[str], Mapping[str, str]] = _source_texts
+) -> dict[str, list[str]]:
+    """The passage of every cloze item of ``plan``, per source (:data:`PASSAGE_RULE`).
+
+    Items whose 80-word contexts overlap, or that share a chapter's characters and topic, are
+    not independent; the bootstrap resamples passages whole. The labels are
+    ``"DOCUMENT ch K"`` (K: the number of chapter headings at or before the item's target word,
+    counted over the same words :func:`~attncoda.hooks.evaluate.cloze_items` reads) or the
+    article's name.
+
+    Examples
+    --------
+    >>> labels = cloze_passages(ClaimPlan())  # doctest: +SKIP
+    >>> labels["mobydick"][:2]  # doctest: +SKIP
+    ['mobydick ch 9', 'mobydick ch 10']
+    """
+    out: dict[str, list[str]] = {}
+    by_source = _split_items(claim_items(plan, texts), plan.cloze_per_source)
+    for source, items in zip(CLOZE_SOURCES, by_source, strict=True):
+        docs = texts(source)
+        heads: dict[str, list[int]] = {}
+        labels = []
+        for it in items:
+            if source not in CHAPTERED:
+                labels.append(it.source)
+                continue
+            if it.source not in heads:
+                words = " ".join(assets.paragraphs(docs[it.source])).split()
+                heads[it.source] = [i for i, w in enumerate(words) if w in ("CHAPTER", "Chapter")]
+            labels.append(f"{it.source} ch {bisect.bisect_right(heads[it.source], it.index)}")
+        out[source] = labels
+    return out
+
+
+def _passage_key(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What the items depend on: the passages of one plan serve every plan with these."""
+    return {k: plan[k] for k in ("cloze_per_source", "cloze_window", "seed")}
+
+
+def write_passages(
+    root: Path, plan: ClaimPlan, texts: Callable[[str], Mapping[str, str]] = _source_texts
+) -> Path:
+    """``root/cloze-passages.json``: :func:`cloze_passages` of ``plan`` with the rule."""
+    labels = cloze_passages(plan, texts)
+    doc = {
+        "format": PASSAGES_FORMAT,
+        "rule": PASSAGE_RULE,
+        "plan": _passage_key(dataclasses.asdict(plan)),
+        "passages": labels,
+    }
+    Path(root).mkdir(parents=True, exist_ok=True)
+    return write_text(Path(root) / PASSAGES_FILE, json.dumps(doc, indent=1) + "\n")
+
+
+def read_passages(root: Path, plan: Mapping[str, Any]) -> dict[str, list[str]] | None:
+    """The passages under ``root`` if they were made for ``plan``'s items, else None."""
+    try:
+        doc = json.loads((Path(root) / PASSAGES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if doc.get("format") != PASSAGES_FORMAT or doc.get("plan") != _passage_key(plan):
+        return None
+    return {s: list(doc["passages"][s]) for s in CLOZE_SOURCES if s in doc.get("passages", {})}
+
+
 # --------------------------------------------------------------------------------------------
 # summaries (what the tables show)
 
 
 def planned_cells(model: str) -> int:
     """Cells of ``model``'s full claim run: each configuration on every perplexity text and
-    cloze source."""
-    return len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES))
+    cloze source, and (SmolLM2) the long-context cells of :data:`LONG_CONFIGS`."""
+    long = len(LONG_CONFIGS) * len(PPL_TEXTS) if model == SWEEP_MODEL else 0
+    return len(claim_configs(model)) * (len(PPL_TEXTS) + len(CLOZE_SOURCES)) + long
 
 
 def load_cells(root: Path) -> dict[tuple[str, str, str], dict]:
@@ -547,9 +783,11 @@ def summarise(
             if config.name in seen:
                 continue
             seen.add(config.name)
-            for text in PPL_TEXTS:
-                a = cells.get((model, "plain", f"ppl-{text}"))
-                b = cells.get((model, config.name, f"ppl-{text}"))
+            # ppl-TEXT, and the long-context ppl2048-TEXT where they were run
+            ppl_tasks = sorted({t for m, _, t in cells if m == model and t.startswith("ppl")})
+            for task in ppl_tasks:
+                a = cells.get((model, "plain", task))
+                b = cells.get((model, config.name, task))
                 if a is None or b is None or a["tokens_sha256"] != b["tokens_sha256"]:
                     continue
                 na = np.asarray(a["values"]["window_nll"]) / np.asarray(
@@ -563,10 +801,11 @@ def summarise(
                     _row(
                         model,
                         config,
-                        f"ppl-{text}",
+                        task,
                         r.as_dict(),
                         int(sum(a["values"]["window_tokens"])),
                         len(na),
+                        unit="windows",
                     )
                 )
             parts = [
@@ -590,31 +829,48 @@ def summarise(
                         for a, b in parts
                     ]
                 )
-                r = paired_bootstrap(off, on, n_boot=n_boot, seed=seed)
-                rows.append(
-                    _row(
-                        model,
-                        config,
-                        "cloze",
-                        r.as_dict(),
-                        len(off),
-                        len(off),
-                        mean_dlogprob=float(lp.mean()),
+                per_text = {
+                    f"diff_{s}": float(
+                        np.mean(b["values"]["correct"]) - np.mean(a["values"]["correct"])
                     )
-                )
-                r = paired_bootstrap(off[inctx], on[inctx], n_boot=n_boot, seed=seed)
-                rows.append(
-                    _row(
-                        model,
-                        config,
-                        "cloze-in-context",
-                        r.as_dict(),
-                        int(inctx.sum()),
-                        int(inctx.sum()),
-                        mean_dlogprob=float(lp[inctx].mean()),
+                    for s, (a, b) in zip(CLOZE_SOURCES, parts, strict=True)
+                }
+                clusters = _cloze_clusters(root, parts)
+                for measure, keep in (("cloze", np.ones_like(inctx)), ("cloze-in-context", inctx)):
+                    groups = None if clusters is None else clusters[keep]
+                    r = paired_bootstrap(
+                        off[keep], on[keep], clusters=groups, n_boot=n_boot, seed=seed
                     )
-                )
+                    rows.append(
+                        _row(
+                            model,
+                            config,
+                            measure,
+                            r.as_dict(),
+                            int(keep.sum()),
+                            int(keep.sum()) if groups is None else len(np.unique(groups)),
+                            mean_dlogprob=float(lp[keep].mean()),
+                            unit="items" if groups is None else "passages",
+                            **(per_text if measure == "cloze" else {}),
+                        )
+                    )
     return rows
+
+
+def _cloze_clusters(root: Path, parts: Sequence[tuple[Any, Any]]) -> np.ndarray | None:
+    """The passage label of every cloze item of ``parts`` (``"source/label"``, in source
+    order) from ``root``'s :data:`PASSAGES_FILE`; None where it is missing or made for other
+    items (the bootstrap then resamples items, and the row says so)."""
+    plan = parts[0][0]["plan"]
+    passages = read_passages(root, plan)
+    if passages is None or set(passages) != set(CLOZE_SOURCES):
+        return None
+    labels = []
+    for source, (a, _) in zip(CLOZE_SOURCES, parts, strict=True):
+        if len(passages[source]) != len(a["values"]["correct"]):
+            return None
+        labels += [f"{source}/{lab}" for lab in passages[source]]
+    return np.asarray(labels)
 
 
 def _row(
@@ -665,53 +921,157 @@ def signed(x: float, digits: int) -> str:
     return text.replace("-", MINUS)
 
 
+#: A change is "practically nil" when its whole 95% interval lies within this band around 0:
+#: 1% of the plain model's perplexity, or 1 point of cloze accuracy (a definition, chosen before
+#: the sensitivity sweep ran; the README states it).
+NIL_PPL_RELATIVE = 0.01
+NIL_CLOZE_POINTS = 1.0
+TEXT_NAME = {"austen": "Austen", "mobydick": "Moby-Dick", "wikipedia": "Wikipedia"}
+
+
+def _nil_size(row: Mapping[str, Any]) -> str | None:
+    """``"at most 0.6% of plain"`` when the row's interval is practically nil, else None."""
+    low, high = float(row["low"]), float(row["high"])
+    if str(row["measure"]).startswith("cloze"):
+        far = max(abs(low), abs(high)) * 100
+        return f"the whole CI within {far:.1f} points of 0" if far <= NIL_CLOZE_POINTS else None
+    far = max(abs(low), abs(high)) / float(row["off"])
+    if far <= NIL_PPL_RELATIVE:
+        return f"the whole CI within {far * 100:.1f}% of plain perplexity"
+    return None
+
+
 def verdict(row: Mapping[str, Any]) -> str:
     """The direction test of one row against the paper's claim (accuracy up, perplexity down).
 
     ``reproduced (direction)`` when the whole 95% interval lies on the paper's side of zero,
-    ``contradicted`` when it lies on the other side, else ``not resolved``; the size is never
-    comparable (another model, other texts, a reconstructed mechanism; see the README).
+    ``contradicted`` when it lies on the other side, else ``not resolved`` (an interval that
+    includes 0 is never called worse or better); the size is never comparable (another model,
+    other texts, a reconstructed mechanism; see the README). A row whose whole interval lies
+    within :data:`NIL_PPL_RELATIVE` of the plain perplexity, or :data:`NIL_CLOZE_POINTS` of
+    accuracy, is also called *practically nil*, with its size.
 
     Examples
     --------
-    >>> verdict({"measure": "cloze", "low": -0.05, "high": -0.01})
+    >>> verdict({"measure": "cloze", "low": -0.05, "high": -0.01, "off": 0.2})
     'contradicted: worse, 95% CI excludes 0'
-    >>> verdict({"measure": "ppl-wikipedia", "low": -2.0, "high": -0.5})
+    >>> verdict({"measure": "ppl-wikipedia", "low": -2.0, "high": -0.5, "off": 20.0})
     'reproduced (direction): better, 95% CI excludes 0'
+    >>> verdict({"measure": "ppl-wikipedia", "low": -0.03, "high": 0.05, "off": 21.57})
+    'not resolved: 95% CI includes 0; practically nil (the whole CI within 0.2% of plain perplexity)'
     """
     better_is_up = str(row["measure"]).startswith("cloze")
     low, high = float(row["low"]), float(row["high"])
     if low > 0 or high < 0:
         better = (low > 0) == better_is_up
-        return (
+        text = (
             "reproduced (direction): better, 95% CI excludes 0"
             if better
             else "contradicted: worse, 95% CI excludes 0"
         )
-    return "not resolved: 95% CI includes 0"
+    else:
+        text = "not resolved: 95% CI includes 0"
+    nil = _nil_size(row)
+    return text if nil is None else f"{text}; practically nil ({nil})"
+
+
+def _paper(measure: str) -> str:
+    """The paper's number a row is set against: LAMBADA for cloze, PG-19 (books) for the
+    Moby-Dick perplexity; the sources give no WikiText number, so Wikipedia rows have none."""
+    if measure.startswith("cloze"):
+        name, a, b = PAPER["cloze"]
+        return f"{name.split()[0]} {a:.2f} → {b:.2f} (+{b - a:.2f})"
+    if measure.endswith("mobydick"):
+        name, a, b = PAPER["ppl"]
+        return f"{name.split()[0]} {a:.2f} → {b:.2f} ({signed(b - a, 2)})"
+    return "none (the sources give no WikiText number)"
 
 
 def _fmt_row(row: Mapping[str, Any]) -> list[str]:
-    """Plain → ARACH, the difference with its interval, and n (points for accuracies)."""
+    """Plain → ARACH, the difference with its interval, and n with the resampling unit (points
+    for accuracies)."""
+    unit = row.get("unit", "items" if str(row["measure"]).startswith("cloze") else "windows")
     if str(row["measure"]).startswith("cloze"):
         k, d = 100.0, 1
         ours = f"{row['off'] * k:.1f} → {row['on'] * k:.1f}"
-        n = f"{row['n']} items"
+        n = f"{row['n']} items; {row['blocks']} {unit}"
     else:
         k, d = 1.0, 2
         ours = f"{row['off']:.2f} → {row['on']:.2f}"
-        n = f"{row['n']} tokens ({row['blocks']} windows)"
+        n = f"{row['n']} tokens; {row['blocks']} {unit}"
     ci = f"{signed(row['diff'] * k, d)} [{signed(row['low'] * k, d)}, {signed(row['high'] * k, d)}]"
     return [ours, ci, n]
+
+
+def _per_text(row: Mapping[str, Any]) -> str:
+    """The cloze row's ARACH − plain per source, in points; a perplexity row is one text."""
+    if row["measure"] != "cloze":
+        return "(one text)"
+    return ", ".join(
+        f"{TEXT_NAME[s]} {signed(row[f'diff_{s}'] * 100, 1)}"
+        for s in CLOZE_SOURCES
+        if f"diff_{s}" in row
+    )
+
+
+def _count_intervals(table: str) -> int:
+    """The 95% intervals (``[low, high]``) a rendered table holds."""
+    import re
+
+    return len(re.findall(r"\[[^\]\[]+, [^\]\[]+\]", table))
+
+
+def sensitivity_rows(
+    index: Mapping[tuple[str, str, str], Mapping[str, Any]],
+) -> list[tuple[str, Config, dict[str, Mapping[str, Any] | None]]]:
+    """The sensitivity sweep's rows, the default first: (choice changed, configuration, rows by
+    measure) on SmolLM2."""
+    base = Config(-0.5, "same")
+    arms = [("nothing (the default)", base), ("where hubs sit: no position", Config(-0.5, "none"))]
+    for c in SENSITIVITY:
+        what = (
+            f"hub embedding: {c.hub_embedding}"
+            if c.hub_embedding != "token"
+            else f"layers: {c.layers.replace('_', ' ')}"
+        )
+        arms.append((what, c))
+    measures = ("cloze", "ppl-mobydick", "ppl-wikipedia")
+    return [
+        (what, c, {m: index.get((SWEEP_MODEL, c.name, m)) for m in measures}) for what, c in arms
+    ]
+
+
+def _reverses(rows: Mapping[str, Mapping[str, Any] | None]) -> str:
+    """Whether a configuration's rows reverse the study's verdict (every measure contradicted)."""
+    done = {m: r for m, r in rows.items() if r is not None}
+    if not done:
+        return "not run yet"
+    kinds = {m: verdict(r).split(":")[0] for m, r in done.items()}
+    better = [m for m, k in kinds.items() if k == "reproduced (direction)"]
+    open_ = [m for m, k in kinds.items() if k == "not resolved"]
+    missing = len(rows) - len(done)
+    if better:
+        text = "yes: better on " + ", ".join(MEASURE_LABEL.get(m, m) for m in better)
+    elif open_:
+        text = "no reversal; not resolved on " + ", ".join(MEASURE_LABEL.get(m, m) for m in open_)
+    else:
+        text = "no: worse on every measure run"
+    return text + (
+        f" ({missing} measure{'s' if missing > 1 else ''} not run yet)" if missing else ""
+    )
 
 
 def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, str]:
     """The README tables of the claim study, from the cells under ``root`` (``results/claims``).
 
     ``claims``: the paper's two claims against ours for every model and core configuration
-    (rows whose cells are not yet run say so); ``claims-filtered``: the target-in-context
-    subset; ``claims-sweep``: the SmolLM2 offset sweep; ``claims-cost``: measured seconds per
-    cell and the time a model's full run takes.
+    (rows whose cells are not yet run say so), with per-text values and each interval's
+    resampling unit; ``claims-intervals``: how many intervals that table holds (none is
+    corrected for multiplicity); ``claims-filtered``: the target-in-context subset;
+    ``claims-sweep``: the SmolLM2 offset sweep; ``claims-sensitivity`` and
+    ``claims-sensitivity-verdict``: the reconstruction choices on SmolLM2; ``claims-long``:
+    2,048-token windows; ``claims-cost``: measured seconds per cell and the time a model's full
+    run takes; ``claims-summary``: one line per model.
     """
     from .._study import markdown_table
 
@@ -719,23 +1079,21 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
     rows = summarise(root, n_boot=n_boot, seed=seed, cells=done) if done else []
     index = {(r["model"], r["config"], r["measure"]): r for r in rows}
     main, filtered, sweep = [], [], []
-    paper_cloze = f"{PAPER['cloze'][1]:.2f} → {PAPER['cloze'][2]:.2f} (+3.53)"
-    paper_ppl = f"{PAPER['ppl'][1]:.2f} → {PAPER['ppl'][2]:.2f} ({MINUS}4.22)"
     for model in CLAIM_MODELS:
         for config in CORE_CONFIGS[1:]:
             for measure in ("cloze", "ppl-mobydick", "ppl-wikipedia"):
-                paper = paper_cloze if measure == "cloze" else paper_ppl
                 r = index.get((model, config.name, measure))
-                head = [MEASURE_LABEL[measure], model, f"`{config.name}`", paper]
+                head = [MEASURE_LABEL[measure], model, f"`{config.name}`", _paper(measure)]
                 if r is None:
-                    main.append([*head, "not run yet", "", "", "not run yet"])
+                    main.append([*head, "not run yet", "", "", "", "not run yet"])
                 else:
-                    main.append([*head, *_fmt_row(r), verdict(r)])
+                    ours, ci, n = _fmt_row(r)
+                    main.append([*head, ours, ci, _per_text(r), n, verdict(r)])
             r = index.get((model, config.name, "cloze-in-context"))
             if r is not None:
                 filtered.append([model, f"`{config.name}`", *_fmt_row(r), verdict(r)])
     swept = sorted(
-        (c for c in claim_configs(SWEEP_MODEL) if c.offset is not None),
+        (c for c in claim_configs(SWEEP_MODEL) if c.offset is not None and c not in SENSITIVITY),
         key=lambda c: (c.hub_positions != "same", -float(c.offset or 0.0)),
     )
     for config in swept:
@@ -756,27 +1114,30 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
             [config.hub_positions, f"{config.offset:g}".replace("-", MINUS)]
             + [("" if c is None else _fmt_row(c)[1]) for c in cells]
         )
+    main_table = markdown_table(
+        [
+            "claim (measure)",
+            "model",
+            "configuration",
+            "paper, GPT-2 small (as summarised)",
+            "ours: plain → ARACH",
+            "ARACH − plain [95% CI]",
+            "per text: ARACH − plain",
+            "n; resampling unit",
+            "verdict",
+        ],
+        main,
+    )
     return {
-        "claims": markdown_table(
-            [
-                "claim (measure)",
-                "model",
-                "configuration",
-                "paper, GPT-2 small",
-                "ours: plain → ARACH",
-                "ARACH − plain [95% CI]",
-                "n",
-                "verdict",
-            ],
-            main,
-        ),
+        "claims": main_table,
+        "claims-intervals": intervals_note(main_table, rows),
         "claims-filtered": markdown_table(
             [
                 "model",
                 "configuration",
                 "plain → ARACH (%)",
                 "ARACH − plain [95% CI], points",
-                "n",
+                "n; resampling unit",
                 "verdict",
             ],
             filtered,
@@ -789,9 +1150,320 @@ def claim_tables(root: Path, *, n_boot: int = 2000, seed: int = 0) -> dict[str, 
             ],
             sweep,
         ),
+        "claims-sensitivity": sensitivity_table(index),
+        "claims-sensitivity-verdict": sensitivity_verdict(index),
+        "claims-long": long_table(index, done),
         "claims-cost": cost_table(done),
         "claims-summary": claim_summary(rows, done),
+        "claims-findings": claim_findings(rows),
+        "claims-provenance": provenance_cells_table(done, Path(root)),
     }
+
+
+def intervals_note(table: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """One paragraph: how many intervals the claim table holds, their resampling units, and
+    that none is corrected for multiplicity."""
+    n = _count_intervals(table)
+    cloze = [r for r in rows if r["measure"] == "cloze" and r.get("unit") == "passages"]
+    passages = sorted({r["blocks"] for r in cloze})
+    unit = (
+        f"passages ({'/'.join(map(str, passages))} of them: {PASSAGE_RULE}), not items"
+        if cloze
+        else "items"
+    )
+    return (
+        f"The claim table holds {n} 95% intervals. Each is a marginal, paired percentile "
+        f"bootstrap interval: cloze rows resample {unit}, since items from one passage are "
+        "correlated; perplexity rows resample whole windows. None is corrected for "
+        f"multiplicity: if ARACH changed nothing, about {n * 0.05:.1f} of the {n} would still be "
+        "expected to exclude 0 by chance. " + _same_side(rows)
+    )
+
+
+def _same_side(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Which models' claim rows (core configurations, all items and both texts) all exclude 0
+    on the same side: there the verdict does not rest on any single interval."""
+    core = {c.name for c in CORE_CONFIGS[1:]}
+    measures = ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+    same, mixed = [], []
+    for model in CLAIM_MODELS:
+        mine = [
+            r
+            for r in rows
+            if r["model"] == model and r["config"] in core and r["measure"] in measures
+        ]
+        if not mine:
+            continue
+        kinds = {verdict(r).split(":")[0] for r in mine}
+        (same if len(kinds) == 1 and "not resolved" not in kinds else mixed).append(
+            f"{model} ({len(mine)} rows)"
+        )
+    text = ""
+    if same:
+        text += (
+            "On " + ", ".join(same) + " every interval excludes 0 on the same side, so the "
+            "verdict there does not rest on any single row"
+        )
+    if mixed:
+        text += ("; on " if text else "On ") + ", ".join(mixed) + " the verdicts differ by row"
+    return text + "." if text else ""
+
+
+def sensitivity_table(index: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> str:
+    """SmolLM2: ARACH − plain for the default and each reconstruction choice changed alone."""
+    from .._study import markdown_table
+
+    out = []
+    for what, config, rows in sensitivity_rows(index):
+        cells = [
+            "not run yet" if r is None else f"{_fmt_row(r)[1]}: {verdict(r).split(':')[0]}"
+            for r in rows.values()
+        ]
+        out.append([what, f"`{config.name}`", *cells, _reverses(rows)])
+    return markdown_table(
+        [
+            "choice changed (from the default)",
+            "configuration",
+            "cloze accuracy, points [95% CI]",
+            "perplexity, Moby-Dick [95% CI]",
+            "perplexity, Wikipedia [95% CI]",
+            "reverses the verdict?",
+        ],
+        out,
+    )
+
+
+def sensitivity_verdict(index: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> str:
+    """One paragraph: does any reconstruction choice reverse the SmolLM2 verdict?"""
+    arms = sensitivity_rows(index)
+    run = [(w, c, r) for w, c, r in arms if all(v is not None for v in r.values())]
+    partial = [(w, c, r) for w, c, r in arms if any(v is not None for v in r.values())]
+    missing = [c.name for _w, c, r in arms if all(v is None for v in r.values())]
+    better = [
+        (w, m)
+        for w, _c, r in partial
+        for m, v in r.items()
+        if v is not None and verdict(v).startswith("reproduced")
+    ]
+    unresolved = [
+        (w, m)
+        for w, _c, r in partial
+        for m, v in r.items()
+        if v is not None and verdict(v).startswith("not resolved")
+    ]
+    cells = sum(v is not None for _w, _c, r in partial for v in r.values())
+    text = (
+        f"Of the {len(arms)} configurations of the sensitivity sweep, {len(run)} have all "
+        f"three measures and {len(partial) - len(run)} some ({cells} rows in all). "
+    )
+    if better:
+        text += "A choice **reverses** the verdict on " + "; ".join(
+            f"{w} ({MEASURE_LABEL[m]})" for w, m in better
+        )
+        text += ": its whole interval lies on the paper's side of 0. "
+    else:
+        text += (
+            "**No choice reverses the verdict**: no row's interval lies on the paper's side of 0. "
+        )
+    if unresolved:
+        text += "Not resolved (interval includes 0): " + "; ".join(
+            f"{w} ({MEASURE_LABEL[m]})" for w, m in unresolved
+        )
+        text += ". "
+    else:
+        text += "Every row run is contradicted (worse, its interval excluding 0). "
+    if missing:
+        text += "Not run yet: " + ", ".join(f"`{n}`" for n in missing) + "."
+    return text.strip()
+
+
+def long_table(
+    index: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    cells: Mapping[tuple[str, str, str], Mapping[str, Any]],
+) -> str:
+    """SmolLM2 perplexity on the same tokens in 1,024- and 2,048-token windows, plain and ARACH."""
+    from .._study import markdown_table
+
+    out = []
+    for text in PPL_TEXTS:
+        for task in (f"ppl-{text}", long_task(text, LONG_CONTEXT)):
+            plain = cells.get((SWEEP_MODEL, "plain", task))
+            if plain is not None:
+                nll = np.asarray(plain["values"]["window_nll"])
+                tokens = np.asarray(plain["values"]["window_tokens"])
+                window = plain["plan"]["context"] if task.startswith("ppl-") else LONG_CONTEXT
+                out.append(
+                    [
+                        TEXT_NAME[text],
+                        "plain",
+                        str(window),
+                        f"{float(np.exp(nll.sum() / tokens.sum())):.2f}",
+                        "",
+                        f"{int(tokens.sum())} tokens; {len(nll)} windows",
+                        "",
+                    ]
+                )
+        for config in LONG_CONFIGS[1:]:
+            for task in (f"ppl-{text}", long_task(text, LONG_CONTEXT)):
+                r = index.get((SWEEP_MODEL, config.name, task))
+                plain = cells.get((SWEEP_MODEL, "plain", task))
+                window = LONG_CONTEXT if task != f"ppl-{text}" else None
+                if plain is not None and window is None:
+                    window = int(plain["plan"]["context"])
+                head = [TEXT_NAME[text], f"`{config.name}`"]
+                if r is None:
+                    out.append([*head, str(window or ""), "not run yet", "", "", ""])
+                    continue
+                ours, ci, n = _fmt_row(r)
+                out.append([*head, str(window), ours, ci, n, verdict(r)])
+    return markdown_table(
+        [
+            "text",
+            "configuration",
+            "window T",
+            "plain → ARACH",
+            "ARACH − plain [95% CI]",
+            "n; resampling unit",
+            "verdict",
+        ],
+        out,
+    )
+
+
+def claim_findings(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The README's reading of the claim rows, one bullet per model, every number from
+    :func:`summarise`'s ``rows``: the verdicts, the least harmful configuration per measure, the
+    two hub-position rules at b = −0.5, the filtered task and (SmolLM2) the offset sweep."""
+    core = [c.name for c in CORE_CONFIGS[1:]]
+    measures = ("cloze", *(f"ppl-{t}" for t in PPL_TEXTS))
+    sens = {c.name for c in SENSITIVITY}
+    lines = []
+    for model in CLAIM_MODELS:
+        mine = {
+            (r["config"], r["measure"]): r
+            for r in rows
+            if r["model"] == model and r["config"] not in sens
+        }
+        claim = [mine[(c, m)] for c in core for m in measures if (c, m) in mine]
+        if not claim:
+            lines.append(f"- **{model}**: no claim row complete yet.")
+            continue
+        nil = sum(_nil_size(r) is not None for r in claim)
+        text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}" + (
+            f"; {nil} of them practically nil in size" if nil else ""
+        )
+        text += "."
+        least = []
+        for m in measures:
+            got = [mine[(c, m)] for c in core if (c, m) in mine]
+            if got:
+                best = min(got, key=lambda r: r["diff"] * (-1 if m.startswith("cloze") else 1))
+                least.append(
+                    f"{'cloze' if m == 'cloze' else MEASURE_LABEL[m]} "
+                    f"`{best['config']}` ({_fmt_row(best)[1]})"
+                )
+        if least:
+            text += " Closest to the paper's direction: " + "; ".join(least) + "."
+        pairs = []
+        for m in measures:
+            a, b = mine.get(("same_b-0.5", m)), mine.get(("none_b-0.5", m))
+            if a is not None and b is not None:
+                pairs.append(
+                    f"{MEASURE_LABEL[m].split(', ')[-1] if m != 'cloze' else 'cloze'} "
+                    f"{_fmt_row(b)[1].split(' [')[0]} vs {_fmt_row(a)[1].split(' [')[0]}"
+                )
+        if pairs:
+            text += " At b = −0.5, `none` vs `same`: " + "; ".join(pairs) + "."
+        filt = [mine[(c, "cloze-in-context")] for c in core if (c, "cloze-in-context") in mine]
+        if filt:
+            text += f" Filtered task (target in context): {_verdict_counts(filt)}."
+        if model == SWEEP_MODEL:
+            swept = [r for (c, m), r in mine.items() if c not in core and m in MEASURE_LABEL]
+            if swept:
+                n_conf = len({r["config"] for r in swept})
+                text += (
+                    f" The rest of the offset sweep ({n_conf} configurations, "
+                    f"{len(swept)} rows with the filtered task): {_verdict_counts(swept)}."
+                )
+        lines.append(text)
+    every = [r for r in rows if r["measure"] in MEASURE_LABEL]
+    better = sum(verdict(r).startswith("reproduced") for r in every)
+    lines.append(
+        f"\nOver all {len(every)} rows of every model and configuration (sensitivity sweep "
+        f"included), {better} reproduce the paper's direction."
+    )
+    return "\n".join(lines)
+
+
+def cell_provenance(cells: Mapping[tuple[str, str, str], Mapping[str, Any]]) -> dict[str, Any]:
+    """Which commit and tree state made each cell: ``{"clean": {commit: n}, "dirty": {commit
+    +dirty: [MODEL/CONFIG/TASK, ...]}, "unknown": [...]}`` (what the manifest records)."""
+    clean: dict[str, int] = {}
+    dirty: dict[str, list[str]] = {}
+    unknown: list[str] = []
+    for (model, config, task), cell in sorted(cells.items()):
+        commit = str(cell.get("commit", ""))
+        name = f"{model}/{config}/{task}"
+        if not commit or commit.startswith("unknown"):
+            unknown.append(name)
+        elif commit.endswith("+dirty"):
+            dirty.setdefault(commit, []).append(name)
+        else:
+            clean[commit] = clean.get(commit, 0) + 1
+    return {"clean": clean, "dirty": dirty, "unknown": unknown}
+
+
+def provenance_cells_table(
+    cells: Mapping[tuple[str, str, str], Mapping[str, Any]], root: Path | None = None
+) -> str:
+    """The README table of :func:`cell_provenance`: every dirty cell by name, and the spot
+    check of :func:`recheck_cells` where ``root`` holds one."""
+    from .._study import markdown_table
+
+    prov = cell_provenance(cells)
+    rows = []
+    for commit, n in sorted(prov["clean"].items(), key=lambda kv: -kv[1]):
+        models = sorted({m for (m, _, _), c in cells.items() if c.get("commit") == commit})
+        rows.append([f"`{commit[:12]}`", "clean tree", str(n), ", ".join(models)])
+    for commit, names in sorted(prov["dirty"].items()):
+        rows.append(
+            [
+                f"`{commit[:12]}`",
+                "uncommitted changes on top of it",
+                str(len(names)),
+                ", ".join(f"`{n}`" for n in names),
+            ]
+        )
+    if prov["unknown"]:
+        rows.append(["unknown", "unknown", str(len(prov["unknown"])), ", ".join(prov["unknown"])])
+    n_dirty = sum(len(v) for v in prov["dirty"].values())
+    table = markdown_table(["commit", "tree", "cells", "which"], rows)
+    text = (
+        f"{len(cells)} cells: {sum(prov['clean'].values())} computed at a clean commit, "
+        f"{n_dirty} from a modified tree, {len(prov['unknown'])} of unknown state.\n\n{table}"
+    )
+    check = _recheck_note(root) if root is not None else ""
+    return text + (f"\n\n{check}" if check else "")
+
+
+def _recheck_note(root: Path) -> str:
+    """One sentence on :data:`RECHECK_FILE` under ``root`` ('' when there is none)."""
+    try:
+        doc = json.loads((Path(root) / RECHECK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    rows = doc.get("rows", [])
+    if not rows:
+        return ""
+    diffs = [abs(r["recomputed_nll"] - r["stored_nll"]) for r in rows]
+    rel = max(d / abs(r["stored_nll"]) for d, r in zip(diffs, rows, strict=True))
+    cells = len({r["cell"] for r in rows})
+    return (
+        f"Spot check (`{RECHECK_FILE}`): window {', '.join(map(str, doc['windows']))} of "
+        f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
+        f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
+        f"({rel:.1e} of it)."
+    )
 
 
 def _verdict_counts(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -859,12 +1531,17 @@ def claim_summary(
         if missing:
             text += f"; claim rows not complete yet: {missing} of {len(core) * len(measures)}"
         if model == SWEEP_MODEL:
+            sens = {c.name for c in SENSITIVITY}
             swept = [
                 r
                 for r in rows
-                if r["model"] == model and r["config"] not in core and r["measure"] in measures
+                if r["model"] == model
+                and r["config"] not in core | sens
+                and r["measure"] in measures
             ]
-            extra = len(measures) * (len(claim_configs(model)) - len(CORE_CONFIGS))
+            extra = len(measures) * (
+                len(claim_configs(model)) - len(CORE_CONFIGS) - len(SENSITIVITY)
+            )
             if swept:
                 text += (
                     f"; the rest of the offset sweep: {len(swept)} of {extra} rows "

@@ -21,6 +21,7 @@ one crash-safe output folder. ``python -m case_studies.arach.run`` is its comman
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -54,8 +55,10 @@ from .claims import (
     MINUS,
     ClaimPlan,
     Config,
+    cell_provenance,
     claim_tables,
     cloze_token_ids,
+    load_cells,
     run_claims,
     signed,
     summarise,
@@ -582,6 +585,9 @@ def _run_study(out: Path, args: Any, prov: Any) -> None:
         prov.settings.setdefault("cells", {})[name] = counts
     write_claim_outputs(root, n_boot=plan.n_boot, seed=plan.seed)
     prov.settings.update(plan=dataclasses.asdict(plan), models=list(args.models), threads=1)
+    # the run's own commit is not every cell's: each cell names the commit and tree state
+    # that made it, and the manifest lists them (every cell from a modified tree by name)
+    prov.settings["cell_provenance"] = cell_provenance(load_cells(root))
 
 
 def write_claim_outputs(
@@ -691,6 +697,171 @@ def _ci(r: Mapping[str, Any], digits: int = 2) -> str:
     return f"{signed(r['diff'], digits)} [{signed(r['low'], digits)}, {signed(r['high'], digits)}]"
 
 
+def _direction(row: Mapping[str, Any], better_is_up: bool) -> str:
+    """``worse`` / ``better`` when the interval excludes 0, else ``not resolved``."""
+    if row["low"] > 0 or row["high"] < 0:
+        return "better" if (row["low"] > 0) == better_is_up else "worse"
+    return "not resolved"
+
+
+def evaluation_findings(res: Mapping[str, Mapping[str, Any]]) -> str:
+    """The earlier evaluation's comparison with the GPT-2 reference, every number from
+    ``results/<model>/results.json`` (``res``: model -> results)."""
+    parts = []
+    cloze = []
+    for m, r in res.items():
+        default = r["arach"]["offset"]
+        row = next(x for x in r["cloze"] if x["offset"] == default)
+        cloze.append(
+            f"{m} {signed(row['diff'] * 100, 1)} points "
+            f"[{signed(row['low'] * 100, 1)}, {signed(row['high'] * 100, 1)}] "
+            f"({_direction(row, True)})"
+        )
+    b = _b(next(iter(res.values()))["arach"]["offset"])
+    parts.append(f"At b = {b}, cloze accuracy ARACH − plain: " + "; ".join(cloze) + ".")
+    rel, kinds = [], {"worse": 0, "better": 0, "not resolved": 0}
+    for r in res.values():
+        for row in r["perplexity"]:
+            if row["offset"] == r["arach"]["offset"]:
+                rel.append(row["diff"] / row["off"] * 100)
+                kinds[_direction(row, False)] += 1
+    parts.append(
+        f"Perplexity at b = {b} (both texts, both window lengths, both models) changes by "
+        f"{signed(min(rel), 0)}% to {signed(max(rel), 0)}%: "
+        + ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
+        + " (interval against 0)."
+    )
+    sweep_rows = [
+        (m, row)
+        for m, r in res.items()
+        for row in r["perplexity"]
+        if row["context"] == r["plan"]["sweep_ppl_context"]
+    ]
+    cloze_rows = [(m, row) for m, r in res.items() for row in r["cloze"]]
+    better = sum(_direction(row, False) == "better" for _, row in sweep_rows) + sum(
+        _direction(row, True) == "better" for _, row in cloze_rows
+    )
+    offsets = sorted({row["offset"] for _, row in sweep_rows})
+    parts.append(
+        f"Over the offset sweep (b from {_b(offsets[-1])} to {_b(offsets[0])}; "
+        f"{len(sweep_rows)} perplexity and {len(cloze_rows)} cloze rows), {better} "
+        "interval(s) lie on the paper's side of 0."
+    )
+    m, best = min(sweep_rows, key=lambda mr: mr[1]["diff"] / mr[1]["off"])
+    parts.append(
+        f"The closest case is {m} on {TEXTS[best['corpus']]} at b = {_b(best['offset'])}: "
+        f"{_ci(best)} ({_direction(best, False)}; `results/{m}/results.json`, `perplexity`, "
+        f"context {best['context']})."
+    )
+    monotone = 0
+    series = 0
+    for r in res.values():
+        for corpus in TEXTS:
+            on = [
+                row["on"]
+                for row in sorted(r["perplexity"], key=lambda x: -x["offset"])
+                if row["corpus"] == corpus and row["context"] == r["plan"]["sweep_ppl_context"]
+            ]
+            series += 1
+            monotone += all(a >= b for a, b in itertools.pairwise(on))
+    parts.append(
+        f"ARACH's perplexity falls monotonically as b decreases in {monotone} of {series} "
+        "model × text series (b = −∞ is the plain model)."
+    )
+    return " ".join(parts)
+
+
+def earlier_sensitivity(res: Mapping[str, Mapping[str, Any]]) -> str:
+    """The earlier evaluation's hub variants read as a sensitivity check (``ablations`` of
+    ``results/<model>/results.json``): how many rows are worse, better or not resolved."""
+    rows = [(m, row) for m, r in res.items() for row in r["ablations"]]
+    if not rows:
+        return "The earlier evaluation ran no hub variants."
+    kinds = {"worse": 0, "better": 0, "not resolved": 0}
+    for _m, row in rows:
+        kinds[_direction(row, False)] += 1
+    variants = sorted({row["variant"] for _m, row in rows})
+    r0 = next(iter(res.values()))
+    return (
+        f"The earlier evaluation already changed the hub embedding and positions alone "
+        f"({', '.join(f'`{v}`' for v in variants)}; b = {_b(r0['arach']['offset'])}, windows "
+        f"of {r0['plan']['sweep_ppl_context']} tokens, {r0['plan']['ppl_tokens']:,} tokens per "
+        f"text, [hub variants table](#results)) on {' and '.join(res)}: of its {len(rows)} "
+        "perplexity rows, "
+        + ", ".join(f"{n} {k}" for k, n in kinds.items() if n)
+        + " (interval against 0)."
+    )
+
+
+def audit_prose(res: Mapping[str, Mapping[str, Any]]) -> str:
+    """The audit's reading, one bullet per model, every number from ``results.json``'s
+    ``audit`` and ``audit_per_layer``: does mass leave the sink for the hub, most visibly in
+    the strongest-sink layer?"""
+    lines = []
+    for m, r in res.items():
+        a = r["audit"]
+        per = r["audit_per_layer"]
+        hub = np.asarray(per["hub_on"])
+        same_layer = a["strongest_sink_layer"] == a["largest_drop_layer"]
+        drop = a["mean_sink_off"] - a["mean_sink_on"]
+        ratio = drop / a["mean_hub_on"] if a["mean_hub_on"] > 0 else float("inf")
+        yes = same_layer and ratio <= 1
+        text = f"- **{m}: {'yes' if yes else 'not in this form'}.** "
+        text += (
+            f"The strongest sink, layer {a['strongest_sink_layer']} "
+            f"({a['strongest_sink_off']:.2f} → {a['strongest_sink_on']:.2f}), "
+            + (
+                f"is also where the sink drops most ({a['largest_drop']:.2f})"
+                if same_layer
+                else f"is not where the sink drops most (layer {a['largest_drop_layer']}: "
+                f"{a['largest_drop']:.2f})"
+            )
+            + f"; the hub takes {a['strongest_hub_on']:.2f} of the "
+            f"attention in that layer. Averaged over layers the sink falls "
+            f"{a['mean_sink_off']:.2f} → {a['mean_sink_on']:.2f} and the hub takes "
+            f"{a['mean_hub_on']:.3f} (at most {hub.max():.2f}, layer {int(hub.argmax())}): "
+        )
+        if ratio <= 1:
+            text += (
+                f"the sink's loss is {ratio * 100:.0f}% of the hub's share, the rest of the hub's "
+                "share comes from content. "
+            )
+        else:
+            text += (
+                f"the sink loses {ratio:.1f}× what the hub takes, so most of that mass goes to "
+                "content, an indirect effect of the changed hidden states rather than direct "
+                "competition for the row's mass (a reading, not tested). "
+            )
+        within = a["mean_dH_within_content"]
+        text += (
+            f"Across layers corr(sink off, sink drop) = {a['corr_sink_off_vs_drop']:.2f}. "
+            f"The entropy changes by {signed(a['mean_dH_total'], 2)} nats: "
+            f"{signed(a['mean_dH_between'], 2)} between groups, "
+            f"{signed(within, 2)} within content."
+        )
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def _run_provenance(results: Path) -> str:
+    """The last run's manifest, saying how many cells that run computed: its commit and tree
+    state are that run's, not every cell's (``claims-provenance`` lists those)."""
+    from .._study import provenance_table, read_manifest
+
+    table = provenance_table(results)
+    cells = read_manifest(results).get("settings", {}).get("cells", {})
+    done = sum(int(c.get("done", 0)) for c in cells.values()) if cells else None
+    if done is None:
+        return table
+    lines = table.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| commit |"):
+            lines[i] = line[: -len(" |")] + (
+                f"; the last run, which computed {done} of the cells below |"
+            )
+    return "\n".join(lines)
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables: the claim study's from ``results/claims/`` (cells), the earlier
     evaluation's from ``results/<model>/results.json`` and its provenance from
@@ -699,6 +870,7 @@ def render_tables(results: Path) -> dict[str, str]:
 
     claim = claim_tables(results / "claims")
     evaluation = {"provenance-evaluation": provenance_table(results / "evaluation")}
+    claim["provenance"] = _run_provenance(results)
 
     res = {m: json.loads((results / m / "results.json").read_text()) for m in MODELS}
     ppl, sweep, variants, cloze, audit_rows = [], [], [], [], []
@@ -774,6 +946,9 @@ def render_tables(results: Path) -> dict[str, str]:
     return {
         **claim,
         **evaluation,
+        "evaluation-findings": evaluation_findings(res),
+        "sensitivity-earlier": earlier_sensitivity(res),
+        "audit-findings": audit_prose(res),
         "perplexity": markdown_table(
             ["model", "text", "context", "ppl off", "ppl on", "on − off [95% CI]"], ppl
         ),
@@ -804,12 +979,25 @@ def render_tables(results: Path) -> dict[str, str]:
 #: The quick mode's files CI compares with ``golden/``. Perplexity and cloze use fixed tokens
 #: and greedy scoring, the bootstrap is seeded, so a rerun on this machine repeats them; rtol
 #: 1e-4 leaves room for another CPU's float rounding (a cloze item whose greedy answer flips
-#: would still show, as it should). Timings, thread count and figure names are not results.
+#: would still show, as it should). ARACH − plain and its interval ends are differences of two
+#: perplexities of similar size: another machine's rounding of the operands (about 1e-5
+#: relative) moves them by more than 1e-4 of themselves, so their tolerance is 1e-4 of the
+#: operands (:class:`~case_studies._study.Golden` ``derived``). Timings, thread count and
+#: figure names are not results.
+DIFFERENCES: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (col, ("off", "on")) for col in ("diff", "low", "high")
+)
 GOLDEN = (
-    Golden("claims.csv", rtol=1e-4, atol=1e-6),
-    Golden("ppl.csv", rtol=1e-4, atol=1e-6),
-    Golden("cloze.csv", rtol=1e-4, atol=1e-6),
-    Golden("results.json", rtol=1e-4, atol=1e-6, ignore=("seconds", "torch_threads", "figures")),
+    Golden("claims.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden("ppl.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden("cloze.csv", rtol=1e-4, atol=1e-6, derived=DIFFERENCES),
+    Golden(
+        "results.json",
+        rtol=1e-4,
+        atol=1e-6,
+        ignore=("seconds", "torch_threads", "figures"),
+        derived=DIFFERENCES,
+    ),
 )
 
 STUDY = Study(
