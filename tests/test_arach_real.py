@@ -80,4 +80,4 @@ def test_evaluation_reports_progress_and_returns_what_it_saves(tmp_path, one_thr
     res = run_evaluation("smollm2-135m", tmp_path, plan=plan, figures=False, progress=lines.append)
     assert len(lines) >= 4  # perplexity of each text, cloze off and on, the audit
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved == json.loads(json.dumps(res)) and saved["model"] == "smollm2-135m"
+    assert json.dumps(saved) == json.dumps(res) and saved["model"] == "smollm2-135m"
