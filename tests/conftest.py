@@ -46,6 +46,8 @@ CPU_SECONDS = {
     "tests/test_conventions_real.py::test_minilm_quick_cells_resume_and_give_a_claim_table": 36.0,
     "tests/test_docs.py::test_sphinx_site_builds_with_the_executed_gallery": 35.0,
     "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[rpa]": 29.0,
+    "tests/test_distributed.py::test_a_cluster_shows_progress_and_closes_without_killing_workers": 25.0,
+    "tests/test_distributed.py::test_jobs_on_a_cluster_equal_in_memory_and_survive_a_killed_worker": 16.5,
     "tests/test_cli.py::test_the_readme_command_line_gives_no_warning": 15.0,
     "tests/test_cli.py::test_demo_quick_on_smollm2": 14.0,
     "tests/test_docs.py::test_python_blocks_of_the_docs_run[docs/getting-started.md]": 13.5,
