@@ -148,7 +148,10 @@ def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -
 # every study
 
 
-@pytest.mark.parametrize("name", STUDIES)
+@pytest.mark.parametrize(
+    "name",  # pruning's tables bootstrap every cell of its results: ~28 CPU-s, a slow test
+    [pytest.param(n, marks=pytest.mark.slow) if n == "pruning" else n for n in STUDIES],
+)
 def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
     study = _study_of(name)
