@@ -10,10 +10,17 @@ time waiting on each other. A value already in the environment is kept.
 from __future__ import annotations
 
 import os
+import resource
 import tempfile
+import time
 
 import pytest
 from _pytest.doctest import DoctestItem
+
+#: ``ATTNCODA_TEST_CPU=FOLDER`` records each test's CPU seconds (this process's, plus the
+#: processes it started and waited for) in FOLDER/<worker>.tsv: the suite's budget is CPU time,
+#: as wall time on a shared machine says little (CONTRIBUTING.md, "Commands").
+_CPU_LOG = os.environ.get("ATTNCODA_TEST_CPU")
 
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
@@ -30,3 +37,21 @@ def _doctest_temporary_files_under_pytest(
 ) -> None:
     if isinstance(request.node, DoctestItem):
         monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("doctest")))
+
+
+def _cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+        start, began = _cpu_seconds(), time.time()
+        yield
+        cpu, ended = _cpu_seconds() - start, time.time()
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        os.makedirs(_CPU_LOG, exist_ok=True)
+        with open(os.path.join(_CPU_LOG, f"{worker}.tsv"), "a", encoding="utf-8") as log:
+            log.write(f"{cpu:.3f}\t{began:.3f}\t{ended:.3f}\t{item.nodeid}\n")

@@ -5,6 +5,11 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from inspect import signature
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +32,40 @@ has_skbio, requires_skbio = _importorskip("skbio")
 has_composition_stats, requires_composition_stats = _importorskip("composition_stats")
 
 
+#: CPU seconds (this process and those it waits for) of the tests that take longest, as
+#: ``ATTNCODA_TEST_CPU=FOLDER pytest`` measures them (CONTRIBUTING.md): the run starts the costliest
+#: first. Only the order depends on these numbers; a test not listed counts as 10 s if marked
+#: ``slow``, 2 s if ``real``, else nothing.
+CPU_SECONDS = {
+    "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[pruning]": 100.0,
+    "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[conventions]": 98.0,
+    "tests/test_pruning_real.py::test_quick_prune_on_smollm2": 70.0,
+    "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[arach]": 63.0,
+    "tests/test_docs.py::test_python_blocks_of_the_docs_run[docs/cluster.md]": 50.0,
+    "tests/test_capture_real.py::test_gemma3_rows_and_summaries_past_the_sliding_window": 47.0,
+    "tests/test_docs.py::test_sphinx_site_builds_with_the_executed_gallery": 35.0,
+    "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[rpa]": 29.0,
+    "tests/test_studies.py::test_readme_tables_equal_the_result_files[pruning]": 28.0,
+    "tests/test_distributed.py::test_a_cluster_shows_progress_and_closes_without_killing_workers": 25.0,
+    "tests/test_distributed.py::test_jobs_on_a_cluster_equal_in_memory_and_survive_a_killed_worker": 16.5,
+    "tests/test_cli.py::test_the_readme_command_line_gives_no_warning": 15.0,
+    "tests/test_cli.py::test_demo_quick_on_smollm2": 14.0,
+    "tests/test_docs.py::test_python_blocks_of_the_docs_run[docs/getting-started.md]": 13.5,
+    "tests/test_docs.py::test_python_blocks_of_the_docs_run[docs/looking-at-attention.md]": 11.0,
+}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """GPU tests skip cleanly where CUDA is absent; ``slow`` tests run first, then the other
-    ``real`` ones, each kind in its collection order, so that pytest-xdist starts the longest
+    """GPU tests skip cleanly where CUDA is absent; the costliest tests run first (those of one
+    ``xdist_group`` together, costing their sum; the others in collection order), so that
+    pytest-xdist (``--dist loadgroup --no-loadscope-reorder``: in this order) starts the longest
     tests while the short ones are left to fill the cores at the end (otherwise a docs build
     or a study's quick mode drawn last keeps one core busy after the other has finished)."""
     try:
@@ -43,10 +79,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "gpu" in item.keywords and not cuda:
             item.add_marker(skip)
 
-    def kind(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("real") else 2
+    def cost(item: pytest.Item) -> float:
+        group = _xdist_group(item)
+        nodeid = item.nodeid.removesuffix(f"@{group}")  # pytest-xdist's suffix, if already added
+        if nodeid in CPU_SECONDS:
+            return CPU_SECONDS[nodeid]
+        return (
+            10.0
+            if item.get_closest_marker("slow")
+            else 2.0
+            if item.get_closest_marker("real")
+            else 0.0
+        )
 
-    items.sort(key=kind)
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(_xdist_group(item) or item.nodeid, []).append(item)
+    order = sorted(units.values(), key=lambda unit: -sum(map(cost, unit)))
+    items[:] = [item for unit in order for item in unit]
 
 
 # vendored files are run by the test modules that import them, never collected on their own
@@ -67,6 +117,57 @@ def vendored_module(filename: str, name: str) -> object:
     return module
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class QuickRun:
+    """One run of ``python -m case_studies.NAME quick --out OUT``: its process and folder."""
+
+    name: str
+    result: subprocess.CompletedProcess[str]
+    out: Path
+
+    def finished(self) -> QuickRun:
+        """This run, after checking that it wrote all its results (whether or not they equal
+        the golden ones, which the study's golden test checks)."""
+        res = self.result
+        assert "the golden results" in res.stdout, (
+            f"{self.name} quick did not finish:\n" + res.stdout[-2000:] + res.stderr[-3000:]
+        )
+        return self
+
+
+@pytest.fixture(scope="session")
+def study_quick(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], QuickRun]:
+    """``study_quick(NAME)``: the study's quick mode, run once per session (per pytest-xdist
+    worker) and shared by its golden test and the tests that read its outputs; they carry
+    ``xdist_group("quick-NAME")``, so one worker runs them all on one run."""
+    runs: dict[str, QuickRun | subprocess.TimeoutExpired] = {}
+
+    def run(name: str) -> QuickRun:
+        if name not in runs:
+            out = tmp_path_factory.mktemp(f"{name}-quick") / "q"
+            try:
+                res = subprocess.run(
+                    [sys.executable, "-m", f"case_studies.{name}", "quick", "--out", str(out)],
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    timeout=1200,
+                )
+            except subprocess.TimeoutExpired as exc:  # fails every test of it, run once
+                runs[name] = exc
+            else:
+                runs[name] = QuickRun(name, res, out)
+        done = runs[name]
+        if isinstance(done, subprocess.TimeoutExpired):
+            raise done
+        return done
+
+    return run
+
+
 def need(*names: str) -> None:
     """Skip the calling test unless every named offline asset is fetched (real tests)."""
     from attncoda.hooks import assets
@@ -77,15 +178,17 @@ def need(*names: str) -> None:
 
 
 def eager_weights(model, batch):
-    """HF eager attention weights of every layer (``output_attentions=True``), as a numpy array
-    ``(sample, layer, head, query, key)``; the model's attention implementation is restored."""
+    """HF eager attention weights of every layer (``output_attentions=True``) of the model's body
+    (``base_model``, without the output head: the weights need no logits, and the head of a
+    large vocabulary costs as much as the layers), as a numpy array ``(sample, layer, head,
+    query, key)``; the model's attention implementation is restored."""
     import torch
 
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
-            out = model(**batch, output_attentions=True)
+            out = model.base_model(**batch, output_attentions=True)
     finally:
         model.set_attn_implementation(previous)
     return torch.stack(out.attentions, dim=1).numpy()
@@ -123,9 +226,12 @@ def check_capture_on_text(
         rows_close(np.exp(ds.log_attn.values), weights)
     if not summaries:
         return ds
-    # the fast summaries path equals the core applied to the captured rows
+    # the fast summaries path equals the core applied to the captured rows (no logits needed)
+    no_logits = (
+        {"logits_to_keep": 1} if "logits_to_keep" in signature(model.forward).parameters else {}
+    )
     with torch.no_grad(), capture(model, what="summaries") as fast:
-        model(**batch)
+        model(**batch, **no_logits)
     la = ds.log_attn.values.astype(np.float64)
     sink = np.arange(la.shape[-1]) == int(ds.sink_index.values[0])  # the sample's first valid key
     d = ac.decompose(la, sink=np.broadcast_to(sink, la.shape), from_logits=True, degenerate="nan")

@@ -40,16 +40,16 @@ def test_fast_dense_and_plain_agree_on_real_text(name, length, one_thread):
     assert (fast - plain).abs().max() > 0.1  # hubs do change a real model's predictions
 
 
-def test_quick_evaluation_writes_everything(tmp_path, one_thread):
+@pytest.mark.xdist_group("quick-arach")
+def test_quick_evaluation_writes_everything(study_quick):
+    """The study's quick mode (its golden test's run: ``EvalPlan.quick()`` on SmolLM2) writes
+    every file and sane numbers."""
     need("smollm2-135m", "austen", "mobydick")
-    lines: list[str] = []
-    from case_studies.arach.study import EvalPlan, run_evaluation
-
-    res = run_evaluation("smollm2-135m", tmp_path, plan=EvalPlan.quick(), progress=lines.append)
+    out = study_quick("arach").finished().out
     for f in ("results.json", "ppl.csv", "cloze.csv", "audit.nc", "audit_layers.png", "sweep.png"):
-        assert (tmp_path / f).exists(), f
-    saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["model"] == "smollm2-135m" and len(lines) >= 4
+        assert (out / f).exists(), f
+    res = json.loads((out / "results.json").read_text())
+    assert res["model"] == "smollm2-135m"
     for row in res["perplexity"]:
         assert math.isfinite(row["off"]) and math.isfinite(row["on"])
         assert row["low"] <= row["diff"] <= row["high"]
@@ -58,3 +58,26 @@ def test_quick_evaluation_writes_everything(tmp_path, one_thread):
     audit = res["audit"]
     assert 0 <= audit["mean_hub_on"] < 1 and 0 < audit["mean_sink_off"] < 1
     assert np.isfinite(audit["mean_dH_total"])
+
+
+def test_evaluation_reports_progress_and_returns_what_it_saves(tmp_path, one_thread):
+    """A small plan: a line per step, and the returned results are those of results.json."""
+    need("smollm2-135m", "austen", "mobydick")
+    from case_studies.arach.study import EvalPlan, run_evaluation
+
+    plan = EvalPlan(
+        contexts=(32,),
+        ppl_tokens=64,
+        offsets=(-0.5,),
+        sweep_ppl_context=32,
+        ablations=(),
+        cloze_n=2,
+        audit_samples=1,
+        audit_length=8,
+        n_boot=20,
+    )
+    lines: list[str] = []
+    res = run_evaluation("smollm2-135m", tmp_path, plan=plan, figures=False, progress=lines.append)
+    assert len(lines) >= 4  # perplexity of each text, cloze off and on, the audit
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert json.dumps(saved) == json.dumps(res) and saved["model"] == "smollm2-135m"

@@ -1,11 +1,15 @@
 """The conventions study on the real offline MiniLM and corpora (its quick size): cells resume,
-the pair pipeline's sink choices, and a claim table whose rows come from the result files."""
+the pair pipeline's sink choices, and a claim table whose rows come from the result files. The
+cells are those of the study's quick mode (its golden test's run, shared: ``study_quick``)."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 
 from conftest import need
 
@@ -13,10 +17,10 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
-pytestmark = [pytest.mark.real, pytest.mark.slow]
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.xdist_group("quick-conventions")]
 
 
-def test_minilm_quick_cells_resume_and_give_a_claim_table(tmp_path):
+def test_minilm_quick_cells_resume_and_give_a_claim_table(tmp_path, study_quick):
     need("minilm-l6", "austen", "mobydick", "wikipedia")
     from case_studies.conventions import evidence as ev
     from case_studies.conventions import protocol, study
@@ -24,11 +28,36 @@ def test_minilm_quick_cells_resume_and_give_a_claim_table(tmp_path):
     cells, out = tmp_path / "cells", tmp_path / "out"
     texts = protocol.registered_texts()
     size = protocol.QUICK
+    # the quick mode measured every MiniLM cell from nothing: two sinks ([CLS], [SEP]) per block
+    quick = study_quick("conventions").finished().out / "cells"
+    shutil.copytree(quick / "minilm-l6", cells / "minilm-l6")
+    made = sorted(p.name for p in (cells / "minilm-l6").glob("*.nc"))
+    pairs = [name for name in made if name.startswith("pairs-")]
+    assert len(made) - len(pairs) == len(texts) * size.windows * 2
+    assert len(pairs) == 3 * (size.pairs // size.pair_block)
+    # without one text block (both sinks) and one pair block, a rerun measures just those, and
+    # measures them as the first run did
+    gone = [
+        *(
+            protocol.cell_path(cells, "minilm-l6", s, texts[-1], size.length, 1)
+            for s in protocol.sink_keys("minilm-l6")
+        ),
+        *(
+            protocol.cell_path(cells, "minilm-l6", s, "pairs", size.pair_length, 0)
+            for s in protocol.PAIR_CELL_SINKS
+        ),
+    ]
+    for path in gone:
+        path.unlink()
     assert protocol.measure_texts("minilm-l6", texts, size, cells, stop_after=1) == 1
-    rest = protocol.measure_texts("minilm-l6", texts, size, cells)
-    assert rest == len(texts) * size.windows * 2 - 1  # two sinks ([CLS], [SEP]) per block
+    assert protocol.measure_texts("minilm-l6", texts, size, cells) == 1
     assert protocol.measure_texts("minilm-l6", texts, size, cells) == 0
-    assert protocol.measure_pairs(size, cells) == 3 * (size.pairs // size.pair_block)
+    assert protocol.measure_pairs(size, cells) == 3
+    assert protocol.measure_pairs(size, cells) == 0
+    for path in gone:
+        again = protocol.read_cell(path)
+        first = protocol.read_cell(quick / "minilm-l6" / path.name)
+        xr.testing.assert_allclose(again, first, rtol=1e-6, atol=1e-7)
     tables = study.run(out, size=size, models=["minilm-l6"], cells=cells, measure=False)
     for name in ("claims", "flip_rates", "clustering_artifact", "entropy_fraction", "pairs"):
         assert (out / f"{name}.csv").stat().st_size > 0, name

@@ -47,6 +47,7 @@ def in_memory(job, length, max_windows):
     return cap.dataset
 
 
+@pytest.mark.slow  # a process cluster: two workers each import torch and attncoda
 def test_jobs_on_a_cluster_equal_in_memory_and_survive_a_killed_worker(tmp_path, shards, client):
     jobs = [CaptureJob("twin:llama", p) for p in shards] + [CaptureJob("twin:gpt2", shards[0])]
     store = tmp_path / "jobs.zarr"
@@ -188,6 +189,7 @@ class _Records:
         self.logger.removeHandler(self.handler)
 
 
+@pytest.mark.slow  # a process cluster: two workers each import torch and attncoda
 def test_a_cluster_shows_progress_and_closes_without_killing_workers(tmp_path, shards, capfd):
     jobs = [CaptureJob("twin:llama", p) for p in shards[:2]]
     with _Records("distributed.nanny") as nanny:

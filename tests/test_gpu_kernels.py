@@ -294,6 +294,7 @@ def test_arach_refusal_warns_once_and_matches(monkeypatch):
 # the prepared GPU check can run here (its CPU-safe parts)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: ~8 CPU-s
 def test_gpu_check_dry_run():
     script = ROOT / "benchmarks" / "gpu_check"
     assert os.access(script, os.X_OK)

@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from case_studies import STUDIES, _study
 from conftest import need
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _study_of(name: str) -> _study.Study:
@@ -222,7 +218,10 @@ def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -
 # every study
 
 
-@pytest.mark.parametrize("name", STUDIES)
+@pytest.mark.parametrize(
+    "name",  # pruning's tables bootstrap every cell of its results: ~28 CPU-s, a slow test
+    [pytest.param(n, marks=pytest.mark.slow) if n == "pruning" else n for n in STUDIES],
+)
 def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
     study = _study_of(name)
@@ -268,23 +267,16 @@ def test_every_results_folder_has_a_manifest(name: str) -> None:
         assert (study.golden_dir / g.file).is_file(), g.file
 
 
-def _quick(name: str, out: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", f"case_studies.{name}", "quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=1200,
-    )
-
-
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.parametrize("name", STUDIES)
-def test_quick_mode_reproduces_the_golden_results(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xdist_group(f"quick-{n}")) for n in STUDIES]
+)
+def test_quick_mode_reproduces_the_golden_results(name: str, study_quick) -> None:
     """CI reruns each study's quick mode on the real offline models: a moved number fails.
-    (Each is one test, so pytest-xdist runs the four side by side.)"""
+    (Each is one test, so pytest-xdist runs the four side by side; the tests that read a quick
+    mode's other outputs share its run.)"""
     need(*_study_of(name).assets)
-    res = _quick(name, tmp_path / "q")
+    res = study_quick(name).result
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "reproduces the golden results" in res.stdout
