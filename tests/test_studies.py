@@ -233,22 +233,7 @@ def test_readme_tables_equal_the_result_files(name: str) -> None:
     )
 
 
-#: Studies whose READMEs still state numbers in prose that nothing renders: their own branches
-#: (issue 28) move those numbers into rendered blocks; strict, so the mark must go once they pass.
-_PROSE_PENDING = {"arach", "conventions"}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n, marks=pytest.mark.xfail(strict=True, reason="prose numbers not yet rendered")
-        )
-        if n in _PROSE_PENDING
-        else n
-        for n in STUDIES
-    ],
-)
+@pytest.mark.parametrize("name", STUDIES)
 def test_readme_prose_states_no_number_the_results_do_not_render(name: str) -> None:
     """A number in a README's prose (outside rendered blocks, code and definitions) could drift
     from its result file; ``table --check`` refuses it, and so does this test."""
