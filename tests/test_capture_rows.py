@@ -277,12 +277,18 @@ with torch.no_grad(), capture(model, what="rows", stream_to=sys.argv[1]):
 def _killed_mid_pass(store, signum):
     """Run a streamed capture in a fresh interpreter, send ``signum`` mid-pass; its exit code."""
     import os
+    import signal
     import subprocess
     import sys
+
+    def default_signals() -> None:  # a run under nohup (or as a background job) ignores these
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
         [sys.executable, "-c", _MID_PASS, str(store)],
+        preexec_fn=default_signals,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
