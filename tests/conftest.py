@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -307,3 +308,11 @@ def old_style_model():
     if type(model)._can_set_attn_implementation():
         pytest.skip("GPT-Neo learned to switch implementations; pick another old-style model")
     return model
+
+
+def signals_as_in_a_terminal() -> None:
+    """In the child: SIGINT and SIGHUP as a terminal delivers them (a test run as a background
+    job inherits SIGINT ignored, one under ``nohup`` SIGHUP, and a process that ignores a signal
+    is rightly not ended by it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)

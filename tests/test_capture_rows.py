@@ -17,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import attncoda as ac
 from attncoda.hooks import CaptureError, capture, zoo
+from conftest import signals_as_in_a_terminal
 
 # numpy bytes a capture may hold beside the rows it keeps: the summaries, token ids and
 # coordinates of a small twin, and xarray's bookkeeping
@@ -277,18 +278,13 @@ with torch.no_grad(), capture(model, what="rows", stream_to=sys.argv[1]):
 def _killed_mid_pass(store, signum):
     """Run a streamed capture in a fresh interpreter, send ``signum`` mid-pass; its exit code."""
     import os
-    import signal
     import subprocess
     import sys
-
-    def default_signals() -> None:  # a run under nohup (or as a background job) ignores these
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen(
         [sys.executable, "-c", _MID_PASS, str(store)],
-        preexec_fn=default_signals,
+        preexec_fn=signals_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -19,7 +19,7 @@ import pytest
 
 import attncoda as ac
 from attncoda.cli import main
-from conftest import need
+from conftest import need, signals_as_in_a_terminal
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -415,14 +415,6 @@ def test_a_bug_exits_70_with_its_traceback(monkeypatch, capsys, tmp_path, summar
     assert err.strip().splitlines()[-1].startswith("attncoda: error: internal error")
 
 
-def _signals_as_in_a_terminal() -> None:
-    """In the child: SIGINT and SIGHUP as a terminal delivers them (a test run as a background
-    job inherits SIGINT ignored, one under ``nohup`` SIGHUP, and a process that ignores a signal
-    is rightly not ended by it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 def test_a_failed_run_exits_1(monkeypatch, capsys, tmp_path, text_file):
     """A full disk while saving: a one-line error and 1, the run failed."""
     import errno
@@ -466,7 +458,7 @@ def test_a_signal_during_a_cli_save_exits_with_its_code_and_keeps_the_old_output
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [*base, "--passages", "200", "--force"],
-        preexec_fn=_signals_as_in_a_terminal,
+        preexec_fn=signals_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -24,6 +24,7 @@ import pytest
 
 import attncoda as ac
 from attncoda import _atomic
+from conftest import signals_as_in_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -266,18 +267,10 @@ _WRITER = textwrap.dedent(
 )
 
 
-def _signals_as_in_a_terminal() -> None:
-    """In the child: SIGINT and SIGHUP as a terminal delivers them (a test run as a background
-    job inherits SIGINT ignored, one under ``nohup`` SIGHUP, and a process that ignores a signal
-    is rightly not ended by it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
 def _start_writer(target: Path, size: int, tag: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(target), str(size), tag],
-        preexec_fn=_signals_as_in_a_terminal,
+        preexec_fn=signals_as_in_a_terminal,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -585,7 +578,7 @@ def test_a_deferred_sigterm_or_sighup_ends_the_process_after_the_block(sig):
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=120,
-        preexec_fn=_signals_as_in_a_terminal,
+        preexec_fn=signals_as_in_a_terminal,
     )
     assert run.returncode == -sig, run
     assert "swap finished True" in run.stdout and "not reached" not in run.stdout
