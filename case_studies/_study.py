@@ -36,6 +36,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "manifest.json"
 PACKAGES = (
@@ -229,6 +231,30 @@ _BLOCK = re.compile(
     r"^<!-- table: (?P<name>[\w.-]+) -->\n(?P<body>(?:(?!<!-- /?table).*\n)*)<!-- /table -->$",
     re.M,
 )
+
+
+# --------------------------------------------------------------------------------------------
+# resampling shared by the studies
+
+
+def stratified_draws(strata: Sequence[str], n_boot: int, seed: int = 0) -> np.ndarray:
+    """Bootstrap index draws ``(n_boot, n)``, each resampling every stratum within itself.
+
+    Examples
+    --------
+    >>> from case_studies._study import stratified_draws
+    >>> d = stratified_draws(["a", "a", "b"], 4)
+    >>> d.shape, bool(((d[:, :2] < 2) & (d[:, 2:] == 2)).all())
+    ((4, 3), True)
+    """
+    labels = np.asarray(strata)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, len(labels)), np.int64)
+    for s in dict.fromkeys(labels.tolist()):
+        idx = np.flatnonzero(labels == s)
+        cols = idx  # the stratum keeps its positions, so each replicate keeps the texts' mix
+        out[:, cols] = idx[rng.integers(0, len(idx), (n_boot, len(idx)))]
+    return out
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -20,7 +20,7 @@ from attncoda.hooks.scores import (  # noqa: E402
     order_without_layers,
     prune_plan,
 )
-from case_studies.conventions.evidence import stratified_draws  # noqa: E402
+from case_studies._study import stratified_draws  # noqa: E402
 from case_studies.pruning import evidence as E  # noqa: E402
 from case_studies.pruning import study  # noqa: E402
 

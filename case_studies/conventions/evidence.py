@@ -24,6 +24,8 @@ import xarray as xr
 
 import attncoda as ac
 
+from .._study import stratified_draws
+
 METRICS = ac.METRICS
 PAIRS = (("kept", "dropped"), ("kept", "sink"))
 CLUSTER_METRICS = ("js", "aitchison")
@@ -36,25 +38,6 @@ PUBLISHED_ENTROPY = {"70M": 0.30, "1B": 0.95, "1.4B": 0.79}
 #: kept and dropped top-level partitions disagree (ARI at k=2 < ARI).
 ARTIFACT_RHO = 0.5
 ARTIFACT_ARI = 0.5
-
-
-def stratified_draws(strata: Sequence[str], n_boot: int, seed: int = 0) -> np.ndarray:
-    """Bootstrap index draws ``(n_boot, n)``, each resampling every stratum within itself.
-
-    Examples
-    --------
-    >>> d = stratified_draws(["a", "a", "b"], 4)
-    >>> d.shape, bool(((d[:, :2] < 2) & (d[:, 2:] == 2)).all())
-    ((4, 3), True)
-    """
-    labels = np.asarray(strata)
-    rng = np.random.default_rng(seed)
-    out = np.empty((n_boot, len(labels)), np.int64)
-    for s in dict.fromkeys(labels.tolist()):
-        idx = np.flatnonzero(labels == s)
-        cols = idx  # the stratum keeps its positions, so each replicate keeps the texts' mix
-        out[:, cols] = idx[rng.integers(0, len(idx), (n_boot, len(idx)))]
-    return out
 
 
 def _ci(values: np.ndarray) -> tuple[float, float]:

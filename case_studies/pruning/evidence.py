@@ -61,7 +61,7 @@ from attncoda.hooks.scores import (
     score_info,
 )
 
-from .._study import Shard, time_is_up, write_text
+from .._study import Shard, stratified_draws, time_is_up, write_text
 
 __all__ = [
     "CONTROLS",
@@ -557,7 +557,7 @@ def ratio_interval(
     NLLs is the token-weighted loss and ``exp`` of the bootstrap difference of means is the
     perplexity ratio. Windows (blocks of consecutive tokens) are resampled whole, the same
     draw for both cells, and each text's windows only among themselves
-    (:func:`case_studies.conventions.evidence.stratified_draws`): every replicate keeps the
+    (:func:`case_studies._study.stratified_draws`): every replicate keeps the
     texts' mix, so the interval is conditional on these texts (:data:`RESAMPLING_UNIT`). With
     three texts a bootstrap over texts would have ten distinct draws and understate the spread
     between texts, so the per-text ratios are reported beside it instead.
@@ -567,7 +567,6 @@ def ratio_interval(
     KeyError
         A cell that is not done.
     """
-    from ..conventions.evidence import stratified_draws  # the one stratified draw of the studies
 
     a, b = _losses(cells[off], text), _losses(cells[on], text)
     if len(set(np.asarray(cells[on]["n_tokens"]).tolist())) != 1:
