@@ -5,7 +5,11 @@ One attention function is registered with transformers under the neutral name ``
 layer's output is computed by the implementation the model had before (SDPA by default, or the
 model's own eager function), so the model's outputs do not change. For the layers, heads and
 queries asked for, fp32 logits are recomputed from the model's own q and k, chunk by chunk over
-queries and only over the keys that can be visible, and reduced at once to what was asked for:
+queries and only over the keys that can be visible, and reduced at once to what was asked for.
+One exception: where rows of every head and query of a layer are captured, that layer's output
+is computed from them (``exp(log_attn) @ value`` in fp32, as eager attention computes it from
+its weights) instead of running the model's kernel as well; it equals the model's output to
+fp32 rounding, as eager and SDPA equal each other.
 
 ``what="summaries"``
     sink share, sink log-odds, balance, entropy and content entropy per
@@ -105,7 +109,11 @@ def _capture_layer(
     attention_mask: torch.Tensor | None,
     scaling: float | None,
     kwargs: dict[str, Any],
-) -> None:
+    value: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """Capture one layer call; with ``value``, also return the layer's attention output
+    ``(batch, query, head, dim)`` where it comes out of the rows for free (see
+    :func:`_own_output_applies`), else ``None``."""
     spec = session.spec
     call = session.calls.get(layer, 0)
     session.calls[layer] = call + 1
@@ -113,7 +121,7 @@ def _capture_layer(
     kv_len = key.shape[-2]
     positions = _call_positions(session, layer, q_len, kv_len)
     if not positions:
-        return
+        return None
     if spec.sink == "learned" and getattr(module, "sinks", None) is None:
         raise CaptureError("sink='learned' needs a model with learned sinks (GPT-OSS style)")
     rep = n_heads // key.shape[1]
@@ -137,7 +145,7 @@ def _capture_layer(
         sink_index=_sink_index(session, spec, attention_mask, batch, kv_len, q_len, query.device),
     )
     pos = torch.tensor(positions, device=query.device)
-    rows = learned = None
+    rows = learned = output = None
     in_buffer = False
     if spec.what == "summaries" and _fast_path_applies(spec, ctx):
         summaries, redo = _fast_summaries(ctx, pos, spec.chunk_size)
@@ -151,7 +159,17 @@ def _capture_layer(
         if spec.what in ("rows", "both"):
             shape = (batch, len(session.heads), len(positions), kv_len)
             writer, in_buffer = _rows_writer(session, layer, call, shape)
-        summ, learned_t = _explicit(spec, ctx, pos, writer)
+        if (
+            value is not None
+            and writer is not None
+            and _own_output_applies(session, ctx, writer, positions, n_heads, kwargs)
+        ):
+            v = value.index_select(1, head_idx // rep).float()
+            out = _rows_fast(ctx, pos, writer, spec.chunk_size, value=v)
+            output = out.transpose(1, 2).contiguous().to(query.dtype)
+            summ, learned_t = {}, None
+        else:
+            summ, learned_t = _explicit(spec, ctx, pos, writer)
         result = {k: v.cpu().numpy() for k, v in summ.items()}
         if writer is not None and not in_buffer:
             rows = writer.buf.read(0)
@@ -168,6 +186,35 @@ def _capture_layer(
             in_buffer=in_buffer,
         )
     )
+    return output
+
+
+def _own_output_applies(
+    session: _Session,
+    ctx: _LayerContext,
+    writer: _LayerWriter,
+    positions: list[int],
+    n_heads: int,
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether a layer's output is computed from the rows captured of it, as eager attention
+    computes it from its weights (``softmax(logits) @ value``): rows alone, of every head and
+    every query of the call, on the fast rows path, with no learned sink and no query that
+    sees no key (whose output the model's own kernel defines). Then the model's own attention
+    kernel does not run as well: the rows cost about what HF eager's weights cost."""
+    if session.spec.what != "rows" or kwargs.get("s_aux") is not None:
+        return False
+    q_len = ctx.q.shape[-2]
+    if session.heads != list(range(n_heads)) or len(positions) != q_len:
+        return False
+    if positions[0] != ctx.offset or positions[-1] != ctx.offset + q_len - 1:
+        return False
+    if not _rows_fast_applies(ctx, writer):
+        return False
+    if ctx.mask is not None:  # every query sees a key (padding queries may see none)
+        kv_len = ctx.k.shape[-2]
+        return bool(ctx.mask[..., :kv_len].any(dim=-1).all())
+    return True
 
 
 def _rows_writer(
@@ -431,7 +478,13 @@ def _rows_fast_applies(ctx: _LayerContext, rows: _LayerWriter) -> bool:
     return math.isfinite(bound) and bound < 1e30  # NaN compares False too
 
 
-def _rows_fast(ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter, chunk: int) -> None:
+def _rows_fast(
+    ctx: _LayerContext,
+    pos: torch.Tensor,
+    rows: _LayerWriter,
+    chunk: int,
+    value: torch.Tensor | None = None,
+) -> torch.Tensor | None:
     """Log-attention rows written straight into ``rows``, with as few passes as it takes.
 
     Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads): the
@@ -444,9 +497,17 @@ def _rows_fast(ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter, chunk:
     to ``-inf``. Rows with no visible key (padding queries) are ``-inf`` throughout, as on the
     general path (:func:`_log_softmax_into`, equal to fp32 rounding; both are compared with
     HF's eager weights by the tests).
+
+    With ``value`` (fp32 ``(batch, heads, keys, dim)``), every block's probabilities
+    ``exp(log_attn)`` go into the logits' scratch array once their log-softmax is taken and are
+    multiplied by the values the block sees: the attention output ``(batch, heads, queries,
+    dim)`` is returned (every query of the call must be in ``pos``, each seeing a key).
     """
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
+    output = None
+    if value is not None:
+        output = torch.empty(b, h, len(pos), value.shape[-1], dtype=torch.float32, device=q.device)
     kt = k.transpose(-1, -2)
     block = max(1, min(chunk, _BLOCK_BYTES // (4 * b * h * max(kv, 1))))
     scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
@@ -488,6 +549,11 @@ def _rows_fast(ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter, chunk:
             direct = out.dtype == torch.float32 and out.is_contiguous()
             lp = out if direct else scratch[1, :size].view(b, h, m, seen)
             torch.log_softmax(logits, dim=-1, out=lp)
+            if output is not None:
+                assert value is not None
+                probs = torch.exp(lp, out=logits)  # the logits are used up
+                i = start + r0
+                output[:, :, i : i + m] = torch.matmul(probs, value[:, :, :seen])
             if dead is not None:
                 lp.masked_fill_(dead[:, :, r0 : r0 + m], -math.inf)  # not NaN
             if not direct:
@@ -497,6 +563,7 @@ def _rows_fast(ctx: _LayerContext, pos: torch.Tensor, rows: _LayerWriter, chunk:
             if seen < kv:
                 dest[:, :, r0 : r0 + m, seen:] = -math.inf
         rows.written(start, n)
+    return output
 
 
 def _log_softmax_into(
@@ -1133,9 +1200,11 @@ def capture(
         mask: Any,
         scaling: Any,
         kwargs: dict[str, Any],
-    ) -> None:
+        value: Any = None,
+    ) -> Any:
         if layer in session.layers:
-            _capture_layer(session, module, layer, query, key, mask, scaling, kwargs)
+            return _capture_layer(session, module, layer, query, key, mask, scaling, kwargs, value)
+        return None
 
     _CAPTURING.update(module_ids)
     hooks = [
@@ -1144,7 +1213,7 @@ def capture(
     ]
     try:
         if switch:
-            with observed(model, observe):
+            with observed(model, observe, computes=spec.what == "rows"):
                 cap = Capture(session, info, fallback=False)
                 yield cap
         else:

@@ -220,10 +220,17 @@ class AttentionPlugin:
 
 @dataclass
 class _Observer:
-    """Receives each layer's inputs after the output is computed (used by capture)."""
+    """Receives each layer's inputs (used by capture).
+
+    A plain observer is called after the layer's output is computed. One that ``computes`` is
+    called before, with the layer's values too, and may return the output itself
+    (``(batch, query, head, dim)``, as the attention functions do) from what it computed anyway:
+    the delegate then does not run.
+    """
 
     model_id: int
-    fn: Callable[..., None]
+    fn: Callable[..., Any]
+    computes: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -247,10 +254,15 @@ def plugged(model: Any, plugin: AttentionPlugin) -> Iterator[AttentionPlugin]:
 
 
 @contextmanager
-def observed(model: Any, fn: Callable[..., None]) -> Iterator[None]:
-    """Activate ``model`` and call ``fn(module, layer, query, key, mask, scaling, kwargs)``."""
+def observed(model: Any, fn: Callable[..., Any], *, computes: bool = False) -> Iterator[None]:
+    """Activate ``model`` and call ``fn(module, layer, query, key, mask, scaling, kwargs)``.
+
+    With ``computes=True`` it is called before the layer's output is computed, with the
+    keyword ``value`` (``None`` under dropout), and returns that output or ``None`` (then the
+    delegate computes it).
+    """
     with activated(model):
-        token = _OBSERVERS.set((*_OBSERVERS.get(), _Observer(id(model), fn)))
+        token = _OBSERVERS.set((*_OBSERVERS.get(), _Observer(id(model), fn, computes)))
         try:
             yield
         finally:
@@ -276,18 +288,35 @@ def _attention_fn(
     for p in plugins:
         attention_mask = p.adjust_mask(module, layer, query, key, attention_mask, kwargs)
     delegate = delegate_for(module, act.previous if act else "sdpa", kwargs)
-    out, _ = delegate(
-        module,
-        query,
-        key,
-        value,
-        eager_mask_for(delegate, attention_mask, query, key, module, kwargs),
-        dropout=dropout,
-        scaling=scaling,
-        **kwargs,
-    )
-    for obs in _OBSERVERS.get():
-        if obs.model_id == model_id:
+    observers = [obs for obs in _OBSERVERS.get() if obs.model_id == model_id]
+    out = None
+    for obs in observers:
+        if obs.computes:
+            with torch.no_grad():
+                got = obs.fn(
+                    module,
+                    layer,
+                    query,
+                    key,
+                    attention_mask,
+                    scaling,
+                    kwargs,
+                    value=value if not dropout else None,
+                )
+            out = got if out is None else out
+    if out is None:
+        out, _ = delegate(
+            module,
+            query,
+            key,
+            value,
+            eager_mask_for(delegate, attention_mask, query, key, module, kwargs),
+            dropout=dropout,
+            scaling=scaling,
+            **kwargs,
+        )
+    for obs in observers:
+        if not obs.computes:
             with torch.no_grad():
                 obs.fn(module, layer, query, key, attention_mask, scaling, kwargs)
     for p in plugins:
