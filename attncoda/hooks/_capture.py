@@ -457,8 +457,13 @@ _F16_MIN = float(torch.finfo(torch.float16).min)
 
 # rows of a chunk are reduced a block of queries at a time, every head at once, the block sized
 # so that its logits and their log-softmax (2 x batch x heads x rows x T x 4 bytes: 2 MB) stay
-# in the core's cache between the matmul that writes them and the copy into the rows' buffer
+# in the core's cache between the matmul that writes them and the copy into the rows' buffer;
+# but at least _BLOCK_ROWS queries while that stays under _BLOCK_MAX_BYTES: for long rows a
+# block of a dozen queries makes the q k^T and p v matmuls too thin to run at speed (SmolLM2,
+# T=2048: 14 queries a block took 7% more CPU time than 64)
 _BLOCK_BYTES = 1 << 20
+_BLOCK_ROWS = 64
+_BLOCK_MAX_BYTES = 16 << 20
 
 
 def _rows_fast_applies(ctx: _LayerContext, rows: _LayerWriter) -> bool:
@@ -487,9 +492,10 @@ def _rows_fast(
 ) -> torch.Tensor | None:
     """Log-attention rows written straight into ``rows``, with as few passes as it takes.
 
-    Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads): the
-    logits ``(scale q) k^T`` over the keys the block can see go into one reused scratch array
-    (the scale folded into q: a ``d``-wide multiply instead of a ``T``-wide one), the invisible
+    Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads, or
+    :data:`_BLOCK_ROWS` queries if more): the logits ``(scale q) k^T`` over the keys the block
+    can see go into one reused scratch array (the scale folded into q: a ``d``-wide multiply
+    instead of a ``T``-wide one), the invisible
     keys are set to ``-inf`` (for consecutive causal queries only the triangle after the
     block's first query: the keys before it are all visible), then torch's fused log-softmax
     (max-shifted: ``(l - m) - log sum exp(l - m)``) goes into a second scratch array and is
@@ -509,7 +515,9 @@ def _rows_fast(
     if value is not None:
         output = torch.empty(b, h, len(pos), value.shape[-1], dtype=torch.float32, device=q.device)
     kt = k.transpose(-1, -2)
-    block = max(1, min(chunk, _BLOCK_BYTES // (4 * b * h * max(kv, 1))))
+    row_bytes = 4 * b * h * max(kv, 1)
+    wide = min(_BLOCK_ROWS, _BLOCK_MAX_BYTES // row_bytes)
+    block = max(1, min(chunk, max(_BLOCK_BYTES // row_bytes, wide)))
     scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
     plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
     upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
