@@ -209,9 +209,13 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
             xb, yb = xr[rows], yr[rows]
             if validate:  # first: the product then reads the factors from cache
                 low = min(low, float(np.min(xb)))
-                y_low = min(y_low, float(np.min(yb)))
-                if divide:
-                    y_high = max(y_high, float(np.max(yb)))
+                if divide and views is not None:  # a divisor's extremes in one pass
+                    lo_t, hi_t = torch_module().aminmax(views[1][rows])
+                    y_low, y_high = min(y_low, float(lo_t)), max(y_high, float(hi_t))
+                else:
+                    y_low = min(y_low, float(np.min(yb)))
+                    if divide:
+                        y_high = max(y_high, float(np.max(yb)))
             if views is None:
                 dest, sums = out[rows], total[rows]
                 (np.divide if divide else np.multiply)(xb, yb, out=dest)
