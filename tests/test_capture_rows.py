@@ -153,6 +153,13 @@ def test_rows_of_every_head_and_query_give_the_layer_output_without_the_models_k
     elif not left_padding:
         assert calls == [], f"{family}: the model's kernel ran {len(calls)} times"
     calls.clear()
+    with torch.no_grad(), capture(model, what="rows", sink=sink, exact_outputs=True) as exact:
+        out = model(**batch)
+    assert len(calls) == n_layers  # the model's own kernel for every layer: its outputs
+    exact_out = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    np.testing.assert_array_equal(exact_out.numpy(), plain)
+    np.testing.assert_array_equal(exact.dataset.log_attn.values[:, 0], cap.dataset.log_attn[:, 0])
+    calls.clear()
     with torch.no_grad(), capture(model, what="rows", heads=[0], sink=sink):
         model(**batch)
     assert len(calls) == n_layers
@@ -160,6 +167,13 @@ def test_rows_of_every_head_and_query_give_the_layer_output_without_the_models_k
     with torch.no_grad(), capture(model, what="rows", queries=[-1], sink=sink):
         model(**batch)
     assert len(calls) == n_layers
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, np.array([True])])
+def test_exact_outputs_is_a_bool(llama, value):
+    with pytest.raises(CaptureError, match=r"^exact_outputs=.* is not a bool; pass True"):
+        with capture(llama, what="rows", exact_outputs=value):
+            pytest.fail("the block ran")
 
 
 def test_rows_equal_a_reference_log_softmax(llama):

@@ -1049,6 +1049,7 @@ def capture(
     stream_to: str | os.PathLike[str] | None = None,
     tokenizer: Any = None,
     dtype: Any = "float32",
+    exact_outputs: bool = False,
 ) -> Iterator[Capture]:
     """Capture attention of a HuggingFace model during the ``with`` block.
 
@@ -1110,6 +1111,17 @@ def capture(
         kept at -65504), and summaries recomputed from float16 rows differ from fp32 ones by
         the amounts docs/capture.md lists. bfloat16 is refused (numpy, netCDF and zarr cannot
         store it). Summaries are always float32.
+    exact_outputs : bool, default False
+        Where rows of every head and every query of a layer are captured (``what="rows"``,
+        ``heads`` and ``queries`` left at all), that layer's output is computed from the rows
+        just captured, ``exp(log_attn) @ value`` in fp32, as eager attention computes it from
+        its weights, instead of running the model's own attention kernel as well: all-layer
+        rows then cost no more than HF eager's ``output_attentions=True``. The outputs equal the
+        model's to fp32 rounding, about as closely as its SDPA and eager implementations equal
+        each other; in a model with large activations (Qwen2.5) such rounding can still move a
+        logit by ~1e-4 and, rarely, a near-tie downstream. ``True`` runs the model's own kernel
+        for every layer, so its outputs are exactly those without capture (about 10% more
+        time at 512 tokens); the case studies use it, to measure the model as deployed.
 
     Yields
     ------
@@ -1163,6 +1175,11 @@ def capture(
             f"tokenizer={_show(tokenizer)} has no decode(); pass the model's tokenizer "
             "(e.g. from transformers.AutoTokenizer or attncoda.hooks.zoo.load) or None"
         )
+    if not isinstance(exact_outputs, (bool, np.bool_)):
+        raise CaptureError(
+            f"exact_outputs={_show(exact_outputs)} is not a bool; pass True (the model's own "
+            "attention kernel for every layer) or False (the default)"
+        )
     module_ids = _modules_of(model)
     if module_ids & _CAPTURING:  # the model, a part of it, or a model it is part of
         raise CaptureError(
@@ -1179,6 +1196,7 @@ def capture(
         sink=_sink_choice(sink),
         chunk_size=int(chunk_size),
         dtype=rows_dtype,
+        exact_outputs=bool(exact_outputs),
     )
     layer_list = _resolve(spec.layers, n_layers, "layer")
     head_list = _resolve(spec.heads, n_heads, "head")
@@ -1221,7 +1239,8 @@ def capture(
     ]
     try:
         if switch:
-            with observed(model, observe, computes=spec.what == "rows"):
+            own = spec.what == "rows" and not spec.exact_outputs
+            with observed(model, observe, computes=own):
                 cap = Capture(session, info, fallback=False)
                 yield cap
         else:

@@ -248,6 +248,9 @@ class CaptureSpec:
         Query rows per chunk when recomputing logits (memory ~ chunk x keys x heads x 4 bytes).
     dtype : {"float32", "float16"}
         The dtype rows are stored in (computed in fp32 either way).
+    exact_outputs : bool
+        Whether every layer's output comes from the model's own attention kernel even where
+        rows of every head and query are captured (see :func:`capture`).
     """
 
     layers: tuple[int, ...] | slice | None = None
@@ -257,6 +260,7 @@ class CaptureSpec:
     sink: Any = "first"
     chunk_size: int = 256
     dtype: str = "float32"
+    exact_outputs: bool = False
 
     def to_json(self) -> str:
         def enc(v: Any) -> Any:
