@@ -331,6 +331,7 @@ def test_flip_verdict_words(value, per_text, ci, verdict):
     assert ev.flip_verdict(value, per_text, *ci)[0] == verdict
 
 
+@pytest.mark.slow  # ~14 CPU-s: every claim's bootstrap over the committed cells
 def test_the_claim_table_is_recomputed_from_the_committed_cells(tmp_path):
     """Every committed per-text cell file is the one claim_evidence.csv was computed from, and
     recomputing MiniLM's evidence from it gives the committed numbers; a changed cell makes the

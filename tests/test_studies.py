@@ -219,8 +219,8 @@ def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    "name",  # pruning's tables bootstrap every cell of its results: ~28 CPU-s, a slow test
-    [pytest.param(n, marks=pytest.mark.slow) if n == "pruning" else n for n in STUDIES],
+    "name",  # pruning's and ARACH's tables bootstrap their results: ~28 and ~12 CPU-s, slow
+    [pytest.param(n, marks=pytest.mark.slow) if n in ("pruning", "arach") else n for n in STUDIES],
 )
 def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
