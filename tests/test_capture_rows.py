@@ -377,6 +377,7 @@ def _killed_mid_pass(store, signum):
     return proc.returncode, staged[0]
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGINT"])
 def test_a_process_ended_mid_pass_leaves_no_staging_folder(tmp_path, name):
     import signal
@@ -389,6 +390,7 @@ def test_a_process_ended_mid_pass_leaves_no_staging_folder(tmp_path, name):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_a_killed_writers_staging_is_removed_by_the_next_capture_and_nothing_else(llama, tmp_path):
     import signal
 

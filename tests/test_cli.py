@@ -156,6 +156,7 @@ def test_parse_index() -> None:
             parse_index(bad)
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_capture_analyze_report_on_a_twin(
     tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -316,6 +317,7 @@ def test_entry_points_run_as_processes() -> None:
     assert res.stderr.strip() == "attncoda: error: no such dataset: missing.nc"
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_demo_on_a_twin_and_a_text_file(
     tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

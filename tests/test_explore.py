@@ -297,6 +297,7 @@ def test_cli_end_to_end_on_a_twin_capture(
     assert _data(page.read_text(encoding="utf-8"))["samples"] == [1]
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> None:
     text = tmp_path / "text.txt"
     text.write_text(

@@ -88,6 +88,7 @@ def test_a_save_larger_than_the_disk_is_refused_or_fails_cleanly(small_disk, nam
     assert _leftovers(small_disk) == []
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk) -> None:
     target = small_disk / "x.nc"
     first = _child(_SAVE, str(target), "1", "0")
@@ -100,6 +101,7 @@ def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk) -> 
     assert _leftovers(small_disk) == []
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 @pytest.mark.parametrize("path", ["memory", "large"])
 def test_both_nc_write_paths_survive_a_disk_that_fills(small_disk, path) -> None:
     """Files above half the available memory are written by HDF5 itself (``large``; forced
@@ -136,6 +138,7 @@ def test_the_large_nc_path_writes_the_same_file_content(tmp_path) -> None:
     assert ac.load(tmp_path / "large.nc").identical(ds)
 
 
+@pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 def test_the_cli_on_a_full_disk_exits_1_in_one_line(small_disk, tmp_path) -> None:
     text = tmp_path / "t.txt"
     text.write_text("the river ran past the old mill and the miller sang. " * 40)
