@@ -166,8 +166,10 @@ def _capture_layer(
         ):
             v = value.index_select(1, head_idx // rep).float()
             out = _rows_fast(ctx, pos, writer, spec.chunk_size, value=v)
+            assert out is not None  # given values, the rows path returns the output
             output = out.transpose(1, 2).contiguous().to(query.dtype)
-            summ, learned_t = {}, None
+            summ: dict[str, torch.Tensor] = {}
+            learned_t: torch.Tensor | None = None
         else:
             summ, learned_t = _explicit(spec, ctx, pos, writer)
         result = {k: v.cpu().numpy() for k, v in summ.items()}
