@@ -363,3 +363,36 @@ def test_the_claim_table_is_recomputed_from_the_committed_cells(tmp_path):
     assert (
         cl[row].ours.iloc[0] != old[row].ours.iloc[0] or cl[row].ci.iloc[0] != old[row].ci.iloc[0]
     )
+
+
+def test_claims_only_keeps_the_run_that_built_the_window_tables(tmp_path):
+    """``run --claims-only`` rebuilds only the claims, so its manifest names the run that built
+    the window tables: the one that wrote the manifest before it, or, after an earlier
+    --claims-only, the run that one recorded (a second rebuild once named the first rebuild)."""
+    import json
+    import shutil
+
+    from case_studies._study import MANIFEST, Provenance, read_manifest
+    from case_studies.conventions import study
+
+    copy = tmp_path / "results"
+    shutil.copytree(
+        study.STUDY.results,
+        copy,
+        ignore=shutil.ignore_patterns("figures", "*.nc"),
+    )
+    (copy / "cells").mkdir(exist_ok=True)
+    shutil.copy2(study.STUDY.results / "cells" / "minilm-l6-first.nc", copy / "cells")
+    made = read_manifest(copy)["settings"]["window_tables_made_by"]
+    assert "--claims-only" not in made["command"], "the committed manifest names the table run"
+    # a manifest written by a full run: the rebuild records that run
+    full = {**read_manifest(copy), "command": "python -m case_studies.conventions run"}
+    full["settings"] = {k: v for k, v in full["settings"].items() if k != "window_tables_made_by"}
+    (copy / MANIFEST).write_text(json.dumps(full))
+    for command in ("first rebuild", "second rebuild"):
+        prov = Provenance("conventions", "run", command)
+        study.claims_only(copy, prov)
+        prov.write(copy)
+        kept = read_manifest(copy)["settings"]["window_tables_made_by"]
+        assert kept["command"] == full["command"]
+        assert kept["git"] == full["git"] and kept["started"] == full["started"]

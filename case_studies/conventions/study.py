@@ -865,9 +865,11 @@ def claims_only(out: Path, prov: Provenance) -> None:
     prov.settings.update(before.get("settings", {}))
     prov.assets.update(before.get("assets", {}))
     prov.token_sha256.update(before.get("token_sha256", {}))
-    prov.settings["window_tables_made_by"] = {
-        k: before.get(k) for k in ("command", "git", "started", "wall_s", "versions")
-    }
+    # the run that built the window tables: kept from the manifest when an earlier
+    # --claims-only recorded it (that run only rebuilt the claims), else the one that wrote it
+    prov.settings["window_tables_made_by"] = before.get("settings", {}).get(
+        "window_tables_made_by"
+    ) or {k: before.get(k) for k in ("command", "git", "started", "wall_s", "versions")}
     prov.git["note"] = cells_note(out)
 
 
