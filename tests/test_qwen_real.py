@@ -110,15 +110,16 @@ def rows_close(actual, desired, mask=None) -> None:
     np.testing.assert_allclose(actual, desired, atol=1e-5)
 
 
-def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
-    name, model, tok = qwen
-    batch = tok(emma, return_tensors="pt")
-    batch = {k: v[:, :128] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+def rows_and_outputs(model, batch):
+    """Rows of ``batch`` with ``exact_outputs=True``, whose logits must equal the plain model's
+    exactly, and the bound on the default (outputs from the rows): they move the logits by fp32
+    rounding, which Qwen2.5's large activations amplify, about as much as switching the model to
+    eager does (0.5B, 128 tokens: 5.5e-4 and 2.7e-4 on logits up to 26)."""
     with torch.no_grad():
         before = model(**batch).logits
         with capture(model, what="rows", exact_outputs=True) as cap:
             during = model(**batch).logits
-        with capture(model, what="rows"):  # each layer's output computed from its rows
+        with capture(model, what="rows"):
             from_rows = model(**batch).logits
         model.set_attn_implementation("eager")
         try:
@@ -126,12 +127,16 @@ def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
         finally:
             model.set_attn_implementation("sdpa")
     np.testing.assert_array_equal(during.numpy(), before.numpy())
-    # outputs from the rows move the logits by fp32 rounding, which Qwen2.5's large activations
-    # amplify: about as much as switching the model to eager does (0.5B, 128 tokens: 5.5e-4
-    # and 2.7e-4 on logits up to 26)
     moved, eager_moved = (float((x - before).abs().max()) for x in (from_rows, eager))
     assert moved <= 3 * eager_moved, (moved, eager_moved)
-    ds = cap.dataset
+    return cap.dataset
+
+
+def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
+    name, model, tok = qwen
+    batch = tok(emma, return_tensors="pt")
+    batch = {k: v[:, :128] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    ds = rows_and_outputs(model, batch)
     assert ds.attrs["family"] == "qwen2"
     assert ds.attrs["provenance"] == zoo.get_entry(name).provenance
     files = json.loads((assets.asset_path(name) / "manifest.json").read_text())["files"]
@@ -167,24 +172,7 @@ def test_left_padding(qwen, emma, wiki):
     ids = torch.tensor([first, [tok.pad_token_id] * pads + second])
     mask = torch.tensor([[1] * len(first), [0] * pads + [1] * len(second)])
     batch = {"input_ids": ids, "attention_mask": mask}
-    with torch.no_grad():
-        before = model(**batch).logits
-        with capture(model, what="rows", exact_outputs=True) as cap:
-            during = model(**batch).logits
-        with capture(model, what="rows"):  # each layer's output computed from its rows
-            from_rows = model(**batch).logits
-        model.set_attn_implementation("eager")
-        try:
-            eager = model(**batch).logits
-        finally:
-            model.set_attn_implementation("sdpa")
-    np.testing.assert_array_equal(during.numpy(), before.numpy())
-    # outputs from the rows move the logits by fp32 rounding, which Qwen2.5's large activations
-    # amplify: about as much as switching the model to eager does (0.5B, 128 tokens: 5.5e-4
-    # and 2.7e-4 on logits up to 26)
-    moved, eager_moved = (float((x - before).abs().max()) for x in (from_rows, eager))
-    assert moved <= 3 * eager_moved, (moved, eager_moved)
-    ds = cap.dataset
+    ds = rows_and_outputs(model, batch)
     assert ds.sink_index.values.tolist() == [0, pads]  # the first valid key of each sample
     valid = mask.numpy().astype(bool)
     rows = np.exp(ds.log_attn.values)
