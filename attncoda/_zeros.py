@@ -120,8 +120,9 @@ def _replace_blocks(x: np.ndarray, axis: int, delta: float | None, validate: boo
 
     Each block of rows is summed (through torch's kernels where installed), its zeros counted,
     its non-zero parts closed and shrunk by one multiplication per row and its zeros replaced
-    while it is in cache: one pass over memory, where closing and then replacing took five. ``None`` for other input, or when a block fails closure's check
-    (the general path then diagnoses the whole input).
+    while it is in cache: one pass over memory, where closing and then replacing took five.
+    ``None`` for other input, or when a block fails closure's check (the general path then
+    diagnoses the whole input).
     """
     if x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.flags.c_contiguous:
         return None

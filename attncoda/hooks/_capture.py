@@ -497,9 +497,9 @@ def _rows_fast(
     Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads, or
     :data:`_BLOCK_ROWS` queries if more): the logits ``(scale q) k^T`` over the keys the block
     can see go into one reused scratch array (the scale folded into q: a ``d``-wide multiply
-    instead of a ``T``-wide one), the invisible
-    keys are set to ``-inf`` (for consecutive causal queries only the triangle after the
-    block's first query: the keys before it are all visible), then torch's fused log-softmax
+    instead of a ``T``-wide one), the invisible keys are set to ``-inf`` (for consecutive
+    causal queries only the triangle after the block's first query: the keys before it are
+    all visible), then torch's fused log-softmax
     (max-shifted: ``(l - m) - log sum exp(l - m)``) goes into a second scratch array and is
     copied once into the rows' buffer, whose keys after the block's last visible one are set
     to ``-inf``. Rows with no visible key (padding queries) are ``-inf`` throughout, as on the
@@ -1120,10 +1120,13 @@ def capture(
         its weights, instead of running the model's own attention kernel as well: all-layer
         rows then cost no more than HF eager's ``output_attentions=True``. The outputs equal the
         model's to fp32 rounding, about as closely as its SDPA and eager implementations equal
-        each other; in a model with large activations (Qwen2.5) such rounding can still move a
-        logit by ~1e-4 and, rarely, a near-tie downstream. ``True`` runs the model's own kernel
-        for every layer, so its outputs are exactly those without capture (about 10% more
-        time at 512 tokens); the case studies use it, to measure the model as deployed.
+        each other; a model with large activations amplifies it (Qwen2.5-Coder-0.5B, 128
+        tokens: logits move by 5.5e-4, by 2.7e-4 when switched to eager), and it can, rarely,
+        tip a near-tie downstream. ``True`` runs the model's own kernel for every layer, so its
+        outputs are exactly those without capture, at the cost of that kernel (``bench_rows``:
+        all-layer rows took 1.09x HF eager's CPU time at 512 tokens in the run before outputs
+        came from the rows, 0.96x since); the case studies use it, to measure the model as
+        deployed.
 
     Yields
     ------
