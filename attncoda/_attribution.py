@@ -88,12 +88,14 @@ def attribute_entropy(
             raise AnalysisError(f"along={along!r} needs a dim of at least 2 coordinates")
         coords = summ[along].values
         labels = [f"{coords[i]}->{coords[i + 1]}" for i in range(len(coords) - 1)]
-        parts = []
-        for i, label in enumerate(labels):
-            sa = summ.isel({along: i}, drop=True)
-            sb = summ.isel({along: i + 1}, drop=True)
-            parts.append(attribute_entropy(sa, sb, dims=dims).expand_dims(transition=[label]))
-        out = xr.concat(parts, dim="transition", combine_attrs="drop")
+        # every transition at once: the rows of coordinate i paired with those of i + 1, the
+        # along dim relabelled "transition" on both sides (one pass, not one per transition)
+        steps = _strip(summ, ["sink_share", "content_entropy"]).drop_vars(along)
+        sa, sb = (
+            steps.isel({along: part}).rename({along: "transition"}).assign_coords(transition=labels)
+            for part in (slice(0, -1), slice(1, None))
+        )
+        out = attribute_entropy(sa, sb, dims=dims).transpose("transition", ...)
         return _with_fraction(out, a.attrs)
     if along is not None:
         raise AnalysisError("along= is only used without a second dataset")
