@@ -20,8 +20,11 @@ the wall-clock ratio disagrees by more than 20%. At T=2048 the first full-length
 side counts as a sample (3 in all), the shorter lengths have an untimed full-length warm-up.
 
 Memory: peak extra RSS of one forward per side in a fresh process (``--child``), after a
-64-token warm-up, sampled every 2 ms by ``bench_capture.PeakRSS``; what is kept is
-30 x 9 x T x T x 4 bytes. The memory children of T <= 1024 and the streamed T=4096 capture
+64-token warm-up, sampled every 2 ms by ``bench_capture.PeakRSS``; the median of
+:data:`MEMORY_REPEATS` processes per side (min-max beside it), the sides interleaved with their
+order rotated every repeat: one process per side moved by 3-4% from run to run (glibc keeps
+freed temporaries after its mmap threshold rises; at T=2048 one side gave 5.05 and 5.27 GB back
+to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. The memory children of T <= 1024 and the streamed T=4096 capture
 (``stream_to=``, rows larger than the machine's memory: 18.1 GB) run beside the timing process
 (each child is its own process; CPU time is the measure, so they do not change the ratios
 read; wall clock does change), the T=2048 children after it (their rows would not fit twice).
@@ -56,6 +59,7 @@ from bench_capture import MODEL, PeakRSS, _tokens  # noqa: E402
 SIDES = ("attncoda rows", "HF eager", "nnsight", "TransformerLens")
 LENGTHS = (512, 1024, 2048)
 LONG = 4096
+MEMORY_REPEATS = 3
 
 
 def _kept_gb(length: int) -> float:
@@ -208,9 +212,33 @@ def peak_memory(side: str, length: int, store: str | None = None) -> dict[str, A
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def _rotated(lengths: list[int]) -> list[tuple[str, int, str | None]]:
+    """Memory jobs: every side :data:`MEMORY_REPEATS` times per length, the order rotated."""
+    jobs: list[tuple[str, int, str | None]] = []
+    for length in lengths:
+        for rep in range(MEMORY_REPEATS):
+            k = rep % len(SIDES)
+            jobs += [(side, length, None) for side in SIDES[k:] + SIDES[:k]]
+    return jobs
+
+
+def _median_memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side at one length: the median growth of its processes, their min-max and count."""
+    import statistics
+
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    gbs = [r["gb"] for r in runs]
+    return {**runs[0], "gb": statistics.median(gbs), "lo": min(gbs), "hi": max(gbs), "n": len(gbs)}
+
+
 def _memory_rows(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Table rows: each side's peak extra RSS against HF eager's at the same length."""
-    by = {(m["side"], m["length"]): m for m in found}
+    """Table rows: each side's peak extra RSS (median of its processes) against HF eager's."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for m in found:
+        runs.setdefault((m["side"], m["length"]), []).append(m)
+    by = {key: _median_memory(group) for key, group in runs.items()}
     rows = []
     for (side, length), m in sorted(by.items(), key=lambda kv: (kv[0][1], SIDES.index(kv[0][0]))):
         if side == "HF eager" and not m.get("stream"):
@@ -218,6 +246,11 @@ def _memory_rows(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ref = by.get(("HF eager", length), {})
         gb, ref_gb = m.get("gb"), ref.get("gb")
         what = f"peak extra RSS, {side}, T={length} (kept {_kept_gb(length):.2f} GB)"
+        if "n" in m and "n" in ref:
+            what += (
+                f", median of {m['n']} processes [{m['lo']:.3g}, {m['hi']:.3g}]; "
+                f"HF eager [{ref['lo']:.3g}, {ref['hi']:.3g}]"
+            )
         if m.get("stream"):
             what = (
                 f"peak extra RSS, attncoda rows with stream_to=, T={length} "
@@ -272,7 +305,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     threads: list[threading.Thread] = []
     tmp = tempfile.TemporaryDirectory(dir=os.path.expanduser("~"))
     if not quick:
-        small = [(s, t, None) for t in lengths if t < 2048 for s in SIDES]
+        small = _rotated([t for t in lengths if t < 2048])
         threads.append(threading.Thread(target=memory, args=(small,)))
         store = os.path.join(tmp.name, "rows.zarr")
         threads.append(threading.Thread(target=memory, args=([("attncoda rows", LONG, store)],)))
@@ -313,7 +346,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 out.append(r)
         del models
         if not quick:
-            memory([(s, t, None) for t in lengths if t >= 2048 for s in SIDES])
+            memory(_rotated([t for t in lengths if t >= 2048]))
     finally:
         for t in threads:
             t.join()
