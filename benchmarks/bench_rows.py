@@ -24,10 +24,11 @@ Memory: peak extra RSS of one forward per side in a fresh process (``--child``),
 :data:`MEMORY_REPEATS` processes per side (min-max beside it), the sides interleaved with their
 order rotated every repeat: one process per side moved by 3-4% from run to run (glibc keeps
 freed temporaries after its mmap threshold rises; at T=2048 one side gave 5.05 and 5.27 GB back
-to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. The memory children of T <= 1024 and the streamed T=4096 capture
-(``stream_to=``, rows larger than the machine's memory: 18.1 GB) run beside the timing process
-(each child is its own process; CPU time is the measure, so they do not change the ratios
-read; wall clock does change), the T=2048 children after it (their rows would not fit twice).
+to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. The
+memory children of T <= 1024 and the streamed T=4096 capture (``stream_to=``, rows larger than
+the machine's memory: 18.1 GB) run beside the timing process (each child is its own process;
+CPU time is the measure, so they do not change the ratios read; wall clock does change), the
+T=2048 children after it (their rows would not fit twice).
 
 Same attention: before timing, every side's weights at T=512 are compared with HF eager's
 (``exp(log_attn)`` for attncoda), the largest absolute difference reported.
