@@ -24,11 +24,11 @@ Memory: peak extra RSS of one forward per side in a fresh process (``--child``),
 :data:`MEMORY_REPEATS` processes per side (min-max beside it), the sides interleaved with their
 order rotated every repeat: one process per side moved by 3-4% from run to run (glibc keeps
 freed temporaries after its mmap threshold rises; at T=2048 one side gave 5.05 and 5.27 GB back
-to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. The
-memory children of T <= 1024 and the streamed T=4096 capture (``stream_to=``, rows larger than
-the machine's memory: 18.1 GB) run beside the timing process (each child is its own process;
-CPU time is the measure, so they do not change the ratios read; wall clock does change), the
-T=2048 children after it (their rows would not fit twice).
+to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. Every
+memory child and the streamed T=4096 capture (``stream_to=``, rows larger than the machine's
+memory: 18.1 GB) run after the timing, one at a time: on two cores a child beside the timing
+process shares its caches and memory bandwidth, which moved a CPU-time ratio by 8% (T=512 gave
+1.04x with three processes running and 0.961x in a run with fewer).
 
 Same attention: before timing, every side's weights at T=512 are compared with HF eager's
 (``exp(log_attn)`` for attncoda), the largest absolute difference reported.
@@ -45,7 +45,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -293,25 +292,15 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     lengths = (128,) if quick else LENGTHS
     repeats = 2 if quick else 5
     found: list[dict[str, Any]] = []
-    lock = threading.Lock()
 
     def memory(jobs: list[tuple[str, int, str | None]]) -> None:
         for side, length, store in jobs:
             m = peak_memory(side, length, store)
             m["stream"] = store is not None
             print(f"bench_rows memory: {json.dumps(m)}", file=sys.stderr, flush=True)
-            with lock:
-                found.append(m)
+            found.append(m)
 
-    threads: list[threading.Thread] = []
     tmp = tempfile.TemporaryDirectory(dir=os.path.expanduser("~"))
-    if not quick:
-        small = _rotated([t for t in lengths if t < 2048])
-        threads.append(threading.Thread(target=memory, args=(small,)))
-        store = os.path.join(tmp.name, "rows.zarr")
-        threads.append(threading.Thread(target=memory, args=([("attncoda rows", LONG, store)],)))
-        for t in threads:
-            t.start()
     out: list[dict[str, Any]] = []
     try:
         models = _models(SIDES)
@@ -346,11 +335,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 print(f"bench_rows time: {json.dumps(r, default=str)}", file=sys.stderr, flush=True)
                 out.append(r)
         del models
-        if not quick:
-            memory(_rotated([t for t in lengths if t >= 2048]))
+        if not quick:  # alone, after the timing: see the module's docstring
+            memory(_rotated(list(lengths)))
+            memory([("attncoda rows", LONG, os.path.join(tmp.name, "rows.zarr"))])
     finally:
-        for t in threads:
-            t.join()
         tmp.cleanup()
     return out + _memory_rows(found)
 

@@ -440,22 +440,23 @@ def _long_text(folder: Path) -> Path:
     return text
 
 
-def _capture_argv(text: Path, target: Path) -> list[str]:
-    base = [sys.executable, "-m", "attncoda.cli", "capture", "twin:llama", str(text)]
+def _capture_args(text: Path, target: Path) -> list[str]:
+    """``attncoda capture``'s arguments (after the program name) for ``text`` into ``target``."""
+    base = ["capture", "twin:llama", str(text)]
     return [*base, "--what", "rows", "--max-tokens", "64", "--out", str(target), "-q"]
 
 
 @pytest.fixture(scope="module")
 def first_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One finished two-passage CLI capture per format, written once for the signal cases."""
+    """One finished two-passage CLI capture per format, written once for the signal cases (by
+    the CLI's ``main`` in this process: the same files as ``attncoda capture`` writes, without
+    a second interpreter loading torch and transformers)."""
     folder = tmp_path_factory.mktemp("first")
     text = _long_text(folder)
     made = {}
     for suffix in (".zarr", ".nc"):
         target = folder / f"r{suffix}"
-        argv = [*_capture_argv(text, target), "--passages", "2"]
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-        assert done.returncode == 0, done.stderr
+        assert main([*_capture_args(text, target), "--passages", "2"]) == 0
         made[suffix] = target
     return made
 
@@ -481,7 +482,7 @@ def test_a_signal_during_a_cli_save_exits_with_its_code_and_keeps_the_old_output
         shutil.copytree(made, target)
     else:
         shutil.copy2(made, target)
-    base = _capture_argv(text, target)
+    base = [sys.executable, "-m", "attncoda.cli", *_capture_args(text, target)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [*base, "--passages", "200", "--force"],
