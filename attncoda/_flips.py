@@ -236,6 +236,7 @@ def flip_rates(
     if not 0 < ci < 1:
         raise AnalysisError(f"ci must lie in (0, 1), got {ci}")
     has_samples = "sample" in cmp.dims
+    cmp = cmp[[*mets, *(["n_rows"] if "n_rows" in cmp.data_vars else [])]]  # pool just these
     pooled = _pooled(cmp)
     layers = np.asarray(cmp["layer_a"].values)
     scopes: list[tuple[str, np.ndarray]] = [("all", np.arange(len(layers)))]

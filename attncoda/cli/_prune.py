@@ -115,8 +115,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="a one-minute smoke run: windows of 256 tokens, 1 calibration and 1 evaluation "
-        "window per text, fractions 0.1,0.3",
+        help="a smoke run: windows of 128 tokens, 1 calibration and 1 evaluation window per "
+        "text, fractions 0.1,0.3",
     )
     add_quiet(p, "no progress bars, no table")
     p.set_defaults(func=_cmd_prune)
@@ -130,7 +130,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     from attncoda.hooks.scores import SCORES, score_info
 
     if args.quick:
-        args.window, args.calibration_windows, args.eval_windows = 256, 1, 1
+        args.window, args.calibration_windows, args.eval_windows = 128, 1, 1
         if args.fractions == "0.1,0.2,0.3,0.5":
             args.fractions = "0.1,0.3"
     try:

@@ -455,7 +455,8 @@ def claim_evidence(tc: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:
         return float(fr.flip_rate.sel(metric=metric, pair="kept/dropped", scope="all"))
 
     for metric in CLAIM_METRICS:
-        reps = np.array([rate(_by_counts(tc, c), metric) for c in counts])
+        one = tc[[metric, "n_rows"]]  # resample just what the rate reads
+        reps = np.array([rate(_by_counts(one, c), metric) for c in counts])
         lo, hi = weighted_interval(reps, p)
         add(
             "flips",
@@ -470,7 +471,7 @@ def claim_evidence(tc: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:
     slim = _slim(tc, "js")
     point = _artifact_stats(slim)
     per = [_artifact_stats(_slim(s, "js")) for s in single]
-    reps_a = [_artifact_stats(_slim(_by_counts(tc, c), "js")) for c in counts]
+    reps_a = [_artifact_stats(_by_counts(slim, c)) for c in counts]
     for stat in ("rho_kept", "ari_k2"):
         lo, hi = weighted_interval(np.array([r[stat] for r in reps_a]), p)
         add("artifact", stat, point[stat], [r[stat] for r in per], lo, hi, "texts", len(counts))

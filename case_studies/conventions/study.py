@@ -126,6 +126,11 @@ def analyse(
             for name, df in got.items():
                 frames[name].append(df)
             boots.update({f"{model}|{sink}|{k}": v for k, v in b.items()})
+            if sink == "first":  # the per-text cells the claim table reads, from these cells
+                write_text_cells(
+                    text_cells_path(out / "cells", model, "first"),
+                    ev.text_cells(cmp, {"model": model, "sink_key": "first", **_cells_state(meta)}),
+                )
             fl = got["flip_rates"]
             fl = fl[fl.text == "all"].set_index(["metric", "pair", "scope"])
             flip_figs[f"{NAMES[model]} ({SINK_NAMES[sink]})"] = xr.Dataset.from_dataframe(
@@ -141,14 +146,6 @@ def analyse(
             out / "figures" / "flip_rates_models",
         )
     tables = {k: pd.concat(v, ignore_index=True) for k, v in frames.items() if v}
-    for model in models:
-        cmp, meta = load_cells(cells, model, "first", texts, size.length, n_blocks)
-        if cmp is not None:
-            write_text_cells(
-                text_cells_path(out / "cells", model, "first"),
-                ev.text_cells(cmp, {"model": model, "sink_key": "first", **_cells_state(meta)}),
-            )
-            del cmp
     tables["claim_evidence"] = claim_evidence(out, models)
     tables["claims"] = claims(tables, tables["claim_evidence"], models, texts, size)
     return tables
