@@ -8,7 +8,9 @@ not torch's (the chunk-sized temporaries); never with timings.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,6 +78,30 @@ def _both(model, batch):
     with torch.no_grad(), capture(model, what="both") as cap:
         model(**batch)
     return cap.dataset
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The kernel's flags of the mapping holding ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_NOHUGEPAGE is Linux's")
+def test_the_rows_buffer_is_kept_out_of_huge_pages(llama):
+    # numpy advises huge pages for large arrays; their first write is what made a fresh
+    # process's T=1024 capture 1.5x slower on a VM (attncoda.hooks._rows._unwritten)
+    ds = _rows(llama, _batch(llama, 384))
+    rows = ds.log_attn.values
+    assert rows.nbytes > 4 << 20
+    flags = _vm_flags(rows.ctypes.data + rows.nbytes // 2)
+    assert "nh" in flags and "hg" not in flags, flags
 
 
 class _Dtypes(TorchDispatchMode):
