@@ -369,6 +369,67 @@ def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verd
     assert f"holds {n} intervals" in note and "None is corrected for multiplicity" in note
 
 
+def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
+    """Where the per-text values straddle the verdict's line, the claim names the cells to run
+    on more texts (``borderline_cells``); once those cells are there, the verdict adds each
+    added text's own ratio, the interval over all texts and whether the added texts settle it,
+    and the note counts the added interval."""
+    texts = ["a"] * 4 + ["b"] * 4
+    wide_texts = [t for t in study.WIDER_TEXTS for _ in range(4)]
+
+    def rec(per_text: dict[str, float], labels: list[str]) -> dict:
+        loss = 3.0 + np.log([per_text[t] for t in labels])
+        return {"nll": (loss * 64).tolist(), "n_tokens": [64] * len(labels), "texts": labels}
+
+    entropy = E.Cell("global", "zero", "entropy", 0, 8)
+    cells = {
+        E.BASE: rec({"a": 1.0, "b": 1.0}, texts),
+        entropy: rec({"a": 60.0, "b": 400.0}, texts),
+        E.Cell("global", "zero", "sink_share", 0, 8): rec({"a": 1.5, "b": 1.5}, texts),
+    }
+    meta = {
+        "ks": [0, 8],
+        "n_units": 40,
+        "protocol": {},
+        "cells": [],
+        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
+    }
+    m = study.ModelEvidence("m", meta, cells)
+    assert study.borderline_cells({"m": m}) == {"m": {E.BASE, entropy}}
+    before = study.claims_note({"m": m})
+    assert "more texts" not in before
+
+    first, second = study.WIDER_TEXTS
+    for values, words in (
+        ({first: 150.0, second: 300.0}, "2 of the 2 added texts above 100x"),
+        ({first: 20.0, second: 300.0}, "1 of the 2 added texts above 100x"),
+    ):
+        m.wider = {
+            E.BASE: rec(dict.fromkeys(study.WIDER_TEXTS, 1.0), wide_texts),
+            entropy: rec(values, wide_texts),
+        }
+        row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
+        shown = f"{values[first]:.0f}x / {values[second]:.0f}x"
+        assert f"on 2 more texts ({first} / {second}: {shown}), over all 4 texts" in row
+        assert words in row and "(16 windows)" in row
+        note = study.claims_note({"m": m})
+        assert "1 of the intervals above are over all 4 texts" in note
+        n = int(before.split("holds ")[1].split(" intervals")[0])
+        assert f"holds {n + 1} intervals" in note
+
+    # the interval over all texts says where it lies
+    m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
+    row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
+    assert "the interval excludes 100x" in row
+    m.wider[entropy] = rec({first: 2.0, second: 3.0}, wide_texts)
+    row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
+    assert "0 of the 2 added texts above 100x; the interval excludes 100x" in row
+    m.cells[entropy] = rec({"a": 200.0, "b": 400.0}, texts)
+    m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
+    row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
+    assert "borderline" not in row and "more texts" not in row  # not split: nothing to widen
+
+
 def test_the_mean_ablation_lines_pair_each_score_mean_with_zero():
     """The README's mean-ablation lines come from the cells: both ablations of every mean
     score at the second k, in its own order; a score without both cells is left out."""

@@ -66,3 +66,16 @@ def test_prune_refuses_an_encoder(capsys):
     need("minilm-l6")
     assert main(["prune", "minilm-l6", "--quick", "-q"]) == 2
     assert "not a causal language model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["persuasion", "genesis"])
+def test_the_wider_texts_start_at_their_first_words_and_hold_the_windows(name):
+    """The texts ``run --wider`` adds (issue 28) start where TEXT_STARTS says, with no front
+    matter, and are long enough for the evidence protocol's eight 512-token windows."""
+    from attncoda.hooks.prune import TEXT_STARTS
+
+    corpus, _, start = TEXT_STARTS[name]
+    need(corpus)
+    text = novel_text(name)
+    assert text.startswith(start)
+    assert len(text.split()) > 8 * 512  # a token is rarely less than a word here

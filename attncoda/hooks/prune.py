@@ -78,13 +78,16 @@ __all__ = [
 ]
 
 #: Where each text :func:`novel_text` knows starts (a novel at the first paragraph of the novel
-#: proper; the Wikipedia sample, every article joined, at its first article, *Anarchism*):
-#: ``name -> (corpus, document, first words)``.
+#: proper; the Wikipedia sample, every article joined, at its first article, *Anarchism*; the
+#: World English Bible's *Genesis* at its first verse): ``name -> (corpus, document, first
+#: words)``.
 TEXT_STARTS: dict[str, tuple[str, str | None, str]] = {
     "emma": ("austen", "emma", "Emma Woodhouse, handsome, clever, and rich"),
     "mobydick": ("mobydick", None, "Call me Ishmael."),
     "prideprejudice": ("austen", "prideprejudice", "It is a truth universally acknowledged"),
     "wikipedia": ("wikipedia", None, "Anarchism is a political philosophy"),
+    "persuasion": ("austen", "persuasion", "Sir Walter Elliot, of Kellynch Hall"),
+    "genesis": ("web", "Genesis", "In the beginning, God created the heavens and the earth."),
 }
 #: The texts of ``attncoda prune`` (of :data:`TEXT_STARTS`).
 TEXTS: dict[str, tuple[str, str | None, str]] = {

@@ -529,6 +529,8 @@ class RatioInterval:
     n_windows: int
     n_tokens: int
     per_text: tuple[tuple[str, float], ...] = ()
+    #: ``(on, off)``: the cells compared, where the interval came from :func:`ratio_interval`
+    cells: tuple[Cell, Cell] | None = None
 
     def __str__(self) -> str:
         return f"{_num(self.ratio)}x [{_num(self.low)}, {_num(self.high)}]"
@@ -592,7 +594,13 @@ def ratio_interval(
     )
     n_tok = int(len(b) * cells[on]["n_tokens"][0])
     return RatioInterval(
-        math.exp(diff), math.exp(float(low)), math.exp(float(high)), len(b), n_tok, per_text
+        math.exp(diff),
+        math.exp(float(low)),
+        math.exp(float(high)),
+        len(b),
+        n_tok,
+        per_text,
+        (on, off),
     )
 
 

@@ -182,6 +182,11 @@ QUICK_EVIDENCE = Evidence(
     mean_scores=("sink_share", "entropy"),
     random_seeds=2,
 )
+#: More texts for the claims whose per-text values straddle their threshold (issue 28): the
+#: cells such a row compares, evaluated on the same number of windows of each of these texts,
+#: beside the three texts every cell has (``run --wider``, into ``evidence/<model>/wider-texts``).
+WIDER_TEXTS = ("persuasion", "genesis")
+WIDER = "wider-texts"
 #: The scores of the README's diagnostic tables.
 DIAGNOSED = (
     "sink_share",
@@ -296,6 +301,10 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
     if args.folders:
         prov.settings.update(protocol=dataclasses.asdict(PROTOCOL), folders=list(args.folders))
     started = time.perf_counter()
+    if args.wider:
+        for name in args.models:
+            run_wider(name, out, prov, time_limit_s=seconds_left(args, started))
+        return
     for name in args.models:
         left = seconds_left(args, started)
         if left == 0 and not (out / EVIDENCE_DIR / name / "meta.json").is_file():
@@ -308,6 +317,54 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
             shard=args.shard,
             time_limit_s=left,
         )
+
+
+def run_wider(
+    name: str, results: Path, prov: Provenance, *, time_limit_s: float | None = None
+) -> list[Cell]:
+    """The cells of ``name``'s borderline claims (:func:`borderline_cells`) on
+    :data:`WIDER_TEXTS`, into ``evidence/<name>/wider-texts`` (resumable; the unpruned model
+    always). The head statistics are the model folder's (the same calibration windows), copied
+    in first so that only the pruned models run."""
+    import shutil
+
+    import torch  # heavy; only a run needs it
+
+    folder = results / EVIDENCE_DIR / name
+    cells = borderline_cells(read_evidence(results)).get(name, set())
+    if not cells:
+        print(f"{name}: no borderline claim, nothing to widen", flush=True)
+        return []
+    torch.set_num_threads(1)
+    protocol = dataclasses.replace(EVIDENCE[name], texts=WIDER_TEXTS)
+    for asset in (name, *sorted({TEXT_STARTS[t][0] for t in (CALIBRATION_TEXT, *WIDER_TEXTS)})):
+        prov.asset(asset)
+    model, tokenizer = assets.load_model(name)
+    calibration, evaluation = evidence_windows(tokenizer, protocol)
+    prov.tokens(f"{name}/calibration ({CALIBRATION_TEXT})", calibration)
+    for t, ids in evaluation.items():
+        prov.tokens(f"{name}/{WIDER}/{t}", ids)
+    (folder / WIDER).mkdir(parents=True, exist_ok=True)
+    for scores in ("head_scores.csv", "head_scores.json"):
+        if not (folder / WIDER / scores).is_file():
+            shutil.copy2(folder / scores, folder / WIDER / scores)
+    done = run_cells(
+        model,
+        calibration,
+        evaluation,
+        folder / WIDER,
+        protocol,
+        only=cells,
+        time_limit_s=time_limit_s,
+        progress=lambda line: print(f"{name} ({WIDER}): {line}", flush=True),
+        record={"commit": prov.git["commit"], "dirty": prov.git["dirty"]},
+    )
+    prov.settings.setdefault(WIDER, {})[name] = {
+        "texts": list(WIDER_TEXTS),
+        "cells": sorted(c.label for c in cells),
+        "cell_commits": cell_commits(load_cells(folder / WIDER)),
+    }
+    return done
 
 
 def _quick(out: Path, prov: Provenance) -> None:
@@ -323,6 +380,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(EVIDENCE),
         help="models to run the evidence protocol on, into results/evidence/MODEL; cells "
         "already done are skipped (default: all three)",
+    )
+    parser.add_argument(
+        "--wider",
+        action="store_true",
+        help=f"instead of the protocol: evaluate the cells of the claims whose per-text values "
+        f"straddle their threshold on {len(WIDER_TEXTS)} more texts ({', '.join(WIDER_TEXTS)}), "
+        f"into results/evidence/MODEL/{WIDER}",
     )
     add_time_limit(parser)
     add_shard(parser)
@@ -450,6 +514,8 @@ class ModelEvidence:
     name: str
     meta: dict[str, Any]
     cells: dict[Cell, dict[str, Any]]
+    #: cells evaluated on :data:`WIDER_TEXTS` too (only those of borderline claims)
+    wider: dict[Cell, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def ks(self) -> list[int]:
@@ -485,8 +551,40 @@ def read_evidence(results: Path) -> dict[str, ModelEvidence]:
         folder = results / EVIDENCE_DIR / name
         if (folder / "meta.json").is_file():
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-            out[name] = ModelEvidence(name, meta, load_cells(folder))
+            out[name] = ModelEvidence(name, meta, load_cells(folder), load_cells(folder / WIDER))
     return out
+
+
+def _joined(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """One cell's windows on the first texts and on :data:`WIDER_TEXTS`, as one record."""
+    return {key: [*a[key], *b[key]] for key in ("nll", "n_tokens", "texts")}
+
+
+def wider_interval(m: ModelEvidence, r: RatioInterval) -> RatioInterval | None:
+    """``r``'s comparison over every text, the first ones and :data:`WIDER_TEXTS` (windows
+    resampled within each text, as every interval here), or ``None`` if not computed."""
+    if r.cells is None or not all(c in m.wider and c in m.cells for c in r.cells):
+        return None
+    joined = {c: _joined(m.cells[c], m.wider[c]) for c in r.cells}
+    return ratio_interval(joined, *r.cells)
+
+
+def _wider_words(label: str, wide: RatioInterval, threshold: float) -> str:
+    """What the wider evaluation says of one borderline comparison: the added texts' own
+    ratios, how many lie above the line, and the interval over every text."""
+    added = [(t, v) for t, v in wide.per_text if t in WIDER_TEXTS]
+    above = sum(v > threshold for _, v in added)
+    ci = (
+        f"the interval excludes {threshold:g}x"
+        if wide.low > threshold or wide.high < threshold
+        else f"the interval spans {threshold:g}x"
+    )
+    texts = f"{above} of the {len(added)} added texts above {threshold:g}x; {ci}"
+    return (
+        f"{label} on {len(added)} more texts ({' / '.join(t for t, _ in added)}: "
+        f"{dataclasses.replace(wide, per_text=tuple(added)).texts()}), over all "
+        f"{len(wide.per_text)} texts {wide} ({wide.n_windows} windows): {texts}"
+    )
 
 
 def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
@@ -753,6 +851,10 @@ class _Claims:
 
     rows: list[list[str]] = dataclasses.field(default_factory=list)
     intervals: int = 0
+    #: per model, the cells of every comparison whose per-text values straddle its threshold
+    borderline: dict[str, set[Cell]] = dataclasses.field(default_factory=dict)
+    #: the comparisons also evaluated on :data:`WIDER_TEXTS`
+    widened: int = 0
 
     def add(
         self,
@@ -772,7 +874,7 @@ class _Claims:
         self.intervals += len(shown)
         if threshold is not None:
             split = [
-                label or "it"
+                (label or "it", r)
                 for label, r in shown
                 if r.per_text
                 and min(v for _, v in r.per_text) < threshold < max(v for _, v in r.per_text)
@@ -780,8 +882,16 @@ class _Claims:
             if split:
                 verdict += (
                     f"; **borderline**: per-text values straddle {threshold:g}x "
-                    f"({', '.join(split)})"
+                    f"({', '.join(label for label, _ in split)})"
                 )
+            for label, r in split:
+                if r.cells is not None:
+                    self.borderline.setdefault(m.name, set()).update(r.cells)
+                wide = wider_interval(m, r)
+                if wide is not None:
+                    self.intervals += 1
+                    self.widened += 1
+                    verdict += "; " + _wider_words(label, wide, threshold)
         ours = "; ".join(f"{label}{': ' if label else ''}{r}" for label, r in shown)
         texts = "; ".join(f"{label}{': ' if label else ''}{r.texts()}" for label, r in shown)
         self.rows.append(
@@ -993,7 +1103,22 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         "understate how much another text could differ, so each row shows the per-text point "
         "ratios beside the pooled one: where they straddle a threshold, the pooled interval does "
         "not settle the question for text in general."
+        + (
+            f" Where they straddle, the comparison was also run on {len(WIDER_TEXTS)} more texts "
+            f"({', '.join(WIDER_TEXTS)}; the same windows each; `run --wider`): "
+            f"{claims.widened} of the intervals above are over all "
+            f"{n_texts[-1] + len(WIDER_TEXTS)} texts, and the verdict says whether the added texts "
+            "fall on one side."
+            if claims.widened
+            else ""
+        )
     )
+
+
+def borderline_cells(models: dict[str, ModelEvidence]) -> dict[str, set[Cell]]:
+    """Per model, the cells of the claim rows whose per-text values straddle their threshold:
+    what ``run --wider`` evaluates on :data:`WIDER_TEXTS`."""
+    return _claims(models).borderline
 
 
 def channel_layer_answer(models: dict[str, ModelEvidence]) -> str:
