@@ -96,7 +96,7 @@ def _vm_flags(address: int) -> set[str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_NOHUGEPAGE is Linux's")
 def test_the_rows_buffer_is_kept_out_of_huge_pages(llama):
     # numpy advises huge pages for large arrays; their first write is what made a fresh
-    # process's T=1024 capture 1.5x slower on a VM (attncoda.hooks._rows._unwritten)
+    # process's T=1024 capture 1.5x slower on a VM (attncoda.hooks._rows._prefaulted)
     ds = _rows(llama, _batch(llama, 384))
     rows = ds.log_attn.values
     assert rows.nbytes > 4 << 20
