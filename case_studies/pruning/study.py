@@ -1193,26 +1193,42 @@ def _tree_state(dirty: Any) -> str:
 
 
 def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
-    """Per model with a ``clean-rerun`` folder: which cells were recomputed, at which commit,
-    and how far their per-window NLLs are from the committed cells' (relative)."""
+    """Per model with a ``clean-rerun`` folder: a summary (how many of its modified-tree cells
+    were recomputed at a clean commit, and the largest difference), then which cells were
+    recomputed, at which commit, and how far their per-window NLLs are from the committed
+    cells' (relative)."""
     lines = []
     for name, m in models.items():
         folder = results / EVIDENCE_DIR / name / CLEAN_RERUN
         rerun = load_cells(folder) if (folder / "meta.json").is_file() else {}
+        rows, worst_all = [], 0.0
         for cell, rec in sorted(rerun.items()):
             if cell not in m.cells:
                 continue
             old = m.cells[cell]
             a, b = np.asarray(old["nll"], float), np.asarray(rec["nll"], float)
             worst = float(np.max(np.abs(a - b) / np.abs(a)))
+            worst_all = max(worst_all, worst)
             ppl = [math.exp(x.sum() / sum(r["n_tokens"])) for x, r in ((a, old), (b, rec))]
             state, was = (_tree_state(r.get("dirty")) for r in (rec, old))
-            lines.append(
+            rows.append(
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
                 f"agree to {worst:.1e} (largest relative difference), perplexity "
                 f"{ppl[0]:.4f} then, {ppl[1]:.4f} now."
             )
+        if not rows:
+            continue
+        dirty = {c for c, r in m.cells.items() if r.get("dirty") is not False}
+        clean = {c for c, r in rerun.items() if r.get("dirty") is False and c in m.cells}
+        left = sorted(c.label for c in dirty - clean)
+        lines.append(
+            f"**{name}: {len(dirty & clean)} of its {len(dirty)} cells from a modified (or "
+            f"unrecorded) tree recomputed at a clean commit**; per-window NLLs agree to "
+            f"{worst_all:.1e} at most (largest relative difference)"
+            + (f"; not yet recomputed: {', '.join(left)}." if left else ".")
+        )
+        lines.extend(rows)
     return "\n".join(lines) if lines else "No cell has been recomputed at a clean commit yet."
 
 
