@@ -420,10 +420,10 @@ def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
     # the interval over all texts says where it lies
     m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
-    assert "the interval excludes 100x" in row
+    assert "the interval lies above 100x" in row
     m.wider[entropy] = rec({first: 2.0, second: 3.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
-    assert "0 of the 2 added texts above 100x; the interval excludes 100x" in row
+    assert "0 of the 2 added texts above 100x; the interval lies below 100x" in row
     m.cells[entropy] = rec({"a": 200.0, "b": 400.0}, texts)
     m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)

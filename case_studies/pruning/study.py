@@ -575,8 +575,10 @@ def _wider_words(label: str, wide: RatioInterval, threshold: float) -> str:
     added = [(t, v) for t, v in wide.per_text if t in WIDER_TEXTS]
     above = sum(v > threshold for _, v in added)
     ci = (
-        f"the interval excludes {threshold:g}x"
-        if wide.low > threshold or wide.high < threshold
+        f"the interval lies above {threshold:g}x"
+        if wide.low > threshold
+        else f"the interval lies below {threshold:g}x"
+        if wide.high < threshold
         else f"the interval spans {threshold:g}x"
     )
     texts = f"{above} of the {len(added)} added texts above {threshold:g}x; {ci}"
