@@ -332,6 +332,17 @@ def test_the_claims_ask_whether_the_100x_is_specific_to_the_full_row_scores(
         assert math.isclose(shown, content_ratio, rel_tol=0.02), (s, shown)
 
 
+def _two_text_meta() -> dict:
+    """A model folder's ``meta.json`` for two texts ``a`` and ``b`` of four windows each."""
+    return {
+        "ks": [0, 8],
+        "n_units": 40,
+        "protocol": {},
+        "cells": [],
+        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
+    }
+
+
 def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verdict():
     """Each claim row names its ablation and shows each text's own ratio; where the texts fall
     on both sides of the verdict's line, the verdict says "borderline"; the note counts the
@@ -349,13 +360,7 @@ def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verd
         E.Cell("global", "mean", "entropy", 0, 8): rec({"a": 2.0, "b": 3.0}),
         E.Cell("global", "zero", "sink_share", 0, 8): rec({"a": 1.5, "b": 1.5}),
     }
-    meta = {
-        "ks": [0, 8],
-        "n_units": 40,
-        "protocol": {},
-        "cells": [],
-        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
-    }
+    meta = _two_text_meta()
     evidence = {"m": study.ModelEvidence("m", meta, cells)}
     rows = study.claims_table(evidence).splitlines()
     assert "| ablation |" in rows[0] and "per text (a / b)" in rows[0]
@@ -387,13 +392,7 @@ def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
         entropy: rec({"a": 60.0, "b": 400.0}, texts),
         E.Cell("global", "zero", "sink_share", 0, 8): rec({"a": 1.5, "b": 1.5}, texts),
     }
-    meta = {
-        "ks": [0, 8],
-        "n_units": 40,
-        "protocol": {},
-        "cells": [],
-        "texts": {"a": {"windows": 4}, "b": {"windows": 4}},
-    }
+    meta = _two_text_meta()
     m = study.ModelEvidence("m", meta, cells)
     assert study.borderline_cells({"m": m}) == {"m": {E.BASE, entropy}}
     before = study.claims_note({"m": m})

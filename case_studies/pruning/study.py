@@ -237,6 +237,25 @@ def evidence_windows(tokenizer: Any, protocol: Evidence) -> tuple[Any, dict[str,
     return calibration, evaluation
 
 
+def _loaded_windows(
+    name: str, protocol: Evidence, prov: Provenance, label: str = ""
+) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, calibration, evaluation)`` of ``protocol`` on ``name`` (one torch thread), with
+    the assets and the token sha256s recorded in ``prov`` (evaluation texts under
+    ``name/label/text``)."""
+    import torch  # heavy; only a run needs it
+
+    torch.set_num_threads(1)
+    for asset in (name, *sorted({TEXT_STARTS[t][0] for t in (CALIBRATION_TEXT, *protocol.texts)})):
+        prov.asset(asset)
+    model, tokenizer = assets.load_model(name)
+    calibration, evaluation = evidence_windows(tokenizer, protocol)
+    prov.tokens(f"{name}/calibration ({CALIBRATION_TEXT})", calibration)
+    for t, ids in evaluation.items():
+        prov.tokens(f"{name}/{label}{'/' if label else ''}{t}", ids)
+    return model, calibration, evaluation
+
+
 def run_evidence(
     name: str,
     folder: Path,
@@ -249,16 +268,7 @@ def run_evidence(
     """The evidence protocol on one model into ``folder``: every missing cell (of ``shard``)
     (:func:`~case_studies.pruning.evidence.run_cells`, resumable), then ``window_nll.csv`` (one
     row per cell and window, the cells done so far) and the folder's ``manifest.json``."""
-    import torch  # heavy; only a run needs it
-
-    torch.set_num_threads(1)
-    for asset in (name, *sorted({TEXT_STARTS[t][0] for t in (CALIBRATION_TEXT, *protocol.texts)})):
-        prov.asset(asset)
-    model, tokenizer = assets.load_model(name)
-    calibration, evaluation = evidence_windows(tokenizer, protocol)
-    prov.tokens(f"{name}/calibration ({CALIBRATION_TEXT})", calibration)
-    for t, ids in evaluation.items():
-        prov.tokens(f"{name}/{t}", ids)
+    model, calibration, evaluation = _loaded_windows(name, protocol, prov)
     done = run_cells(
         model,
         calibration,
@@ -328,22 +338,13 @@ def run_wider(
     in first so that only the pruned models run."""
     import shutil
 
-    import torch  # heavy; only a run needs it
-
     folder = results / EVIDENCE_DIR / name
     cells = borderline_cells(read_evidence(results)).get(name, set())
     if not cells:
         print(f"{name}: no borderline claim, nothing to widen", flush=True)
         return []
-    torch.set_num_threads(1)
     protocol = dataclasses.replace(EVIDENCE[name], texts=WIDER_TEXTS)
-    for asset in (name, *sorted({TEXT_STARTS[t][0] for t in (CALIBRATION_TEXT, *WIDER_TEXTS)})):
-        prov.asset(asset)
-    model, tokenizer = assets.load_model(name)
-    calibration, evaluation = evidence_windows(tokenizer, protocol)
-    prov.tokens(f"{name}/calibration ({CALIBRATION_TEXT})", calibration)
-    for t, ids in evaluation.items():
-        prov.tokens(f"{name}/{WIDER}/{t}", ids)
+    model, calibration, evaluation = _loaded_windows(name, protocol, prov, WIDER)
     (folder / WIDER).mkdir(parents=True, exist_ok=True)
     for scores in ("head_scores.csv", "head_scores.json"):
         if not (folder / WIDER / scores).is_file():
