@@ -454,3 +454,15 @@ def test_the_mean_ablation_lines_pair_each_score_mean_with_zero():
     assert study.mean_ablation_answer({"m": study.ModelEvidence("m", meta, cells)}) == (
         "No mean-ablation cells yet."
     )
+
+
+def test_wider_refuses_a_shard_before_any_model_loads(tmp_path, monkeypatch):
+    """``run --wider`` computes its few cells in one process: a ``--shard`` beside it would be
+    ignored, so it is refused in one line before a model loads."""
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(study.assets, "load_model", no_model)
+    with pytest.raises(SystemExit, match="takes no --shard; drop --shard"):
+        study.main(["run", "--wider", "--shard", "1/2", "--out", str(tmp_path / "out")])

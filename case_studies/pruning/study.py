@@ -305,6 +305,10 @@ def run_evidence(
 
 
 def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
+    if args.wider and args.shard is not None:  # before any model loads
+        raise SystemExit(
+            "--wider computes a few cells in one process and takes no --shard; drop --shard"
+        )
     for folder in args.folders:
         model, extra = JOBS[folder]
         _prune_into(model, out / folder, extra, prov)
