@@ -15,7 +15,8 @@ Each peer gets its own copy of the model, so no side's hooks or wrappers touch a
 
 Time: one process, one thread (``_measure.one_thread``), every side warmed up on 64 tokens, then
 interleaved with the order rotated every repeat (``_measure.interleave``), process CPU time
-beside wall time, medians with min-max; ratios are CPU-time ratios, flagged unreliable where
+beside wall time, medians with min-max of :data:`REPEATS` samples (11 at T=512, 5 at 1024);
+ratios are CPU-time ratios, flagged unreliable where
 the wall-clock ratio disagrees by more than 20%. At T=2048 the first full-length call of each
 side counts as a sample (3 in all), the shorter lengths have an untimed full-length warm-up.
 
@@ -58,6 +59,10 @@ from bench_capture import MODEL, PeakRSS, _tokens  # noqa: E402
 
 SIDES = ("attncoda rows", "HF eager", "nnsight", "TransformerLens")
 LENGTHS = (512, 1024, 2048)
+#: timed samples per side and length: the shorter the call, the more samples (a T=512 call is
+#: ~2.7 s, 72% of it the model's linear layers, which both sides share; five samples left the
+#: median ratio within +-8% of parity from run to run: 0.954x, 1.05x, 1.076x)
+REPEATS = {512: 11, 1024: 5, 2048: 3}
 LONG = 4096
 MEMORY_REPEATS = 3
 
@@ -165,8 +170,10 @@ def same_attention(models: dict[str, Any], length: int) -> dict[str, float]:
     return out
 
 
-def time_sides(models: dict[str, Any], length: int, repeats: int) -> Any:
-    """Interleaved CPU/wall times of every side at ``length`` tokens (after a 64-token warm-up)."""
+def time_sides(models: dict[str, Any], length: int, repeats: int | None = None) -> Any:
+    """Interleaved CPU/wall times of every side at ``length`` tokens (after a 64-token
+    warm-up), ``repeats`` samples each (default :data:`REPEATS` of the length, else 5)."""
+    repeats = REPEATS.get(length, 5) if repeats is None else repeats
     ids = _tokens(models["tokenizer"], length)
     sides = [s for s in SIDES if s in models]
     for side in sides:  # one-time costs (imports, nnsight's tracing set-up) are not the sides'
@@ -290,7 +297,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     """Rows for ``benchmarks/run``: time ratios of every side to HF eager, peak memory, the
     same-attention check and (full run) the streamed T=4096 capture."""
     lengths = (128,) if quick else LENGTHS
-    repeats = 2 if quick else 5
+    repeats = 2 if quick else None
     found: list[dict[str, Any]] = []
 
     def memory(jobs: list[tuple[str, int, str | None]]) -> None:
