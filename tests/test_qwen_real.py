@@ -165,23 +165,6 @@ class AttentionCalls:
         return torch.stack(weights, dim=1).numpy(), outputs
 
 
-def attention_calls(model, batch, implementation: str, **capture_kwargs):
-    """The :class:`AttentionCalls` of one forward of the model's body (no output head) with the
-    given attention implementation, inside ``capture(model, **capture_kwargs)`` when given."""
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(implementation)
-    try:
-        with torch.no_grad(), AttentionCalls(model) as calls:
-            if capture_kwargs:
-                with capture(model, **capture_kwargs):
-                    model.base_model(**batch)
-            else:
-                model.base_model(**batch)
-    finally:
-        model.set_attn_implementation(previous)
-    return calls
-
-
 def _errors(a, b, mask) -> tuple[float, float]:
     """(max, root mean square) of ``|a - b|`` over ``mask``."""
     diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))[mask]
@@ -214,50 +197,58 @@ def check_rows(actual, desired, ref_actual, ref_desired, where) -> None:
     np.testing.assert_allclose(np.where(where, actual, 0), np.where(where, desired, 0), atol=tol)
 
 
-def rows_close(model, batch):
-    """A ``rows_close(actual, desired)`` for ``check_capture_on_text`` and padded batches: the
-    rows were captured with ``exact_outputs=True``, so each layer saw the plain (sdpa) model's
-    inputs; eager's weights saw eager's (:func:`check_rows`, over valid queries and keys)."""
-    valid = batch["attention_mask"].numpy().astype(bool)
-    seen = valid[:, None, None, :, None] & valid[:, None, None, None, :]
-    ref_plain, _ = attention_calls(model, batch, "sdpa").float64(valid)
-    ref_eager, _ = attention_calls(model, batch, "eager").float64(valid)
-    return lambda actual, desired: check_rows(actual, desired, ref_plain, ref_eager, seen)
-
-
 def first_tokens(tok, text: str, n: int) -> dict:
     batch = tok(text, return_tensors="pt")
-    return {k: v[:, :n] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    batch = {k: v[:, :n] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    assert batch["input_ids"].shape[1] == n
+    return batch
 
 
 def rows_and_outputs(model, batch):
-    """Rows of ``batch`` with ``exact_outputs=True``, whose logits must equal the plain model's
-    exactly, and the bound on the default (outputs from the rows): they move the logits by fp32
-    rounding, which Qwen2.5's large activations amplify. The default's bound is per layer: each
-    attention output computed from the rows is as close to the float64 output of its inputs as
-    the plain model's (sdpa) is to that of its own (:func:`as_accurate_as`); a comparison of
-    logits with HF eager's would only compare two roundings (1.5B, 128 tokens: rows 1.0e-4,
-    sdpa 5.8e-5 and eager 5.6e-5 from float64 logits; on the 0.5B the rows are the closest)."""
+    """Capture the rows of ``batch`` and check them and the outputs; returns the dataset.
+
+    With ``exact_outputs=True`` the logits equal the plain model's exactly. The default (each
+    layer's output computed from the rows) moves them by fp32 rounding, which Qwen2.5's large
+    activations amplify; it is bounded per layer: each attention output from the rows is as
+    close to the float64 output of its inputs as the plain model's (sdpa) is to that of its own
+    (:func:`as_accurate_as`; a comparison of logits with HF eager's would only compare two
+    roundings: 1.5B, 128 tokens: rows 1.0e-4, sdpa 5.8e-5, eager 5.6e-5 from float64 logits,
+    and on the 0.5B the rows are the closest). The rows saw the plain model's inputs and HF
+    eager's weights saw eager's: :func:`check_rows` over valid queries and keys. Four forwards:
+    the plain one recording its attention calls, the two captures, eager's."""
+    valid = batch["attention_mask"].numpy().astype(bool)
     with torch.no_grad():
-        before = model(**batch).logits
+        with AttentionCalls(model) as plain:
+            before = model(**batch).logits
         with capture(model, what="rows", exact_outputs=True) as cap:
             during = model(**batch).logits
+        with AttentionCalls(model) as from_rows, capture(model, what="rows"):
+            model.base_model(**batch)
+        with AttentionCalls(model) as eager:
+            weights = eager_weights(model, batch)
     np.testing.assert_array_equal(during.numpy(), before.numpy())
-    valid = batch["attention_mask"].numpy().astype(bool)
-    _, from_rows = attention_calls(model, batch, "sdpa", what="rows").float64(valid)
-    _, plain = attention_calls(model, batch, "sdpa").float64(valid)
-    rows_valid = torch.as_tensor(valid)[:, :, None].expand(*valid.shape, 1)
-    for layer, ((out, ref), (p_out, p_ref)) in enumerate(zip(from_rows, plain, strict=True)):
-        where = np.broadcast_to(rows_valid.numpy(), out.shape)
+    ref_plain, plain_outputs = plain.float64(valid)
+    _, row_outputs = from_rows.float64(valid)
+    rows_valid = valid[:, :, None]
+    pairs = zip(row_outputs, plain_outputs, strict=True)
+    for layer, ((out, ref), (p_out, p_ref)) in enumerate(pairs):
+        where = np.broadcast_to(rows_valid, out.shape)
         as_accurate_as(_errors(out, ref, where), _errors(p_out, p_ref, where), f"output {layer}")
+    seen = valid[:, None, None, :, None] & valid[:, None, None, None, :]
+    rows = np.exp(cap.dataset.log_attn.values)
+    check_rows(rows, weights, ref_plain, eager.float64(valid)[0], seen)
     return cap.dataset
 
 
 def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
     name, model, tok = qwen
-    batch = tok(emma, return_tensors="pt")
-    batch = {k: v[:, :128] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    ds = rows_and_outputs(model, batch)
+    batch = first_tokens(tok, emma, 64)
+    with torch.no_grad():
+        before = model(**batch).logits
+        with capture(model, what="summaries") as cap:
+            during = model(**batch).logits
+    np.testing.assert_array_equal(during.numpy(), before.numpy())  # the model's kernel ran
+    ds = cap.dataset
     assert ds.attrs["family"] == "qwen2"
     assert ds.attrs["provenance"] == zoo.get_entry(name).provenance
     files = json.loads((assets.asset_path(name) / "manifest.json").read_text())["files"]
@@ -268,18 +259,12 @@ def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
 
 def test_rows_on_austen(qwen, emma):
     _, model, tok = qwen
-    close = rows_close(model, first_tokens(tok, emma, 256))
-    check_capture_on_text(
-        model, tok, emma, 256, summaries=False, rows_close=close, exact_outputs=True
-    )
+    rows_and_outputs(model, first_tokens(tok, emma, 256))
 
 
 def test_rows_on_wikipedia(qwen, wiki):
     _, model, tok = qwen
-    close = rows_close(model, first_tokens(tok, wiki, 160))
-    check_capture_on_text(
-        model, tok, wiki, 160, summaries=False, rows_close=close, exact_outputs=True
-    )
+    rows_and_outputs(model, first_tokens(tok, wiki, 160))
 
 
 def test_summaries_on_austen(qwen, emma):
@@ -302,7 +287,6 @@ def test_left_padding(qwen, emma, wiki):
     seen = valid[:, None, None, :, None] & valid[:, None, None, None, :]
     padded_keys = np.broadcast_to(valid[:, None, None, :, None] & ~seen, rows.shape)
     assert (rows[padded_keys] == 0).all()  # padding is a structural zero
-    rows_close(model, batch)(rows, eager_weights(model, batch))
 
 
 def test_generate_inside_capture(qwen, emma):
