@@ -217,6 +217,15 @@ def eager_weights(model, batch):
     return torch.stack(out.attentions, dim=1).numpy()
 
 
+def first_tokens(tokenizer, text: str, n: int) -> dict:
+    """The first ``n`` tokens of ``text`` as a batch of one (``input_ids``, ``attention_mask``),
+    checked to be ``n`` long (a text too short for the test fails it, not shortens it)."""
+    batch = tokenizer(text, return_tensors="pt")
+    batch = {k: v[:, :n] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    assert batch["input_ids"].shape[1] == n
+    return batch
+
+
 def check_capture_on_text(
     model,
     tokenizer,
@@ -243,9 +252,7 @@ def check_capture_on_text(
     import attncoda as ac
     from attncoda.hooks import capture
 
-    batch = tokenizer(text, return_tensors="pt")
-    batch = {k: v[:, :length] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    assert batch["input_ids"].shape[1] == length
+    batch = first_tokens(tokenizer, text, length)
     with torch.no_grad():
         before = model(**batch).logits
         what = "both" if summaries else "rows"

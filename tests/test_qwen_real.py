@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import UPDATE_TABLES, check_capture_on_text, eager_weights, need, table_block
+from conftest import (
+    UPDATE_TABLES,
+    check_capture_on_text,
+    eager_weights,
+    first_tokens,
+    need,
+    table_block,
+)
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture, zoo  # noqa: E402
@@ -197,13 +204,6 @@ def check_rows(actual, desired, ref_actual, ref_desired, where) -> None:
     np.testing.assert_allclose(np.where(where, actual, 0), np.where(where, desired, 0), atol=tol)
 
 
-def first_tokens(tok, text: str, n: int) -> dict:
-    batch = tok(text, return_tensors="pt")
-    batch = {k: v[:, :n] for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-    assert batch["input_ids"].shape[1] == n
-    return batch
-
-
 def rows_and_outputs(model, batch):
     """Capture the rows of ``batch`` and check them and the outputs; returns the dataset.
 
@@ -345,12 +345,8 @@ def sink_profile(model, tokenizer, text: str) -> dict:
     the key with the most attention in layer ``l`` (mean over heads and the queries of the second
     half, among the keys of the first half, which all those queries see).
     """
-    batch = tokenizer(text, return_tensors="pt")
-    batch = {
-        k: v[:, :PROFILE_TOKENS] for k, v in batch.items() if k in ("input_ids", "attention_mask")
-    }
-    t = batch["input_ids"].shape[1]
-    assert t == PROFILE_TOKENS
+    batch = first_tokens(tokenizer, text, PROFILE_TOKENS)
+    t = PROFILE_TOKENS
     with torch.no_grad(), capture(model, what="rows") as cap:
         model(**batch)
     ds = cap.dataset
