@@ -135,6 +135,7 @@ def cluster_heads(
     require_dataset(data, "cluster_heads")
     from scipy.cluster.hierarchy import cophenet, fcluster, linkage
     from scipy.spatial.distance import squareform
+    import sklearn
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score
     from threadpoolctl import threadpool_limits
@@ -168,8 +169,10 @@ def cluster_heads(
         )
 
     # tiny problems (N <= a few hundred): one BLAS/OpenMP thread avoids oversubscription, which
-    # made k-means and eigh 100x slower on a shared 2-core machine
-    with threadpool_limits(limits=1):
+    # made k-means and eigh 100x slower on a shared 2-core machine. scikit-learn's check of its
+    # own arguments (fixed here) ran on each of SMACOF's up to 300 distance calls and took half
+    # of the MDS time; the data checks (finite, shapes) still run.
+    with threadpool_limits(limits=1), sklearn.config_context(skip_parameter_validation=True):
         for v in views:
             _cluster_one(v)
     pairs = [(a, b) for i, a in enumerate(views) for b in views[i + 1 :]]

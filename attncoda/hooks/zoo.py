@@ -1263,7 +1263,7 @@ def load(
             dtype="float32" if dtype == "auto" else torch_dtype,
         )
         if device != "cpu":
-            twin = twin.to(device)  # type: ignore[arg-type]  # transformers types .to narrowly
+            twin = twin.to(device)
         from ._registry import text_config  # imports torch: only when a model is built
 
         return twin, ByteTokenizer(int(text_config(twin).vocab_size))
