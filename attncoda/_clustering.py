@@ -39,26 +39,63 @@ def _as_distance(metric: str, d: np.ndarray) -> np.ndarray:
     return np.maximum(d, 0.0)
 
 
-def _mds(d: np.ndarray, n_components: int, seed: int) -> tuple[np.ndarray, float]:
-    from sklearn.manifold import MDS
+def _smacof(
+    d: np.ndarray, x: np.ndarray, max_iter: int = 300, eps: float = 1e-6
+) -> tuple[np.ndarray, float]:
+    """Metric SMACOF (Guttman transforms) from the start ``x``: the embedding and its raw
+    stress. scikit-learn's ``smacof(metric=True)`` step for step (its Euclidean distances by the
+    same Gram formula, the same zero guard and convergence rule), without its input checks on
+    each of up to 300 distance computations, which cost 3x the arithmetic at N = 72."""
 
-    try:
-        mds = MDS(
-            n_components=n_components,
-            metric="precomputed",
-            init="classical_mds",
-            random_state=seed,
-            normalized_stress="auto",
-        )
-    except TypeError:  # scikit-learn < 1.8
-        mds = MDS(n_components=n_components, dissimilarity="precomputed", random_state=seed)
-    emb = mds.fit_transform(d)
+    def distances(x: np.ndarray) -> np.ndarray:
+        sq = np.einsum("ij,ij->i", x, x)[:, None]
+        out = -2 * (x @ x.T)
+        out += sq
+        out += sq.T
+        np.maximum(out, 0, out=out)
+        np.fill_diagonal(out, 0)
+        return np.sqrt(out, out=out)
+
+    n = d.shape[0]
+    dist = distances(x)
+    old = None
+    stress = 0.0
+    for _ in range(max_iter):
+        dist[dist == 0] = 1e-5
+        ratio = d / dist
+        b = -ratio
+        b[np.arange(n), np.arange(n)] += ratio.sum(axis=1)
+        x = 1.0 / n * np.dot(b, x)
+        dist = distances(x)
+        stress = float(((dist.ravel() - d.ravel()) ** 2).sum() / 2)
+        if old is not None and (old - stress) / ((dist.ravel() ** 2).sum() / 2) < eps:
+            break
+        old = stress
+    return x, stress
+
+
+def _mds(d: np.ndarray, n_components: int) -> tuple[np.ndarray, float]:
+    """Metric MDS of the dissimilarities ``d``: SMACOF (:func:`_smacof`) started from classical
+    (Torgerson) MDS, as scikit-learn's ``MDS(metric="precomputed", init="classical_mds")``
+    (>= 1.8) computes it, on every scikit-learn version; centred, each axis pointing towards
+    its largest-magnitude unit. Returns the embedding and its raw stress."""
+    from scipy import linalg
+
+    b = d**2
+    b = b - np.mean(b, axis=0)
+    b -= np.mean(b, axis=1, keepdims=True)
+    b *= -0.5
+    w, u = linalg.eigh(b)
+    w, u = w[::-1][:n_components], u[:, ::-1][:, :n_components]
+    with np.errstate(invalid="ignore"):  # a negative eigenvalue: no Euclidean start, as sklearn
+        start = np.sqrt(w) * u
+    emb, stress = _smacof(d, start)
     emb = emb - emb.mean(axis=0)
     # a deterministic orientation: each axis points towards its largest-magnitude unit
     for j in range(emb.shape[1]):
         if emb[np.argmax(np.abs(emb[:, j])), j] < 0:
             emb[:, j] = -emb[:, j]
-    return emb, float(mds.stress_)
+    return emb, stress
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -89,12 +126,13 @@ def cluster_heads(
 
     For each convention: average-linkage (``method``) hierarchical clustering of the
     dissimilarities (scipy), cut into ``k`` clusters for each ``k`` in ``ks``; a metric MDS
-    embedding (scikit-learn, classical-MDS start); k-means on the embedding; the cophenetic
-    correlation of the tree with its dissimilarities; and how the leading structure relates to
-    the sink channel: Spearman's rho of each MDS axis with the heads' mean sink share, and the
-    adjusted Rand index (ARI) of each partition with the split "mean sink share above
-    ``sink_threshold``". Between conventions: ARI of the partitions, the correlation of the two
-    trees' cophenetic distances, and the correlation of the dissimilarities themselves.
+    embedding (SMACOF from the classical-MDS start, as scikit-learn's ``MDS`` computes it);
+    k-means (scikit-learn) on the embedding; the cophenetic correlation of the tree with its
+    dissimilarities; and how the leading structure relates to the sink channel: Spearman's rho
+    of each MDS axis with the heads' mean sink share, and the adjusted Rand index (ARI) of each
+    partition with the split "mean sink share above ``sink_threshold``". Between conventions:
+    ARI of the partitions, the correlation of the two trees' cophenetic distances, and the
+    correlation of the dissimilarities themselves.
 
     Dissimilarities are symmetrised (``kl``) and, for ``aitchison``, square-rooted (so they are
     Euclidean distances of the heads' stacked clr rows).
@@ -133,9 +171,9 @@ def cluster_heads(
     (('convention', 'k', 'unit'), True)
     """
     require_dataset(data, "cluster_heads")
+    import sklearn
     from scipy.cluster.hierarchy import cophenet, fcluster, linkage
     from scipy.spatial.distance import squareform
-    import sklearn
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score
     from threadpoolctl import threadpool_limits
@@ -162,16 +200,15 @@ def cluster_heads(
         c, coph = cophenet(z, y)
         dist[v], trees[v], cophs[v], fit[v] = y, z, coph, float(c)
         labels[v] = np.stack([fcluster(z, k, criterion="maxclust") for k in ks])
-        emb, st = _mds(d, n_components, seed)
+        emb, st = _mds(d, n_components)
         embs[v], stress[v] = emb, st
         kmlabels[v] = np.stack(
             [KMeans(k, n_init=4, random_state=seed).fit_predict(emb) + 1 for k in ks]
         )
 
     # tiny problems (N <= a few hundred): one BLAS/OpenMP thread avoids oversubscription, which
-    # made k-means and eigh 100x slower on a shared 2-core machine. scikit-learn's check of its
-    # own arguments (fixed here) ran on each of SMACOF's up to 300 distance calls and took half
-    # of the MDS time; the data checks (finite, shapes) still run.
+    # made k-means and eigh 100x slower on a shared 2-core machine; scikit-learn's checks of
+    # its own arguments (fixed here) are skipped, its checks of the data still run
     with threadpool_limits(limits=1), sklearn.config_context(skip_parameter_validation=True):
         for v in views:
             _cluster_one(v)

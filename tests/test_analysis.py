@@ -465,6 +465,32 @@ def test_clustering_structure_from_the_sink_disappears_when_it_is_dropped():
     assert cl.mds.sizes["component"] == 2
 
 
+@pytest.mark.parametrize("metric", ["js", "aitchison"])
+def test_the_mds_embedding_is_scikit_learns_metric_mds_from_the_classical_start(metric):
+    """attncoda's SMACOF (no per-iteration input checks) computes what scikit-learn's
+    ``MDS(metric="precomputed", init="classical_mds")`` computes, on the same dissimilarities."""
+    from sklearn.manifold import MDS
+
+    ds = grouped_rows(sink_logit=-1.5)
+    cl = ac.cluster_heads(ds, metric, ["kept", "dropped"], ks=(2,))
+    cmp = ac.head_comparisons(ds, metric)
+    for conv in ("kept", "dropped"):
+        d = cmp[metric].sel(view=conv).values.astype(np.float64)
+        d = np.maximum((d + d.T) / 2, 0)
+        if metric == "aitchison":
+            d = np.sqrt(d)
+        np.fill_diagonal(d, 0)
+        try:
+            mds = MDS(2, metric="precomputed", init="classical_mds", normalized_stress="auto")
+        except TypeError:
+            pytest.skip("scikit-learn < 1.8 has no classical-MDS start")
+        want = mds.fit_transform(d)
+        want = want - want.mean(axis=0)
+        want *= np.sign(want[np.argmax(np.abs(want), axis=0), [0, 1]])  # attncoda's orientation
+        np.testing.assert_allclose(cl.mds.sel(convention=conv).values, want, rtol=0, atol=1e-9)
+        assert cl.stress.sel(convention=conv).item() == pytest.approx(mds.stress_, rel=1e-9)
+
+
 def test_clustering_input_checks():
     ds = ac.testing.synthetic_rows(n_layers=1, n_heads=3)
     with pytest.raises(ac.AnalysisError, match="k must"):
