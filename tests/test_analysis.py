@@ -491,6 +491,31 @@ def test_the_mds_embedding_is_scikit_learns_metric_mds_from_the_classical_start(
         assert cl.stress.sel(convention=conv).item() == pytest.approx(mds.stress_, rel=1e-9)
 
 
+@pytest.mark.parametrize("sink_logit", [-1.5, -60.0])
+def test_the_adjusted_rand_indices_are_scikit_learns(sink_logit):
+    """Every ARI cluster_heads reports equals scikit-learn's ``adjusted_rand_score`` of the
+    labels it reports, to the last bit (attncoda computes the same integer formula without
+    scikit-learn's sparse table)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    ds = grouped_rows(sink_logit=sink_logit)
+    views = ["kept", "dropped", "sink", "content"]
+    cl = ac.cluster_heads(ds, "js", views, ks=(2, 3, 5))
+    heavy = (cl.sink_share.values > 0.3).astype(int)
+    for pair in cl.pair.values:
+        a, b = str(pair).split("/")
+        for k in cl.k.values:
+            for labels, ari in (("labels", "ari"), ("kmeans", "ari_kmeans")):
+                want = adjusted_rand_score(
+                    cl[labels].sel(convention=a, k=k), cl[labels].sel(convention=b, k=k)
+                )
+                assert cl[ari].sel(pair=pair, k=k).item() == want
+    for v in views:
+        for k in cl.k.values:
+            want = adjusted_rand_score(heavy, cl.labels.sel(convention=v, k=k))
+            assert cl.ari_sink_split.sel(convention=v, k=k).item() == want
+
+
 def test_clustering_input_checks():
     ds = ac.testing.synthetic_rows(n_layers=1, n_heads=3)
     with pytest.raises(ac.AnalysisError, match="k must"):
