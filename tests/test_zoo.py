@@ -132,6 +132,27 @@ def test_no_provenance_where_the_registry_cannot_vouch(tmp_path):
     assert zoo.provenance_of(zoo.load(folder)[0]) == ""
 
 
+def test_model_id_names_an_asset_the_same_wherever_its_cache_lives(tmp_path):
+    """A model loaded from an offline asset is recorded by its registry name, not by the
+    checkpoint folder of one machine's cache; other models by their name or folder."""
+    from attncoda.hooks import capture
+
+    entry = zoo.get_entry("qwen2.5-coder-0.5b")
+    for where in ("home", "elsewhere"):  # two caches, e.g. two machines or $ATTNCODA_CACHE
+        folder = _asset_folder(tmp_path / where, "qwen2", {"asset": entry.asset, "kind": "model"})
+        model, _ = zoo.load(folder)
+        assert zoo.model_id(model) == entry.name
+    with torch.no_grad(), capture(model, what="summaries") as cap:
+        model(**zoo.tiny_batch(model, length=6))
+    assert cap.dataset.attrs["model_id"] == entry.name
+    assert zoo.model_id(zoo.tiny_twin("llama")) == "tiny-twin-llama-seed0"
+    plain = _asset_folder(tmp_path / "plain", "llama", {"asset": "austen", "kind": "corpus"})
+    assert zoo.model_id(zoo.load(plain)[0]) == str(plain)  # not a model asset: its folder
+    bare = zoo.tiny_twin("llama")
+    bare.config._name_or_path = ""
+    assert zoo.model_id(bare) == type(bare).__name__
+
+
 def test_resolve_family():
     assert zoo.resolve_family("gemma3") == "gemma3_text"
     assert zoo.resolve_family("GPT-OSS") == "gpt_oss"

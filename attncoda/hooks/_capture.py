@@ -88,7 +88,7 @@ from ._spec import (
     _sink_choice,
 )
 from ._tokens import special_token_ids, token_strings, warn_if_sink_not_special
-from .zoo import provenance_of
+from .zoo import model_id, provenance_of
 
 __all__ = [
     "ATTENTION_NAME",
@@ -872,7 +872,7 @@ def _model_info(model: Any) -> dict[str, Any]:
     config = getattr(model, "config", None)
     dtype = next((p.dtype for p in model.parameters()), torch.float32)
     info = {
-        "model_id": str(getattr(config, "_name_or_path", "") or type(model).__name__),
+        "model_id": model_id(model),
         "family": str(getattr(config, "model_type", "")),
         "dtype": str(dtype).replace("torch.", ""),
         "weights_sha256": weights_sha256(model),

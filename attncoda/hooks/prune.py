@@ -61,6 +61,7 @@ from .scores import (
     prune_plan,
     score_info,
 )
+from .zoo import model_id
 
 __all__ = [
     "CALIBRATION_TEXT",
@@ -338,7 +339,7 @@ def sweep_pruning(
     finally:
         bar.close()
     meta = {
-        "model_id": str(getattr(model.config, "_name_or_path", "")),
+        "model_id": model_id(model),
         "n_layers": layout.n_layers,
         "n_heads": layout.n_heads,
         "n_kv_heads": layout.n_kv_heads,

@@ -37,6 +37,7 @@ from ._capture import capture
 from ._registry import AttentionPlugin, plugged
 from .evaluate import tokens_sha256, window_nll
 from .gates import GateError, Unit, _check_unit, _require_registry, head_layout
+from .zoo import model_id
 
 __all__ = [
     "ATTENTION_SCORES",
@@ -381,7 +382,7 @@ def head_scores(
             "n_windows": len(ids_all),
             "window": int(ids_all.shape[1]),
             "tokens_sha256": tokens_sha256(ids_all),
-            "model_id": str(getattr(model.config, "_name_or_path", "")),
+            "model_id": model_id(model),
         },
     )
 

@@ -76,6 +76,7 @@ __all__ = [
     "list_models",
     "load",
     "load_config",
+    "model_id",
     "model_shape",
     "provenance_of",
     "pythia_revisions",
@@ -524,6 +525,59 @@ def get_entry(name: str) -> ModelEntry:
     return entry
 
 
+def _asset_entry(model: Any) -> ModelEntry | None:
+    """The registry entry of the offline asset a model was loaded from, recognised by the asset
+    manifest in its checkpoint folder (``config._name_or_path``); ``None`` for anything else."""
+    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    if not where:
+        return None
+    try:
+        manifest = json.loads((Path(where) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "model":
+        return None
+    asset = manifest.get("asset")
+    return next((e for e in MODELS if e.asset is not None and e.asset == asset), None)
+
+
+def model_id(model: Any) -> str:
+    """The name records give a loaded model (a capture's ``model_id`` attribute, pruning and
+    score metadata).
+
+    A model loaded from an offline asset (``load(NAME)`` or
+    :func:`attncoda.hooks.assets.load_model`) is named by the registry (``"smollm2-135m"``),
+    the same on every machine wherever its cache lives (``$ATTNCODA_CACHE``), rather than by
+    its checkpoint folder there; anything else by ``config._name_or_path`` (a hub id, a local
+    folder, a twin's name), or by its class name when that is empty.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+
+    Returns
+    -------
+    str
+
+    See Also
+    --------
+    provenance_of : what the registry knows of an offline asset's weights.
+
+    Examples
+    --------
+    >>> model_id(tiny_twin("qwen2"))
+    'tiny-twin-qwen2-seed0'
+    >>> model, tok = load("smollm2-135m")  # doctest: +SKIP
+    >>> model_id(model)  # doctest: +SKIP
+    'smollm2-135m'
+    """
+    entry = _asset_entry(model)
+    if entry is not None:
+        return entry.name
+    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    return where or type(model).__name__
+
+
 def provenance_of(model: Any) -> str:
     """The registry's provenance of a loaded model's weights, or ``""`` when it cannot vouch.
 
@@ -552,17 +606,7 @@ def provenance_of(model: Any) -> str:
     >>> provenance_of(model)  # doctest: +SKIP
     'Qwen2.5-Coder-0.5B-Instruct: instruction-tuned code model; offline weights are ...'
     """
-    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
-    if not where:
-        return ""
-    try:
-        manifest = json.loads((Path(where) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    if not isinstance(manifest, dict) or manifest.get("kind") != "model":
-        return ""
-    asset = manifest.get("asset")
-    entry = next((e for e in MODELS if e.asset is not None and e.asset == asset), None)
+    entry = _asset_entry(model)
     return entry.provenance if entry is not None else ""
 
 

@@ -49,6 +49,7 @@ import torch
 import xarray as xr
 
 import attncoda as ac
+from attncoda.hooks import zoo
 from attncoda.hooks.evaluate import perplexity, tokens_sha256
 from attncoda.hooks.gates import gates, head_layout, head_means
 from attncoda.hooks.prune import sweep_ks
@@ -359,7 +360,7 @@ def run_cells(
         wanted = set(only) | {BASE}
         cells = [c for c in cells if c in wanted]
     meta = {
-        "model_id": str(getattr(model.config, "_name_or_path", "")),
+        "model_id": zoo.model_id(model),
         "n_layers": layout.n_layers,
         "n_heads": layout.n_heads,
         "n_kv_heads": layout.n_kv_heads,
