@@ -777,7 +777,14 @@ MIN_BLOCKED_BYTES = 64 << 20
 PRODUCT_BLOCK_BYTES = 1 << 20
 
 
-def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **kwargs: Any) -> Any:
+def by_row_blocks(
+    fn: Any,
+    x: Array,
+    axis: int,
+    out_field: str | None = None,
+    row_args: dict[str, np.ndarray] | None = None,
+    **kwargs: Any,
+) -> Any:
     """Apply a row-wise transform ``fn(block, **kwargs)`` to blocks of rows of ``x``.
 
     Only for a large, C-contiguous numpy ``x`` with the parts on its last axis (otherwise, and
@@ -786,7 +793,9 @@ def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **
     ``fn`` returns an array or a dataclass of arrays whose first axis is the block's rows; the
     blocks' results are written into arrays for all rows, with ``x``'s leading shape. With
     ``out_field``, ``fn`` also takes ``<out_field>_out=``, the block's slice of that field's
-    result, and may compute the field in place there (saving a copy).
+    result, and may compute the field in place there (saving a copy). ``row_args`` are numpy
+    arrays that broadcast to ``x`` (masks of keys): each block gets its rows of them (``None``
+    is returned where one does not broadcast).
     """
     if not isinstance(x, np.ndarray) or x.ndim < 2 or not x.flags.c_contiguous:
         return None
@@ -798,12 +807,19 @@ def by_row_blocks(fn: Any, x: Array, axis: int, out_field: str | None = None, **
     step = max(1, ROW_BLOCK_BYTES // max(1, n_parts * 8))
     if n_parts == 0 or n_rows <= step:
         return None
+    by_rows: dict[str, np.ndarray] = {}
+    for name, arr in (row_args or {}).items():
+        try:  # a copy of the mask where its broadcast view has no row layout (1 byte a part)
+            by_rows[name] = np.broadcast_to(arr, x.shape).reshape(-1, n_parts)
+        except ValueError:
+            return None
     outs: list[np.ndarray] | None = None
     first: Any = None
     extra: dict[str, np.ndarray] = {}
     try:
         for start in range(0, n_rows, step):
-            res = fn(rows[start : start + step], **kwargs, **extra)
+            block_args = {k: v[start : start + step] for k, v in by_rows.items()}
+            res = fn(rows[start : start + step], **kwargs, **extra, **block_args)
             parts = [res] if isinstance(res, np.ndarray) else list(vars(res).values())
             if not all(isinstance(p, np.ndarray) and p.ndim >= 1 for p in parts):
                 return None

@@ -243,13 +243,22 @@ def decompose(
     True
     """
     check_degenerate(degenerate)
-    if mask is None and (sink is None or isinstance(sink, (int, np.integer, list, tuple))):
+    # large inputs go through blocks of rows (temporaries in cache, no full-size ones to fault
+    # in), with a boolean sink or mask array too: each block gets its rows of them
+    row_args = {
+        name: arr
+        for name, arr in (("sink", sink), ("mask", mask))
+        if isinstance(arr, np.ndarray) and arr.dtype == np.bool_ and arr.ndim >= 1
+    }
+    index_sink = sink is None or isinstance(sink, (int, np.integer, list, tuple))
+    if (mask is None or "mask" in row_args) and (index_sink or "sink" in row_args):
         blocks = by_row_blocks(
             _decompose,
             x,
             axis,
             out_field="content",
-            sink=sink,
+            row_args=row_args,
+            **({} if "sink" in row_args else {"sink": sink}),
             validate=validate,
             from_logits=from_logits,
             degenerate=degenerate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import check_capture_on_text, eager_weights, need
+from conftest import assert_allclose, check_capture_on_text, eager_weights, need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture  # noqa: E402
@@ -48,7 +48,7 @@ def test_minilm_bidirectional_rows(emma):
         model(**batch)
     weights = eager_weights(model, batch)
     valid = batch["attention_mask"].numpy().astype(bool)[:, None, None, :, None]
-    np.testing.assert_allclose(
+    assert_allclose(
         np.where(valid, np.exp(cap.dataset.log_attn.values), 0),
         np.where(valid, weights, 0),
         atol=1e-5,

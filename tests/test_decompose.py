@@ -249,3 +249,67 @@ def test_torch_decomposition_matches_numpy(rng):
         np.testing.assert_allclose(getattr(b, field).numpy(), getattr(a, field), atol=TIGHT)
     g = ac.group_decompose(torch.tensor(z), [[0], [1], list(range(2, 11))], from_logits=True)
     assert isinstance(g.shares, torch.Tensor)
+
+
+def _sliding_causal_rows(rng, n_rows, keys, window):
+    """log-attention rows of causal queries (row i sees keys up to i % keys) under a sliding
+    window (keys older than ``window`` invisible): -inf where invisible."""
+    q = np.arange(n_rows)[:, None] % keys
+    k = np.arange(keys)[None, :]
+    visible = (k <= q) & (k > q - window)
+    z = np.where(visible, rng.standard_normal((n_rows, keys)), -np.inf)
+    return z, visible
+
+
+def test_blocks_with_a_sink_mask_or_a_key_mask_equal_the_one_shot_path(rng, monkeypatch):
+    """A large input with a boolean sink array or mask goes through blocks of rows (no
+    full-size temporaries): the same numbers as in one go, degenerate rows included (the first
+    query: only the sink; past the window: no sink; a row with no visible key)."""
+    from attncoda import _array
+    from attncoda import _decompose as module
+
+    calls = []
+    one_go = module._decompose
+    monkeypatch.setattr(module, "_decompose", lambda *a, **k: calls.append(1) or one_go(*a, **k))
+    monkeypatch.setattr(_array, "MIN_BLOCKED_BYTES", 1)
+    monkeypatch.setattr(_array, "ROW_BLOCK_BYTES", 7 * 12 * 8)  # blocks of 7 rows
+    z, visible = _sliding_causal_rows(rng, 60, 12, 5)
+    z[59] = -np.inf  # no visible key at all
+    sink = np.zeros(z.shape, dtype=bool)
+    sink[:, 0] = True  # the BOS sink, invisible once it leaves the window
+    sink[::3, 1] = True  # and a second sink key in every third row
+    padded = np.ones((5, 1, 12), dtype=bool)  # keys of 5 samples of 12 queries, broadcast
+    padded[1, :, :3] = False  # a left-padded sample
+    for x, kwargs in (
+        (z, {"sink": sink}),
+        (z, {"sink": sink & visible, "mask": visible}),
+        (z.reshape(5, 12, 12), {"mask": padded}),
+    ):
+        calls.clear()
+        blocked = ac.decompose(x, from_logits=True, degenerate="nan", **kwargs)
+        assert len(calls) == 9  # 60 rows in blocks of 7
+        one_shot = ac.decompose(x.tolist(), from_logits=True, degenerate="nan", **kwargs)
+        for field in vars(one_shot):
+            np.testing.assert_allclose(
+                getattr(blocked, field),
+                getattr(one_shot, field),
+                rtol=1e-12,
+                atol=1e-15,
+                err_msg=field,
+            )
+    # without degenerate="nan", the input is refused as in one go (the rows past the window
+    # have an invisible sink): the blocks give way to the one-shot path and its message
+    with pytest.raises(ac.ShapeMismatchError) as blocked_error:
+        ac.decompose(z[:58], from_logits=True, sink=sink[:58])
+    with pytest.raises(ac.ShapeMismatchError) as one_shot_error:
+        ac.decompose(z[:58].tolist(), from_logits=True, sink=sink[:58])
+    assert str(blocked_error.value) == str(one_shot_error.value)
+    # and the first query's rows (only the sink visible)
+    early = np.repeat(z[:5], 12, axis=0)  # 60 rows, degenerate ones in every block
+    bos = np.zeros(early.shape, dtype=bool)
+    bos[:, 0] = True
+    with pytest.raises(ac.TooFewPartsError) as blocked_error:
+        ac.decompose(early, from_logits=True, sink=bos)
+    with pytest.raises(ac.TooFewPartsError) as one_shot_error:
+        ac.decompose(early.tolist(), from_logits=True, sink=bos)
+    assert str(blocked_error.value) == str(one_shot_error.value)

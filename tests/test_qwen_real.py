@@ -18,6 +18,7 @@ import pytest
 
 from conftest import (
     UPDATE_TABLES,
+    assert_allclose,
     check_capture_on_text,
     eager_weights,
     first_tokens,
@@ -201,7 +202,7 @@ def check_rows(actual, desired, ref_actual, ref_desired, where) -> None:
     eager_error = _errors(desired, ref_desired, where)
     as_accurate_as(_errors(actual, ref_actual, where), eager_error, "rows")
     tol = 1e-5 if eager_error[0] <= 5e-6 else 2.5 * eager_error[0]
-    np.testing.assert_allclose(np.where(where, actual, 0), np.where(where, desired, 0), atol=tol)
+    assert_allclose(np.where(where, actual, 0), np.where(where, desired, 0), atol=tol)
 
 
 def rows_and_outputs(model, batch):
