@@ -22,6 +22,13 @@ from _pytest.doctest import DoctestItem
 #: as wall time on a shared machine says little (CONTRIBUTING.md, "Commands").
 _CPU_LOG = os.environ.get("ATTNCODA_TEST_CPU")
 
+#: numpy asks the kernel for huge pages for every array of 4 MB or more; a kernel that compacts
+#: memory to find them (``defrag`` = ``madvise``, as on the 2-core CI machine) spends seconds of
+#: system time on the suite's large temporaries: Gemma-3's capture test took 8.8 s of it, 3.6 s
+#: without. Set here, before the pytest-xdist workers and the tests' processes start (they read
+#: it when they import numpy); the numbers do not change. A value already set is kept.
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _THREADS = str(max(1, (os.cpu_count() or 1) // _WORKERS))
