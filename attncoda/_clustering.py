@@ -85,7 +85,7 @@ def _mds(d: np.ndarray, n_components: int) -> tuple[np.ndarray, float]:
     from scipy import linalg
 
     b = d**2
-    b = b - np.mean(b, axis=0)
+    b -= np.mean(b, axis=0)
     b -= np.mean(b, axis=1, keepdims=True)
     b *= -0.5
     w, u = linalg.eigh(b)

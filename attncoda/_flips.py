@@ -159,9 +159,10 @@ def _bootstrap_rates(
     cols = max(1, (1 << 15) // max(1, n_boot))
     x, y = np.empty((n_boot, cols)), np.empty((n_boot, cols))
     for j in range(0, n_trip, cols):
-        xs, ys = x[:, : min(cols, n_trip - j)], y[:, : min(cols, n_trip - j)]
-        np.matmul(weights, delta1[:, j : j + cols], out=xs)
-        np.matmul(weights, delta2[:, j : j + cols], out=ys)
+        width = min(cols, n_trip - j)
+        xs, ys = x[:, :width], y[:, :width]
+        np.matmul(weights, delta1[:, j : j + width], out=xs)
+        np.matmul(weights, delta2[:, j : j + width], out=ys)
         np.multiply(np.sign(xs, out=xs), np.sign(ys, out=ys), out=xs)
         flips += np.count_nonzero(xs < 0, axis=1)
     return flips / max(n_trip, 1)

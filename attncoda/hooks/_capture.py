@@ -88,7 +88,7 @@ from ._spec import (
     _sink_choice,
 )
 from ._tokens import special_token_ids, token_strings, warn_if_sink_not_special
-from .zoo import model_id, provenance_of
+from .zoo import _name_or_path, model_id, provenance_of
 
 __all__ = [
     "ATTENTION_NAME",
@@ -900,7 +900,7 @@ def weights_sha256(model: Any) -> str:
     """
     if model in _WEIGHTS_SHA:
         return _WEIGHTS_SHA[model]
-    folder = Path(str(getattr(getattr(model, "config", None), "_name_or_path", "") or "."))
+    folder = Path(_name_or_path(model) or ".")
     manifest = folder / "manifest.json"
     digest = ""
     if folder.is_dir() and manifest.is_file():

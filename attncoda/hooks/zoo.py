@@ -525,10 +525,15 @@ def get_entry(name: str) -> ModelEntry:
     return entry
 
 
+def _name_or_path(model: Any) -> str:
+    """``model.config._name_or_path`` (its checkpoint folder or hub id), ``""`` if none."""
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+
+
 def _asset_entry(model: Any) -> ModelEntry | None:
     """The registry entry of the offline asset a model was loaded from, recognised by the asset
     manifest in its checkpoint folder (``config._name_or_path``); ``None`` for anything else."""
-    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    where = _name_or_path(model)
     if not where:
         return None
     try:
@@ -574,8 +579,7 @@ def model_id(model: Any) -> str:
     entry = _asset_entry(model)
     if entry is not None:
         return entry.name
-    where = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
-    return where or type(model).__name__
+    return _name_or_path(model) or type(model).__name__
 
 
 def provenance_of(model: Any) -> str:
