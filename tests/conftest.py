@@ -62,6 +62,7 @@ CPU_SECONDS = {
     "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[arach]": 60.0,
     "tests/test_conventions_real.py::test_minilm_quick_cells_resume_and_give_a_claim_table": 45.0,
     "tests/test_docs.py::test_sphinx_site_builds_with_the_executed_gallery": 30.0,
+    "tests/test_types.py::test_mypy_finds_no_type_errors": 27.0,
     "tests/test_capture_real.py::test_gemma3_rows_and_summaries_past_the_sliding_window": 30.0,
     "tests/test_docs.py::test_python_blocks_of_the_docs_run[docs/cluster.md]": 30.0,
     "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[rpa]": 26.0,
