@@ -45,12 +45,11 @@ from ._array import (
     is_tensor,
     labelled,
     log_composition,
-    logsumexp,
     parts_last,
     sum_where,
     too_few_parts,
 )
-from ._entropy import _binary_from_logs, _neg_plogp
+from ._entropy import _binary_from_logs
 from ._errors import (
     ShapeMismatchError,
     TooFewPartsError,
@@ -163,21 +162,37 @@ def _sink_mask(
     return s
 
 
-def _masked(xp: Any, log: Array, keep: Array) -> Array:
-    return xp.where(keep, log, xp.full_like(log, -math.inf))
-
-
 def _masked_mean(xp: Any, log: Array, keep: Array, count: Array) -> Array:
     total = xp.sum(xp.where(keep, log, xp.zeros_like(log)), axis=-1)
     return total / xp.where(count > 0, count, xp.ones_like(count))
 
 
-def _sub_entropy(xp: Any, log: Array, keep: Array) -> tuple[Array, Array]:
-    """(log-sum-exp, entropy) of the parts in ``keep``."""
-    sub = _masked(xp, log, keep)
-    lse = logsumexp(xp, sub, keepdims=True)
-    safe_lse = xp.where(lse > -math.inf, lse, xp.zeros_like(lse))
-    return lse[..., 0], xp.sum(_neg_plogp(xp, sub - safe_lse), axis=-1)
+def _channel(xp: Any, log: Array, keep: Array) -> tuple[Array, Array, Array]:
+    """One channel of each row, the parts in ``keep``: its log-sum-exp, its closed composition
+    (0 outside ``keep``) and that composition's entropy, from one exponential.
+
+    Shifted by the channel's own maximum ``m``: ``e = exp(log - m)`` sums to ``t`` in ``[1, n]``,
+    so a channel far below the other (content under a dominant sink) keeps its precision; the
+    composition is ``e / t``, the log-sum-exp ``m + log t`` and the entropy ``log t - sum c w``
+    (``w = log - m <= 0``: two non-negative terms, no cancellation). A row without a part in
+    ``keep`` gets ``-inf``, zeros and 0.
+    """
+    w = xp.where(keep, log, xp.full_like(log, -math.inf))
+    m = _row_max(xp, w)
+    m = xp.where(m > -math.inf, m, xp.zeros_like(m))
+    numpy = isinstance(w, np.ndarray)
+    w = np.subtract(w, m, out=w) if numpy else w - m
+    e = xp.exp(w)
+    total = xp.sum(e, axis=-1, keepdims=True)
+    has = total > 0
+    safe = xp.where(has, total, xp.ones_like(total))
+    comp = np.divide(e, safe, out=e) if numpy else e / safe
+    log_t = xp.log(safe)
+    # c w is 0 x (-inf) outside ``keep``: those terms are 0
+    cw = xp.where(keep, comp * w, xp.zeros_like(w))
+    entropy = log_t[..., 0] - xp.sum(cw, axis=-1)
+    lse = xp.where(has[..., 0], log_t[..., 0] + m[..., 0], xp.full_like(entropy, -math.inf))
+    return lse, comp, entropy
 
 
 @labelled(Spec(parts=("x", "mask", "sink")))
@@ -316,22 +331,23 @@ def _decompose(
             f"(select queries >= 1), {DEGENERATE_HINT}"
         )
 
-    with np.errstate(invalid="ignore"):  # rows without any visible key: NaN, set below
-        lse_all = logsumexp(xp, lc.log, keepdims=True)
-        lse_s, h_sink = _sub_entropy(xp, lc.log, s_mask)
-        lse_c, h_content = _sub_entropy(xp, lc.log, c_mask)
-        log_s = lse_s - lse_all[..., 0]
-        log_1ms = lse_c - lse_all[..., 0]
-        h_total = xp.sum(_neg_plogp(xp, lc.log - lse_all), axis=-1)
+    # each channel from one exponential; the shares from the two channels' log-sum-exps and the
+    # entropy by the grouping rule H = H_b(s) + s H(sink) + (1 - s) H(content), as in the
+    # first-sink path (rows without any visible key: NaN, set below)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        lse_s, _, h_sink = _channel(xp, lc.log, s_mask)
+        lse_c, content, h_content = _channel(xp, lc.log, c_mask)
+        lse_all = xp.logaddexp(lse_s, lse_c)
+        log_s = lse_s - lse_all
+        log_1ms = lse_c - lse_all
+        h_binary = _binary_from_logs(xp, log_s, log_1ms)
+        h_total = h_binary + xp.exp(log_s) * h_sink + xp.exp(log_1ms) * h_content
 
     mean_s = _masked_mean(xp, lc.log, s_mask, n_s)
     mean_c = _masked_mean(xp, lc.log, c_mask, n_c)
     safe_nc = xp.where(empty, xp.ones_like(n_c), n_c)
     balance = xp.sqrt(n_s * safe_nc / (n_s + safe_nc)) * (mean_s - mean_c)
     empty = empty | no_sink  # the balance needs both channels
-
-    safe_lse_c = xp.where(empty, xp.zeros_like(lse_c), lse_c)
-    content = xp.exp(_masked(xp, lc.log, c_mask) - safe_lse_c[..., None])
     nan = xp.full_like(balance, math.nan)
 
     def defined(values: Array) -> Array:  # NaN for rows without any visible key
@@ -346,7 +362,7 @@ def _decompose(
             entropy=defined(h_total),
             content_entropy=xp.where(n_c == 0, nan, h_content),
             sink_entropy=defined(h_sink),
-            binary_entropy=defined(_binary_from_logs(xp, log_s, log_1ms)),
+            binary_entropy=defined(h_binary),
             n_content=n_c,
         )
 

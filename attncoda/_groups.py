@@ -30,7 +30,7 @@ from ._array import (
     to_kind,
 )
 from ._bases import _index_groups
-from ._decompose import _masked, _sub_entropy
+from ._decompose import _channel
 from ._entropy import _neg_plogp
 from ._errors import (
     ShapeMismatchError,
@@ -201,13 +201,13 @@ def group_decompose(
             f"{n_low} row(s) have no visible part in any group (mask=, -inf or -1 labels hide "
             f"them all); drop those rows, {DEGENERATE_HINT}"
         )
-    log = _masked(xp, lc.log, vis)
+    log = xp.where(vis, lc.log, xp.full_like(lc.log, -math.inf))
     with np.errstate(invalid="ignore"):  # rows without a grouped part (validate=False): NaN
         lse_all = logsumexp(xp, log, keepdims=True)
         logp = log - lse_all
         shares_log, within = [], []
         for g in range(m):
-            lse_g, h_g = _sub_entropy(xp, logp, vis & (labels == g))
+            lse_g, _, h_g = _channel(xp, logp, vis & (labels == g))
             shares_log.append(lse_g)
             within.append(h_g)
         log_shares = xp.stack(shares_log, axis=-1)

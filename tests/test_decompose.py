@@ -261,6 +261,61 @@ def _sliding_causal_rows(rng, n_rows, keys, window):
     return z, visible
 
 
+def _row_by_row(z: np.ndarray, sink: np.ndarray) -> dict[str, np.ndarray]:
+    """The decomposition's quantities of each row of logits, one row at a time from their
+    definitions (softmax over the visible keys; ``sink`` marks the sink keys)."""
+    out: dict[str, list] = {k: [] for k in ("share", "content", "h", "h_c", "h_s", "balance")}
+    for zi, si in zip(z, sink, strict=True):
+        vis = np.isfinite(zi)
+        s_keys, c_keys = vis & si, vis & ~si
+        p = np.where(vis, np.exp(zi - zi[vis].max()), 0.0)
+        p /= p.sum()
+        share = p[s_keys].sum()
+        content = np.where(c_keys, p, 0.0) / p[c_keys].sum()
+        sink_part = p[s_keys] / share if share > 0 else np.zeros(0)
+        out["share"].append(share)
+        out["content"].append(content)
+        out["h"].append(-(p[vis] * np.log(p[vis])).sum())
+        out["h_c"].append(-(content[c_keys] * np.log(content[c_keys])).sum())
+        out["h_s"].append(-(sink_part * np.log(sink_part)).sum())
+        n_s, n_c = s_keys.sum(), c_keys.sum()
+        gap = zi[s_keys].mean() - zi[c_keys].mean() if n_s else np.nan
+        out["balance"].append(np.sqrt(n_s * n_c / (n_s + n_c)) * gap)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_a_sink_array_gives_each_rows_own_numbers(rng, backend):
+    """The general path (a boolean sink array: one or two sinks per row, some invisible past a
+    sliding window) gives each row's quantities from their definitions, rows without a visible
+    sink included (degenerate="nan": share 0, the content is the closure of every visible key,
+    no balance)."""
+    z, visible = _sliding_causal_rows(rng, 48, 12, 5)
+    z = z * 3.0  # sharper rows, some content far below the sink
+    sink = np.zeros(z.shape, dtype=bool)
+    sink[:, 0] = True  # invisible in the rows past the window
+    sink[::4, 2] = True
+    has_content = (visible & ~sink).any(axis=-1)  # rows of only sinks have their own test
+    z, sink = z[has_content], sink[has_content]
+    want = _row_by_row(z, sink)
+    assert (want["share"] == 0).any() and (want["share"] > 0).any()  # both kinds of rows
+    x, s = z, sink
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        x, s = torch.from_numpy(z), torch.from_numpy(sink)
+    d = ac.decompose(x, s, from_logits=True, degenerate="nan")
+    got = {k: np.asarray(getattr(d, k)) for k in vars(d)}
+    tol = {"rtol": 1e-12, "atol": 1e-14}
+    np.testing.assert_allclose(got["sink_share"], want["share"], **tol)
+    np.testing.assert_allclose(got["content"], want["content"], **tol)
+    np.testing.assert_allclose(got["entropy"], want["h"], **tol)
+    np.testing.assert_allclose(got["content_entropy"], want["h_c"], **tol)
+    np.testing.assert_allclose(got["sink_entropy"], want["h_s"], **tol)
+    np.testing.assert_allclose(got["balance"], want["balance"], **tol)
+    h_b = ac.binary_entropy(want["share"])
+    np.testing.assert_allclose(got["binary_entropy"], h_b, **tol)
+
+
 def test_blocks_with_a_sink_mask_or_a_key_mask_equal_the_one_shot_path(rng, monkeypatch):
     """A large input with a boolean sink array or mask goes through blocks of rows (no
     full-size temporaries): the same numbers as in one go, degenerate rows included (the first
