@@ -434,6 +434,25 @@ def build_cases(rows: int, quick: bool) -> list[Case]:
         )
     )
 
+    # the same rows with the sink and the visible keys given as boolean arrays (how a capture
+    # with a per-row sink token, or a user with padding, calls it): full-size masks
+    sink0 = np.zeros(zc.shape, dtype=bool)
+    sink0[:, 0] = True
+    vis = np.isfinite(zc)
+    _check_decompose(
+        "decompose masks",
+        ac.decompose(zc[:1000], sink0[:1000], from_logits=True, mask=vis[:1000]),
+        numpy_decompose_causal(zc[:1000]),
+        1e-9,
+    )
+    cases.append(
+        Case(
+            f"decompose from_logits, boolean sink and key-mask arrays, {shape} f64",
+            lambda: ac.decompose(zc, sink0, from_logits=True, mask=vis),
+            [("plain numpy masked, same quantities", lambda: numpy_decompose_causal(zc), 1.0)],
+        )
+    )
+
     # ---- torch float32 -------------------------------------------------------------------
     if torch is not None:
         xt = torch.from_numpy(x).float()
