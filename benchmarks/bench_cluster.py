@@ -20,10 +20,10 @@ Run: ``python benchmarks/bench_cluster.py [--quick]`` or
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,7 @@ import numpy as np
 import attncoda as ac
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import ATTEMPTS, TABLE_HEAD, markdown_row, one_thread
-from bench_coda import SLOW_S, Case
+from bench_coda import Case, case_rows, cases_main
 
 KS = (2, 3, 4)  # cluster_heads' default cuts
 VIEWS = ("kept", "dropped")
@@ -137,13 +136,9 @@ def cases(quick: bool = False) -> list[Case]:
     return found
 
 
-def iter_rows(quick: bool = False, repeats: int | None = None):
-    r = repeats or (3 if quick else 7)
-    with one_thread():
-        for case in cases(quick):
-            for row in case.rows(r, slow_s=SLOW_S, attempts=ATTEMPTS):
-                print(markdown_row(row), file=sys.stderr, flush=True)
-                yield row
+def iter_rows(quick: bool = False, repeats: int | None = None) -> Iterator[dict[str, Any]]:
+    """The table rows case by case; each is also printed to stderr."""
+    return case_rows(cases(quick), repeats or (3 if quick else 7))
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -152,12 +147,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="72 heads, 3 repeats")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 7)")
-    args = parser.parse_args(argv)
-    print(TABLE_HEAD, file=sys.stderr)
-    list(iter_rows(args.quick, args.repeats))
+    cases_main(__doc__, iter_rows, "72 heads, 3 repeats", 7, argv)
 
 
 if __name__ == "__main__":

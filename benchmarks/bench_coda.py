@@ -33,7 +33,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,34 @@ class Case:
             )
             for label, _, target in self.anchors
         ]
+
+
+def case_rows(cases: list[Case], repeats: int, slow_s: float = SLOW_S) -> Iterator[Row]:
+    """Every row of ``cases`` under one thread each side, each also printed to stderr as it is
+    measured (the progress of a long run)."""
+    with one_thread():
+        for case in cases:
+            for r in case.rows(repeats, slow_s=slow_s, attempts=ATTEMPTS):
+                print(markdown_row(r), file=sys.stderr, flush=True)
+                yield r
+
+
+def cases_main(
+    doc: str,
+    iter_rows: Callable[[bool, int | None], Iterator[Row]],
+    quick_help: str,
+    default_repeats: int,
+    argv: list[str] | None = None,
+) -> None:
+    """The command line of a module of cases: ``[--quick] [--repeats R]``, rows to stderr."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument(
+        "--repeats", type=int, default=None, help=f"timed rounds (default {default_repeats})"
+    )
+    args = parser.parse_args(argv)
+    print(TABLE_HEAD, file=sys.stderr)
+    list(iter_rows(args.quick, args.repeats))
 
 
 # ------------------------------------------------------------------------------------ data

@@ -16,25 +16,19 @@ Run: ``python benchmarks/bench_maths.py [--quick]`` (rows printed as they are me
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import ATTEMPTS, TABLE_HEAD, markdown_row, one_thread
-from bench_coda import FN_ROWS, QUICK_FN_ROWS, SLOW_S, function_cases
+from bench_coda import FN_ROWS, QUICK_FN_ROWS, SLOW_S, case_rows, cases_main, function_cases
 
 
 def iter_rows(quick: bool = False, repeats: int | None = None) -> Iterator[dict[str, Any]]:
     """The table rows case by case; each is also printed to stderr (progress of a long run)."""
-    r = repeats or (3 if quick else 5)
-    with one_thread():
-        for case in function_cases(QUICK_FN_ROWS if quick else FN_ROWS):
-            for row in case.rows(r, slow_s=0.5 if quick else SLOW_S, attempts=ATTEMPTS):
-                print(markdown_row(row), file=sys.stderr, flush=True)
-                yield row
+    cases = function_cases(QUICK_FN_ROWS if quick else FN_ROWS)
+    return case_rows(cases, repeats or (3 if quick else 5), slow_s=0.5 if quick else SLOW_S)
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -44,12 +38,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,500 rows, 3 repeats")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5)")
-    args = parser.parse_args(argv)
-    print(TABLE_HEAD, file=sys.stderr)
-    list(iter_rows(args.quick, args.repeats))
+    cases_main(__doc__, iter_rows, "2,500 rows, 3 repeats", 5, argv)
 
 
 if __name__ == "__main__":
