@@ -49,6 +49,7 @@ from _measure import (
     interleave_reliable,
     markdown_row,
     one_thread,
+    reused_memory,
     row,
 )
 
@@ -130,9 +131,10 @@ class Case:
 
 
 def case_rows(cases: list[Case], repeats: int, slow_s: float = SLOW_S) -> Iterator[Row]:
-    """Every row of ``cases`` under one thread each side, each also printed to stderr as it is
-    measured (the progress of a long run)."""
-    with one_thread():
+    """Every row of ``cases`` under one thread each side, with freed memory kept for reuse
+    (:func:`_measure.reused_memory`), each also printed to stderr as it is measured (the
+    progress of a long run)."""
+    with one_thread(), reused_memory():
         for case in cases:
             for r in case.rows(repeats, slow_s=slow_s, attempts=ATTEMPTS):
                 print(markdown_row(r), file=sys.stderr, flush=True)
@@ -819,7 +821,7 @@ def iter_rows(quick: bool = False, rows: int | None = None, repeats: int | None 
     """Yield the table rows case by case (so that a long run shows progress)."""
     n = rows or (QUICK_ROWS if quick else FULL_ROWS)
     r = repeats or (3 if quick else 5)
-    with one_thread():
+    with one_thread(), reused_memory():
         for case in build_cases(n, quick):  # seconds per call: measured twice at most
             yield from case.rows(r, slow_s=0.5 if quick else SLOW_S, attempts=2)
     # (the function cases, function_cases below, are benchmarks/bench_maths.py's section)
