@@ -498,6 +498,20 @@ def _pivot_weights(n: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     return r.astype(dtype), np.sqrt(r / (r + 1)).astype(dtype)
 
 
+def _reversed_cumsum(a: np.ndarray) -> np.ndarray:
+    """``numpy.cumsum(a[..., ::-1], axis=-1)``, through torch's kernel where installed: numpy's
+    cumulative sum along a short last axis is 6-7x slower (one thread, rows of 64 parts); the
+    same sums in the same order, so the same numbers."""
+    rev = np.empty(a.shape, dtype=a.dtype)
+    np.copyto(rev, a[..., ::-1])
+    out = np.empty_like(rev)
+    views = _array.torch_views(rev, out)
+    if views is None:
+        return np.cumsum(rev, axis=-1, out=out)
+    _array.torch_module().cumsum(views[0], -1, out=views[1])
+    return out
+
+
 def _pivot_dense(log: np.ndarray) -> np.ndarray:
     """Pivot coordinates of rows whose parts are all visible, from their logs: O(D) per row.
 
@@ -507,7 +521,7 @@ def _pivot_dense(log: np.ndarray) -> np.ndarray:
     """
     n = int(log.shape[-1])
     r, scale = _pivot_weights(n, log.dtype)
-    suffix = np.cumsum(log[..., ::-1], axis=-1)  # suffix[..., j]: sum of the last j + 1 logs
+    suffix = _reversed_cumsum(log)  # suffix[..., j]: sum of the last j + 1 logs
     out = np.divide(suffix[..., n - 2 :: -1], r)  # mean of the logs after part i
     np.subtract(log[..., :-1], out, out=out)
     out *= scale
