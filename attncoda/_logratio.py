@@ -499,13 +499,14 @@ def _pivot_weights(n: int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _reversed_cumsum(a: np.ndarray) -> np.ndarray:
-    """``numpy.cumsum(a[..., ::-1], axis=-1)``, through torch's kernel where installed: numpy's
-    cumulative sum along a short last axis is 6-7x slower (one thread, rows of 64 parts); the
-    same sums in the same order, so the same numbers."""
+    """``numpy.cumsum(a[..., ::-1], axis=-1)``, through torch's kernel for arrays of
+    :data:`_array.TORCH_MIN_BYTES` or more where it is installed (numpy's cumulative sum along a
+    short last axis is 6-7x slower: one thread, rows of 64 parts); the same sums in the same
+    order, so the same numbers. Small arrays stay in numpy: no torch import for a few rows."""
     rev = np.empty(a.shape, dtype=a.dtype)
     np.copyto(rev, a[..., ::-1])
     out = np.empty_like(rev)
-    views = _array.torch_views(rev, out)
+    views = _array.torch_views(rev, out) if a.nbytes >= _array.TORCH_MIN_BYTES else None
     if views is None:
         return np.cumsum(rev, axis=-1, out=out)
     _array.torch_module().cumsum(views[0], -1, out=views[1])

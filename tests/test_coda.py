@@ -788,3 +788,24 @@ def test_cpu_tensors_on_one_thread_give_torch_results(rng, name):
     assert isinstance(via_numpy, torch.Tensor) and via_numpy.dtype == in_torch.dtype
     torch.testing.assert_close(via_numpy, in_torch, atol=TIGHT, rtol=0)
     assert tracked.requires_grad
+
+
+def test_small_inputs_leave_torch_unimported():
+    """The core's maths on a few rows of numpy input stays in numpy: torch (1.5 s to import) is
+    used for large arrays only, where its kernels pay for themselves."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, attncoda as ac\n"
+        "x = ac.closure(np.random.default_rng(0).random((20, 6)))\n"
+        "z = np.log(x)\n"
+        "sink = np.zeros(z.shape, dtype=bool)\n"
+        "sink[:, 0] = True\n"
+        "ac.clr(x); ac.clr(z, from_logits=True); ac.ilr_inv(ac.ilr(x)); ac.alr(x)\n"
+        "ac.perturb(x, x); ac.power(x, 2); ac.entropy(x); ac.aitchison_distance(x, x[::-1])\n"
+        "ac.decompose(x); ac.decompose(z, sink, from_logits=True)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "False", res.stdout + res.stderr
