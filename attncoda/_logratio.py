@@ -152,13 +152,12 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
         source = block if from_logits else dest
         if views is None:
             with np.errstate(invalid="ignore", over="ignore"):
-                total = np.sum(source, axis=-1, keepdims=True)
-            centre = total / n
+                centre = np.sum(source, axis=-1, keepdims=True) / n
         else:
             source_t = views[0 if from_logits else 1][start : start + step]
             centre_t = _array.torch_module().sum(source_t, -1, keepdim=True).div_(n)
-            total = centre = centre_t.numpy()
-        if (validate or from_logits) and not all_finite(np, total):
+            centre = centre_t.numpy()
+        if (validate or from_logits) and not all_finite(np, centre):  # finite iff the sum is
             return None
         if views is None:
             np.subtract(source, centre, out=dest)
