@@ -252,9 +252,12 @@ def _power_dense(x: np.ndarray, a: float, axis: int, validate: bool) -> np.ndarr
 def _power_blocks(x: np.ndarray, a: float, validate: bool) -> np.ndarray | None:
     """:func:`_power_dense` of a large C-contiguous array with parts last, block by block of rows.
 
-    Each block's row extremes, scaling, power, sums and division run while the block is in
-    cache (through torch's kernels where installed: one pass for both extremes, faster row
-    sums and divisions); the checks are made once at the end. ``None`` when they fail.
+    Each block's extremes, power, sums and division run while the block is in cache. Through
+    torch's kernels (where installed) a block's smallest and largest part come from one pass;
+    when every ``x ** a`` of the block and every row sum lie in the normal floating range, the
+    block is powered as it is (``C(x ** a)``, as composition-stats does: no scaling pass), and
+    otherwise row by row scaled by its extreme part first (see :func:`_power_dense`). The same
+    two extremes are the check with ``validate``. ``None`` when a check fails.
     """
     n = int(x.shape[-1])
     rows = x.reshape(-1, n)
@@ -263,6 +266,9 @@ def _power_blocks(x: np.ndarray, a: float, validate: bool) -> np.ndarray | None:
     step = max(1, PRODUCT_BLOCK_BYTES // (n * rows.itemsize))
     views = torch_views(rows, out, ref)
     torch = torch_module()
+    info = np.finfo(rows.dtype)
+    # log-range in which a block's powers and row sums need no scaling
+    log_low, log_high = math.log(info.tiny), math.log(info.max) - math.log(n)
     low_all, top_ok = math.inf, True
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
         for start in range(0, rows.shape[0], step):
@@ -275,17 +281,26 @@ def _power_blocks(x: np.ndarray, a: float, validate: bool) -> np.ndarray | None:
                 np.divide(block, scale, out=dest)
                 np.power(dest, a, out=dest)
                 np.divide(dest, np.sum(dest, axis=-1, keepdims=True), out=dest)
-            else:
-                block, dest, scale = (v[part] for v in views)
+                if validate:  # the smallest part of the block (not per row: one reduction)
+                    low_all = min(low_all, float(low.min() if a < 0 else np.min(block)))
+                    top_ok = top_ok and bool(np.isfinite(float(top.max())))
+                continue
+            block, dest, scale = (v[part] for v in views)
+            smallest, largest = (float(v) for v in torch.aminmax(block))  # NaN shows in both
+            low_all = min(low_all, smallest)
+            top_ok = top_ok and math.isfinite(largest)
+            if validate and not (top_ok and low_all > 0):
+                return None
+            logs = (a * math.log(smallest), a * math.log(largest)) if smallest > 0 else ()
+            if logs and math.isfinite(largest) and min(logs) >= log_low and max(logs) <= log_high:
+                torch.pow(block, a, out=dest)
+            else:  # scaled row by row: nothing overflows, parts below the range round to 0
                 top = torch.amax(block, -1, keepdim=True)  # (aminmax over rows is 13x slower)
                 low = torch.amin(block, -1, keepdim=True) if a < 0 else top
                 scale.copy_(top if a >= 0 else low)
                 torch.div(block, scale, out=dest)
                 dest.pow_(a)
-                dest.div_(torch.sum(dest, -1, keepdim=True))
-            if validate:  # the smallest part of the block (not per row: one reduction)
-                low_all = min(low_all, float(low.min() if a < 0 else np.min(rows[part])))
-                top_ok = top_ok and bool(np.isfinite(float(top.max())))
+            dest.div_(torch.sum(dest, -1, keepdim=True))
     if validate and not (top_ok and low_all > 0):
         return None
     return out.reshape(x.shape)

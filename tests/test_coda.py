@@ -661,6 +661,7 @@ FUSED_CALLS = {
     "perturb_inv": lambda x, y, z: ac.perturb_inv(x, y),
     "power 2": lambda x, y, z: ac.power(x, 2.0),
     "power -1.5": lambda x, y, z: ac.power(x, -1.5),
+    "power 400": lambda x, y, z: ac.power(x, 400.0),  # every block scaled row by row
     "multi_replace": lambda x, y, z: ac.multi_replace(z),
     "clr": lambda x, y, z: ac.clr(x),
     "clr_inv": lambda x, y, z: ac.clr_inv(np.log(x)),
@@ -727,6 +728,17 @@ def test_fused_blocks_refuse_an_infinite_part_in_a_late_block(rng, small_blocks,
     y[-2, 4] = np.inf  # x / inf is 0: only the divisor's own check sees it
     with pytest.raises(error):
         fn(x, y)
+
+
+@pytest.mark.parametrize("a", [2.0, -2.0])
+def test_fused_power_scales_only_the_blocks_whose_powers_leave_the_range(rng, small_blocks, a):
+    """A part of 1e-200 squared underflows (and to the -2 overflows): its block is powered
+    row by row scaled by the row's extreme, the other blocks as they are; all as the
+    log-space path."""
+    x = random_compositions(rng, (40, 9))
+    x[20, 3] = 1e-200
+    x[20] /= x[20].sum()
+    np.testing.assert_allclose(ac.power(x, a), ac.power(x.tolist(), a), atol=TIGHT, rtol=1e-12)
 
 
 def test_fused_multi_replace_refuses_a_large_delta_and_a_negative_part(rng, small_blocks):
