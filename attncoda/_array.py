@@ -427,6 +427,21 @@ def logsumexp(xp: Any, a: Array, keepdims: bool = False) -> Array:
     return out if keepdims else out[..., 0]
 
 
+def row_sums(xp: Any, x: Array) -> Array:
+    """``x``'s sums along its last axis, kept (``keepdims``), without floating-point warnings.
+
+    A large float numpy ``x`` is summed through torch's kernel where installed (numpy's sum
+    along a last axis of a few hundred parts is about 3x slower on one thread); the same
+    sums, added in another order.
+    """
+    if isinstance(x, np.ndarray) and x.ndim >= 1 and x.nbytes >= TORCH_MIN_BYTES:
+        views = torch_views(x)
+        if views is not None:
+            return torch_module().sum(views[0], -1, keepdim=True).numpy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        return xp.sum(x, axis=-1, keepdims=True)
+
+
 def all_finite(xp: Any, x: Array) -> bool:
     """Whether every value of ``x`` is finite (meant for small, per-row arrays).
 
@@ -715,8 +730,7 @@ def log_composition(
             # (whose result clr reuses) replaces the separate NaN, +inf and -inf passes. Rows
             # that fail it (masked -inf keys, bad values, or a sum that overflowed) take the
             # precise path below.
-            with np.errstate(invalid="ignore", over="ignore"):
-                total = xp.sum(x, axis=-1, keepdims=True)
+            total = row_sums(xp, x)
             if all_finite(xp, total):
                 return LogComposition(xp, x, None, ax, rowsum=total)
         if validate:
@@ -745,7 +759,7 @@ def log_composition(
         # that clr needs anyway. Failures get the precise diagnosis of validate_parts.
         with np.errstate(divide="ignore", invalid="ignore"):
             log = log_into(x) if isinstance(x, np.ndarray) else xp.log(x)
-            total = xp.sum(log, axis=-1, keepdims=True)
+        total = row_sums(xp, log)
         if all_finite(xp, total):
             return LogComposition(xp, log, None, ax, rowsum=total, owned=True)
         validate_parts(xp, x, None, allow_zeros=False)  # raises

@@ -657,6 +657,8 @@ def test_multi_replace_in_place_matches_the_definition(rng):
 
 
 FUSED_CALLS = {
+    "closure": lambda x, y, z: ac.closure(z),
+    "alr": lambda x, y, z: ac.alr(x),
     "perturb": lambda x, y, z: ac.perturb(x, y),
     "perturb_inv": lambda x, y, z: ac.perturb_inv(x, y),
     "power 2": lambda x, y, z: ac.power(x, 2.0),
@@ -678,6 +680,7 @@ def small_blocks(monkeypatch):
         for name, value in (
             ("MIN_BLOCKED_BYTES", 1),
             ("PRODUCT_BLOCK_BYTES", 3 * 8 * 13),
+            ("ROW_BLOCK_BYTES", 3 * 8 * 13),
             ("TORCH_MIN_BYTES", 1),
         ):
             if hasattr(module, name):
@@ -728,6 +731,22 @@ def test_fused_blocks_refuse_an_infinite_part_in_a_late_block(rng, small_blocks,
     y[-2, 4] = np.inf  # x / inf is 0: only the divisor's own check sees it
     with pytest.raises(error):
         fn(x, y)
+
+
+def test_blocked_clr_inv_refuses_a_bad_late_row_and_unvalidated_matches_the_general_path(
+    rng, small_blocks
+):
+    z = np.log(random_compositions(rng, (40, 9)))
+    z[-3, 2] = np.nan
+    with pytest.raises(ac.NonFiniteError):
+        ac.clr_inv(z)
+    z[-5] = -np.inf  # unvalidated: as the one-shot path (a row without a visible part is NaN)
+    z[-7, 1] = np.inf
+    with np.errstate(invalid="ignore"):
+        general = np.asarray(ac.clr_inv(z.tolist(), validate=False))
+        blocked = ac.clr_inv(z, validate=False)
+    assert np.isnan(blocked[-5]).all() and np.isnan(blocked[-7, 1])
+    np.testing.assert_allclose(blocked, general, atol=TIGHT, rtol=1e-12)
 
 
 @pytest.mark.parametrize("a", [2.0, -2.0])
