@@ -836,6 +836,7 @@ def test_small_inputs_leave_torch_unimported():
         "ac.clr(x); ac.clr(z, from_logits=True); ac.ilr_inv(ac.ilr(x)); ac.alr(x)\n"
         "ac.perturb(x, x); ac.power(x, 2); ac.entropy(x); ac.aitchison_distance(x, x[::-1])\n"
         "ac.decompose(x); ac.decompose(z, sink, from_logits=True)\n"
+        "ac.clr_inv(z); ac.alr_inv(ac.alr(x)); ac.multi_replace(x); ac.pairwise_aitchison(x)\n"
         "print('torch' in sys.modules)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
