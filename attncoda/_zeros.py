@@ -158,7 +158,7 @@ def _replace_blocks(x: np.ndarray, axis: int, delta: float | None, validate: boo
             # shrinking the non-zero parts in one multiplication, then the zeros set to d
             zero = block == 0
             # the zeros per row: a sum of the mask's bytes (3x faster than count_nonzero)
-            np.add.reduce(zero.view(np.uint8), axis=-1, keepdims=True, out=zeros[part])
+            np.add.reduce(zero.view(np.uint8), -1, zeros.dtype, zeros[part], keepdims=True)
             np.multiply(zeros[part], -d, out=scale[part])
             scale[part] += 1
             scale[part] /= total[part]

@@ -761,6 +761,18 @@ def test_fused_power_scales_only_the_blocks_whose_powers_leave_the_range(rng, sm
     np.testing.assert_allclose(ac.power(x, a), ac.power(x.tolist(), a), atol=TIGHT, rtol=1e-12)
 
 
+def test_fused_multi_replace_counts_hundreds_of_zeros_in_a_row(rng, small_blocks):
+    """More zeros in a row than a byte counts (the counts are summed from the mask's bytes)."""
+    x = random_compositions(rng, (20, 700))
+    x[:, :300] = 0.0
+    x[3, 300:699] = 0.0  # one row: 699 zeros, one part left
+    closed = x / x.sum(-1, keepdims=True)
+    d = 1e-4
+    k = (closed == 0).sum(-1, keepdims=True)
+    expected = np.where(closed == 0, d, closed * (1 - k * d))
+    np.testing.assert_allclose(ac.multi_replace(x, delta=d), expected, atol=1e-15, rtol=1e-12)
+
+
 def test_fused_multi_replace_refuses_a_large_delta_and_a_negative_part(rng, small_blocks):
     x = _with_zeros(random_compositions(rng, (40, 9)))
     with pytest.raises(ac.CompositionError, match="too large"):
