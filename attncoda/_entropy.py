@@ -10,10 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from . import _array
 from ._array import (
     Array,
     Degenerate,
     Spec,
+    all_finite,
     as_float,
     check_finite_values,
     first_tensor,
@@ -21,6 +23,8 @@ from ._array import (
     log_composition,
     namespace,
     nan_rows,
+    normalize_axis,
+    tolerance,
 )
 from ._errors import (
     CompositionError,
@@ -92,6 +96,10 @@ def entropy(
     >>> bool(np.isclose(ac.entropy([0.0, 0.0], from_logits=True), np.log(2)))
     True
     """
+    if mask is None and not from_logits and isinstance(x, np.ndarray):
+        blocked = _entropy_blocks(x, axis)
+        if blocked is not None:
+            return blocked
     lc = log_composition(
         x,
         axis,
@@ -105,6 +113,71 @@ def entropy(
     with np.errstate(invalid="ignore"):  # rows without any part: NaN, as asked
         h = lc.xp.sum(_neg_plogp(lc.xp, lc.log_closed()), axis=-1)
     return h if low is None else nan_rows(lc.xp, h, low[..., 0])
+
+
+def _entropy_blocks(x: np.ndarray, axis: int) -> np.ndarray | None:
+    """:func:`entropy` of a large C-contiguous float array of probability rows, parts last.
+
+    ``H(C(x)) = log S + sum(entr(x)) / S`` with ``S`` the row sum and ``entr(p) = -p log p``
+    (``entr(0) = 0``): a few passes a block, in cache, through torch's kernels where installed
+    (:func:`_torch_block_entropy`; scipy's ``entr`` otherwise), where the general path takes the
+    logarithms, their log-sum-exp and the products separately (2.6x scipy.stats.entropy's time
+    on 25,000 x 512 float64). ``None`` (the general path then decides, and diagnoses) for other
+    input, or unless every row sums to 1 within closure's tolerance and every entropy is finite
+    (``entr`` is ``-inf`` at a negative or infinite part, NaN at NaN): validation's check, made
+    on the results.
+    """
+    if x.dtype not in (np.float32, np.float64) or x.ndim < 1 or not x.flags.c_contiguous:
+        return None
+    # from the size where a torch kernel pays for its call (the fewer passes pay at any size)
+    if x.nbytes < _array.TORCH_MIN_BYTES or normalize_axis(axis, x.ndim) != x.ndim - 1:
+        return None
+    n = int(x.shape[-1])
+    if n < 1:
+        return None
+    rows = x.reshape(-1, n)
+    total = np.empty(rows.shape[0], dtype=x.dtype)
+    h = np.empty_like(total)
+    step = max(1, _array.ROW_BLOCK_BYTES // (n * x.itemsize))
+    scratch = np.empty((min(step, rows.shape[0]), n), dtype=x.dtype)
+    views = _array.torch_views(rows, total, h, scratch)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for start in range(0, rows.shape[0], step):
+            part = slice(start, start + step)
+            m = min(step, rows.shape[0] - start)
+            if views is None:
+                from scipy.special import entr
+
+                np.sum(rows[part], axis=-1, out=total[part])
+                entr(rows[part], out=scratch[:m])
+                np.sum(scratch[:m], axis=-1, out=h[part])
+            else:
+                _torch_block_entropy(views[0][part], views[1][part], views[2][part], views[3][:m])
+        closed = np.abs(total - 1) <= tolerance(x.dtype, n)  # False for NaN
+        if not (bool(closed.all()) and all_finite(np, h)):
+            return None
+        h /= total
+        h += np.log(total)
+    return h.reshape(x.shape[:-1])[()]  # one row: a scalar, as the general path gives
+
+
+def _torch_block_entropy(block: Any, total: Any, h: Any, scratch: Any) -> None:
+    """Row sums and ``sum(entr(block))`` of one block into ``total`` and ``h`` (torch tensors).
+
+    ``p log p`` as a vectorised logarithm and a product (1.6x faster than torch's ``entr``, 2.6x
+    in float32); rows where that is NaN (an exact zero: ``0 log 0``; a negative or NaN part)
+    are computed again with ``entr`` (0 at a zero, ``-inf`` at a negative part).
+    """
+    torch = _array.torch_module()
+    torch.sum(block, -1, out=total)
+    torch.log(block, out=scratch)
+    scratch.mul_(block)
+    torch.sum(scratch, -1, out=h)
+    h.neg_()
+    again = torch.isnan(h)
+    if bool(again.any()):
+        rows = again.nonzero()[:, 0]
+        h[rows] = torch.special.entr(block[rows]).sum(-1)
 
 
 @labelled(Spec(parts=(), rows=("s",)))

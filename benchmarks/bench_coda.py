@@ -6,9 +6,9 @@ thread each side, interleaved (``benchmarks/_measure.py``); the first is measure
 
 - every public maths function with a peer (closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv,
   perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
-  multi_replace) on 25,000 x 512 float64, numpy input and torch input: against scikit-bio and
-  composition-stats (target 1x: never slower; on torch input composition-stats gets the numpy
-  array), a plain formula without validation and ``validate=False`` (target 1.2x each: validation
+  multi_replace, entropy) on 25,000 x 512 float64, numpy input and torch input: against
+  scikit-bio and composition-stats (entropy: ``scipy.stats.entropy``; target 1x: never slower;
+  on torch input composition-stats and scipy get the numpy array), a plain formula without validation and ``validate=False`` (target 1.2x each: validation
   costs at most 20% of a call);
 - 10^6 rows of 64 parts: clr, ilr, the decomposition (which no library has: against plain
   numpy / torch computations of the same quantities), rows given as logits, and all-pairs
@@ -75,6 +75,7 @@ skc = _optional("skbio.stats.composition")
 cst = _optional("composition_stats")
 torch = _optional("torch")
 ssd = _optional("scipy.spatial.distance")
+scipy_stats = _optional("scipy.stats")
 
 
 # ------------------------------------------------------------------------------------ timing
@@ -668,6 +669,7 @@ def _plain(xp: Any) -> dict[str, Callable[..., Any]]:
         "distance": lambda x, y: norm(clr(x) - clr(y)),
         "inner": lambda x, y: clr(x) @ clr(y).T,
         "paired_inner": lambda x, y: (clr(x) * clr(y)).sum(-1),
+        "entropy": lambda x: -(x * log(x)).sum(-1),  # (every part positive here)
     }
 
 
@@ -697,6 +699,12 @@ def _functions(basis: np.ndarray) -> list[Fn]:
             "aitchison_distance", lambda d, v: ac.aitchison_distance(d["x"], d["y"], validate=v), {}
         ),
         Fn("multi_replace", lambda d, v: ac.multi_replace(d["zeros"], validate=v), {}),
+        Fn(
+            "entropy",
+            lambda d, v: ac.entropy(d["x"], validate=v),
+            {"scipy.stats": lambda d: scipy_stats.entropy(d["x"], axis=-1)} if scipy_stats else {},
+            numpy_only=frozenset({"scipy.stats"}),  # its array-API mode is opt-in
+        ),
     ]
     by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns}
     peers = [("scikit-bio", skc, "multi_replace"), ("composition-stats", cst, None)]
@@ -788,6 +796,7 @@ def function_cases(rows: int, parts: int = FN_PARTS) -> list[Case]:
         "paired_inner": ("paired_inner", ("x", "y")),
         "aitchison_norm": ("norm", ("x",)),
         "aitchison_distance": ("distance", ("x", "y")),
+        "entropy": ("entropy", ("x",)),
     }
     cases = []
     for kind, d, xp in kinds:

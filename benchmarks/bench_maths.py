@@ -1,10 +1,11 @@
 """Every public maths function against its peers, on numpy and on torch input.
 
 closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv (default and given basis), perturb,
-perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance and multi_replace on
-25,000 x 512 float64 (issue #31's size), timed by ``benchmarks/_measure.py`` in one process, one
-thread each side, interleaved: against scikit-bio and composition-stats (target 1x: never slower;
-on torch input composition-stats gets the numpy array), a plain formula without validation and
+perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance, multi_replace and
+entropy on 25,000 x 512 float64 (issue #31's size), timed by ``benchmarks/_measure.py`` in one
+process, one thread each side, interleaved: against scikit-bio and composition-stats (entropy:
+``scipy.stats.entropy``; target 1x: never slower; on torch input composition-stats and scipy get
+the numpy array), a plain formula without validation and
 ``validate=False`` (target 1.2x each: validation costs at most 20% of a call). A case whose
 ratios are unreliable (wall clock and CPU time disagree) is measured again, up to 3 times. The
 cases are built in ``bench_coda.py`` (:func:`bench_coda.function_cases`), whose own section holds

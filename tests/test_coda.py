@@ -658,6 +658,7 @@ def test_multi_replace_in_place_matches_the_definition(rng):
 
 FUSED_CALLS = {
     "closure": lambda x, y, z: ac.closure(z),
+    "entropy": lambda x, y, z: ac.entropy(ac.closure(z)),  # zeros: entr(0) = 0
     "alr": lambda x, y, z: ac.alr(x),
     "perturb": lambda x, y, z: ac.perturb(x, y),
     "perturb_inv": lambda x, y, z: ac.perturb_inv(x, y),
@@ -732,6 +733,33 @@ def test_fused_blocks_refuse_an_infinite_part_in_a_late_block(rng, small_blocks,
     y[-2, 4] = np.inf  # x / inf is 0: only the divisor's own check sees it
     with pytest.raises(error):
         fn(x, y)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(-0.01, ac.NegativePartError), (np.nan, ac.NonFiniteError), (0.3, ac.NotClosedError)],
+)
+def test_blocked_entropy_refuses_a_bad_late_row_as_the_general_path(
+    rng, small_blocks, value, error
+):
+    x = random_compositions(rng, (40, 9))
+    if error is ac.NotClosedError:
+        x[-3, 2] += value
+    else:  # the row still sums to 1 where it can
+        x[-3, 3] += x[-3, 2] - (0.0 if np.isnan(value) else value)
+        x[-3, 2] = value
+    with pytest.raises(error):
+        ac.entropy(x)
+    with pytest.raises(error):
+        ac.entropy(x.tolist())
+
+
+def test_blocked_entropy_of_unclosed_rows_unvalidated_is_the_general_paths(rng, small_blocks):
+    x = random_compositions(rng, (40, 9)) * 3.0  # rows summing to 3: the entropy of C(x)
+    np.testing.assert_allclose(
+        ac.entropy(x, validate=False), ac.entropy(x.tolist(), validate=False), atol=TIGHT
+    )
+    np.testing.assert_allclose(ac.entropy(ac.closure(x)), ac.entropy(x.tolist(), validate=False))
 
 
 def test_blocked_clr_inv_refuses_a_bad_late_row_and_unvalidated_matches_the_general_path(
