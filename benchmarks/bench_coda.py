@@ -6,8 +6,9 @@ thread each side, interleaved (``benchmarks/_measure.py``); the first is measure
 
 - every public maths function with a peer (closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv,
   perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
-  multi_replace, entropy) on 25,000 x 512 float64, numpy input and torch input: against
-  scikit-bio and composition-stats (entropy: ``scipy.stats.entropy``; target 1x: never slower;
+  multi_replace, entropy of probabilities and of logits) on 25,000 x 512 float64, numpy input and
+  torch input: against scikit-bio and composition-stats (entropy: ``scipy.stats.entropy``, of
+  logits also torch's ``Categorical``; target 1x: never slower;
   on torch input composition-stats and scipy get the numpy array), a plain formula without validation and ``validate=False`` (target 1.2x each: validation
   costs at most 20% of a call);
 - 10^6 rows of 64 parts: clr, ilr, the decomposition (which no library has: against plain
@@ -670,6 +671,7 @@ def _plain(xp: Any) -> dict[str, Callable[..., Any]]:
         "inner": lambda x, y: clr(x) @ clr(y).T,
         "paired_inner": lambda x, y: (clr(x) * clr(y)).sum(-1),
         "entropy": lambda x: -(x * log(x)).sum(-1),  # (every part positive here)
+        "entropy of logits": lambda c: -(softmax_(c) * (c - log(total(exp(c))))).sum(-1),
     }
 
 
@@ -705,8 +707,14 @@ def _functions(basis: np.ndarray) -> list[Fn]:
             {"scipy.stats": lambda d: scipy_stats.entropy(d["x"], axis=-1)} if scipy_stats else {},
             numpy_only=frozenset({"scipy.stats"}),  # its array-API mode is opt-in
         ),
+        Fn(
+            "entropy of logits",
+            lambda d, v: ac.entropy(d["c"], validate=v, from_logits=True),
+            _logit_entropy_peers(),
+            numpy_only=frozenset({"scipy.stats + softmax"}),
+        ),
     ]
-    by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns}
+    by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns[:-2]}
     peers = [("scikit-bio", skc, "multi_replace"), ("composition-stats", cst, None)]
     for label, lib, replace in peers:
         if lib is None:
@@ -720,6 +728,22 @@ def _functions(basis: np.ndarray) -> list[Fn]:
     if skc is not None:
         by["multi_replace"].numpy_only |= {"scikit-bio"}  # it returns numpy for a tensor
     return fns
+
+
+def _logit_entropy_peers() -> dict[str, Callable[[Any], Any]]:
+    """The entropy of softmax rows from their logits: scipy, and torch's ``Categorical``."""
+    peers: dict[str, Callable[[Any], Any]] = {}
+    if scipy_stats is not None:
+        from scipy.special import softmax
+
+        peers["scipy.stats + softmax"] = lambda d: scipy_stats.entropy(
+            softmax(d["c"], axis=-1), axis=-1
+        )
+    if torch is not None:
+        peers["torch Categorical"] = lambda d: torch.distributions.Categorical(
+            logits=torch.as_tensor(d["c"]), validate_args=False
+        ).entropy()
+    return peers
 
 
 def _peer_calls(lib: Any, basis: Any, replace: str) -> list[tuple[str, Callable[[Any], Any]]]:
@@ -797,6 +821,7 @@ def function_cases(rows: int, parts: int = FN_PARTS) -> list[Case]:
         "aitchison_norm": ("norm", ("x",)),
         "aitchison_distance": ("distance", ("x", "y")),
         "entropy": ("entropy", ("x",)),
+        "entropy of logits": ("entropy of logits", ("c",)),
     }
     cases = []
     for kind, d, xp in kinds:
@@ -808,7 +833,7 @@ def function_cases(rows: int, parts: int = FN_PARTS) -> list[Case]:
                 on = data if peer in fn.numpy_only else d
                 suffix = " on numpy" if kind == "torch" and peer in fn.numpy_only else ""
                 case.anchors.append((peer + suffix, functools.partial(call, on), 1.0))
-            key = fn.name.split(" ")[0]
+            key = fn.name if fn.name in plain_keys else fn.name.split(" ")[0]
             if key in plain_keys:
                 name, args = plain_keys[key]
                 f = plain[name]

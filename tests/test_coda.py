@@ -659,6 +659,7 @@ def test_multi_replace_in_place_matches_the_definition(rng):
 FUSED_CALLS = {
     "closure": lambda x, y, z: ac.closure(z),
     "entropy": lambda x, y, z: ac.entropy(ac.closure(z)),  # zeros: entr(0) = 0
+    "entropy of logits": lambda x, y, z: ac.entropy(_log(z), from_logits=True),  # -inf at zeros
     "alr": lambda x, y, z: ac.alr(x),
     "perturb": lambda x, y, z: ac.perturb(x, y),
     "perturb_inv": lambda x, y, z: ac.perturb_inv(x, y),
@@ -670,6 +671,11 @@ FUSED_CALLS = {
     "clr_inv": lambda x, y, z: ac.clr_inv(np.log(x)),
     "aitchison_distance": lambda x, y, z: ac.aitchison_distance(x, y),
 }
+
+
+def _log(z):
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(z))
 
 
 @pytest.fixture
@@ -752,6 +758,30 @@ def test_blocked_entropy_refuses_a_bad_late_row_as_the_general_path(
         ac.entropy(x)
     with pytest.raises(error):
         ac.entropy(x.tolist())
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(np.nan, ac.NonFiniteError), (np.inf, ac.NonFiniteError), ("row", ac.TooFewPartsError)],
+)
+def test_blocked_entropy_of_logits_refuses_a_bad_late_row_as_the_general_path(
+    rng, small_blocks, value, error
+):
+    z = np.log(random_compositions(rng, (40, 9)))
+    z[-5, :3] = -np.inf  # invisible keys are allowed
+    if value == "row":
+        z[-3] = -np.inf  # no visible key
+    else:
+        z[-3, 2] = value
+    with pytest.raises(error):
+        ac.entropy(z, from_logits=True)
+    with pytest.raises(error):
+        ac.entropy(z.tolist(), from_logits=True)
+    if value == "row":
+        got = ac.entropy(z, from_logits=True, degenerate="nan")
+        expected = ac.entropy(z.tolist(), from_logits=True, degenerate="nan")
+        np.testing.assert_allclose(got, expected, atol=TIGHT)
+        assert np.isnan(got[-3]) and np.isfinite(np.delete(got, -3)).all()
 
 
 def test_blocked_entropy_of_unclosed_rows_unvalidated_is_the_general_paths(rng, small_blocks):
