@@ -945,7 +945,7 @@ def torch_views(*arrays: np.ndarray) -> tuple[Any, ...] | None:
 def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
-    big = x.dtype == np.float64 and x.nbytes >= TORCH_MIN_BYTES
+    big = x.dtype in (np.float32, np.float64) and x.nbytes >= TORCH_MIN_BYTES
     views = torch_views(x, out) if big else None
     if views is None:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -957,12 +957,14 @@ def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray
 def log_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``numpy.log(x, out=out)`` (``out`` may be ``x``), without floating-point warnings.
 
-    float64 goes through torch where it is installed: numpy's float64 ``log`` and ``exp`` are
-    SIMD only with AVX-512 and otherwise call libm one value at a time, while torch's (SLEEF,
-    1 ulp) are vectorised for AVX2 too: 1.75x (log) and 2.5x (exp) faster on one thread of the
-    development machine (AMD EPYC, AVX2), the dominant cost of clr, alr, ilr, clr_inv and the
-    Aitchison distances. Both are faithful to 1 ulp: results agree with numpy's to ~1e-16
-    relative. float32 (SIMD in numpy with AVX2) and arrays torch cannot view stay in numpy.
+    float64 and float32 go through torch where it is installed: numpy's float64 ``log`` and
+    ``exp`` are SIMD only with AVX-512 and otherwise call libm one value at a time, while
+    torch's (SLEEF, 1 ulp) are vectorised for AVX2 too: 1.75x (log) and 2.5x (exp) faster on
+    one thread of the development machine (AMD EPYC, AVX2), the dominant cost of clr, alr, ilr,
+    clr_inv and the Aitchison distances. In float32, where numpy is SIMD too, torch's are still
+    1.7x faster there (4 MB: log 1.32 vs 2.34 ms, exp 1.12 vs 1.93 ms) and closer: at most 0.61
+    and 0.56 ulp from the exact values, against numpy's 0.71 and 2.3 ulp. Arrays torch cannot
+    view stay in numpy.
     """
     return _elementwise("log", x, out)
 

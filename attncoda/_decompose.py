@@ -42,6 +42,7 @@ from ._array import (
     can_overwrite,
     check_degenerate,
     device_of,
+    exp_into,
     is_tensor,
     labelled,
     log_composition,
@@ -182,7 +183,7 @@ def _channel(xp: Any, log: Array, keep: Array) -> tuple[Array, Array, Array]:
     m = xp.where(m > -math.inf, m, xp.zeros_like(m))
     numpy = isinstance(w, np.ndarray)
     w = np.subtract(w, m, out=w) if numpy else w - m
-    e = xp.exp(w)
+    e = exp_into(w) if numpy else xp.exp(w)
     total = xp.sum(e, axis=-1, keepdims=True)
     has = total > 0
     safe = xp.where(has, total, xp.ones_like(total))
@@ -390,8 +391,10 @@ def _first_true(xp: Any, a: Array) -> Array:
 
 
 def _exp(xp: Any, a: Array, out: np.ndarray | None) -> Array:
-    """``exp(a)``, into ``out`` when given (numpy)."""
-    return xp.exp(a) if out is None else np.exp(a, out=out)
+    """``exp(a)``, into ``out`` when given (numpy; through torch's kernel, see :func:`exp_into`)."""
+    if isinstance(a, np.ndarray):
+        return exp_into(a, out)
+    return xp.exp(a)
 
 
 def _content_exp(xp: Any, w: Array, out: np.ndarray | None) -> tuple[Array, Array]:
