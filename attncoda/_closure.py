@@ -20,6 +20,7 @@ from ._array import (
     Spec,
     labelled,
     parts_last,
+    row_sums,
     tolerance,
     torch_module,
     torch_views,
@@ -100,17 +101,19 @@ def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
     return xp.moveaxis(data / total, -1, ax)
 
 
-def closable(xp: Any, data: Array, total: Array) -> bool:
+def closable(xp: Any, data: Array, total: Array, smallest: float | None = None) -> bool:
     """Whether rows ``data`` with sums ``total`` are valid compositions, in one host sync.
 
     The sums are finite when no part is NaN or infinite (unless they overflowed: then the
     caller's precise check decides), and the smallest part is non-negative and every row has
-    mass: one reduction (the minimum) beyond the sums that closure needs anyway.
+    mass: one reduction (the minimum) beyond the sums that closure needs anyway, or none where
+    the caller gathered ``smallest`` (the minimum of ``data``) on its way through the blocks.
     """
     if math.prod(data.shape) == 0:
         return False
     with np.errstate(invalid="ignore"):
-        ok = xp.all(xp.isfinite(total)) & xp.all(total > 0) & (xp.min(data) >= 0)
+        low = xp.min(data) if smallest is None else smallest
+        ok = xp.all(xp.isfinite(total)) & xp.all(total > 0) & (low >= 0)
     return bool(ok)
 
 
@@ -134,18 +137,15 @@ def _closure_blocks(x: Array, validate: bool) -> Array | None:
     views = torch_views(rows, out)
     for start in range(0, rows.shape[0], step):
         part = slice(start, start + step)
-        if views is None:
-            block, dest = rows[part], out[part]
-            total = np.sum(block, axis=-1, keepdims=True)
-            if validate and not closable(np, block, total):
-                return None
-            np.divide(block, total, out=dest)
-            continue
-        total_t = torch_module().sum(views[0][part], -1, keepdim=True)
-        # (numpy's minimum of a whole block is faster than torch's)
-        if validate and not closable(np, rows[part], total_t.numpy()):
+        total = row_sums(np, rows[part])
+        # (the smallest part through numpy: its minimum of a whole block is faster than torch's)
+        if validate and not closable(np, rows[part], total):
             return None
-        torch_module().div(views[0][part], total_t, out=views[1][part])
+        if views is None:
+            np.divide(rows[part], total, out=out[part])
+        else:
+            torch = torch_module()
+            torch.div(views[0][part], torch.from_numpy(total), out=views[1][part])
     return out.reshape(x.shape)
 
 

@@ -183,7 +183,7 @@ def _channel(xp: Any, log: Array, keep: Array) -> tuple[Array, Array, Array]:
     m = xp.where(m > -math.inf, m, xp.zeros_like(m))
     numpy = isinstance(w, np.ndarray)
     w = np.subtract(w, m, out=w) if numpy else w - m
-    e = exp_into(w) if numpy else xp.exp(w)
+    e = _exp(xp, w, None)
     total = xp.sum(e, axis=-1, keepdims=True)
     has = total > 0
     safe = xp.where(has, total, xp.ones_like(total))

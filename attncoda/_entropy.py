@@ -150,13 +150,13 @@ def _entropy_blocks(x: np.ndarray, axis: int, from_logits: bool) -> np.ndarray |
     if views is None and from_logits:
         return None
     kernel = _torch_block_logit_entropy if from_logits else _torch_block_entropy
+    if views is None:
+        from scipy.special import entr
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for start in range(0, rows.shape[0], step):
             part = slice(start, start + step)
             m = min(step, rows.shape[0] - start)
             if views is None:
-                from scipy.special import entr
-
                 np.sum(rows[part], axis=-1, out=total[part])
                 entr(rows[part], out=scratch[:m])
                 np.sum(scratch[:m], axis=-1, out=h[part])

@@ -21,7 +21,7 @@ from ._array import (
     torch_module,
     torch_views,
 )
-from ._closure import closure
+from ._closure import closable, closure
 from ._errors import (
     CompositionError,
     NonFiniteError,
@@ -167,7 +167,7 @@ def _replace_blocks(x: np.ndarray, axis: int, delta: float | None, validate: boo
             else:
                 torch.mul(views[0][part], views[3][part], out=views[1][part])
             np.putmask(dest, zero, d)  # (faster than copyto(where=) and masked_fill_)
-    if validate and not (lowest >= 0 and bool(np.isfinite(total).all() & (total > 0).all())):
+    if validate and not closable(np, rows, total, smallest=lowest):
         return None
     if bool(zeros.max() * d >= 1):
         raise _too_large(delta)

@@ -8,9 +8,9 @@ thread each side, interleaved (``benchmarks/_measure.py``); the first is measure
   perturb, perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance,
   multi_replace, entropy of probabilities and of logits) on 25,000 x 512 float64, numpy input and
   torch input: against scikit-bio and composition-stats (entropy: ``scipy.stats.entropy``, of
-  logits also torch's ``Categorical``; target 1x: never slower;
-  on torch input composition-stats and scipy get the numpy array), a plain formula without validation and ``validate=False`` (target 1.2x each: validation
-  costs at most 20% of a call);
+  logits also torch's ``Categorical``; target 1x: never slower; on torch input
+  composition-stats and scipy get the numpy array), a plain formula without validation and
+  ``validate=False`` (target 1.2x each: validation costs at most 20% of a call);
 - 10^6 rows of 64 parts: clr, ilr, the decomposition (which no library has: against plain
   numpy / torch computations of the same quantities), rows given as logits, and all-pairs
   Aitchison distances against scipy.
@@ -714,7 +714,9 @@ def _functions(basis: np.ndarray) -> list[Fn]:
             numpy_only=frozenset({"scipy.stats + softmax"}),
         ),
     ]
-    by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in fns[:-2]}
+    # the functions scikit-bio and composition-stats have (entropy's peers are its own)
+    shared = [f for f in fns if not f.name.startswith("entropy")]
+    by = {f.name.split(" ")[0] + (" given" if "given" in f.name else ""): f for f in shared}
     peers = [("scikit-bio", skc, "multi_replace"), ("composition-stats", cst, None)]
     for label, lib, replace in peers:
         if lib is None:
