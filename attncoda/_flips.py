@@ -63,8 +63,29 @@ def _square(d: Any, name: str) -> np.ndarray:
     return a
 
 
+def _ordered_pairs(
+    x1: np.ndarray,
+    x2: np.ndarray,
+    anchors: np.ndarray,
+    op1: np.ufunc,
+    op2: np.ufunc,
+    g: np.ndarray,
+    h: np.ndarray,
+) -> int:
+    """Ordered pairs ``(b, c)`` of units other than each row's anchor with
+    ``op1(x1[r, b], x1[r, c])`` and ``op2(x2[r, b], x2[r, c])``, summed over the rows ``r``;
+    ``g`` and ``h`` are boolean buffers ``(rows, N, N)`` it overwrites."""
+    rows = np.arange(len(anchors))
+    op1(x1[:, :, None], x1[:, None, :], out=g)
+    g[rows, anchors, :] = False  # the anchor is never a candidate
+    g[rows, :, anchors] = False
+    op2(x2[:, :, None], x2[:, None, :], out=h)
+    np.logical_and(g, h, out=g)
+    return int(np.count_nonzero(g))
+
+
 def verdict_flips(
-    d1: Any, d2: Any, units: Sequence[int] | np.ndarray | None = None, *, chunk: int = 1 << 22
+    d1: Any, d2: Any, units: Sequence[int] | np.ndarray | None = None, *, chunk: int = 1 << 20
 ) -> FlipCount:
     """Count the verdicts that flip between two dissimilarity matrices.
 
@@ -105,21 +126,19 @@ def verdict_flips(
     if n < 3:
         return FlipCount(0, 0, 0)
     # Over ordered pairs (b, c): a flip is d1[a,b] > d1[a,c] while d2[a,b] < d2[a,c]; counting
-    # it for every ordered pair counts each unordered strict flip exactly once. Booleans only.
-    step = max(1, chunk // (n * n))
+    # it for every ordered pair counts each unordered strict flip exactly once; a triple strict
+    # under both (d1[a,b] != d1[a,c] and d2[a,b] != d2[a,c]) is counted twice. Booleans only,
+    # in two buffers reused by every block of anchors: fresh temporaries of this size cost more
+    # in page faults than the comparisons (1.8x the time at N = 270).
+    step = max(1, min(n, chunk // (n * n)))
+    buffers = np.empty((2, step, n, n), dtype=bool)
     flips = strict = 0
     for a0 in range(0, n, step):
         anchors = np.arange(a0, min(n, a0 + step))
-        rows = np.arange(len(anchors))
-        g1 = a1[anchors, :, None] > a1[anchors, None, :]
-        g2 = a2[anchors, :, None] > a2[anchors, None, :]
-        for g in (g1, g2):  # the anchor is never a candidate
-            g[rows, anchors, :] = False
-            g[rows, :, anchors] = False
-        g2t = g2.transpose(0, 2, 1)
-        flips += int(np.count_nonzero(g1 & g2t))
-        # triples strict under both: (g1 | g1^T) & (g2 | g2^T), over ordered pairs = 2x
-        strict += int(np.count_nonzero((g1 | g1.transpose(0, 2, 1)) & (g2 | g2t)))
+        g, h = buffers[:, : len(anchors)]
+        x1, x2 = a1[anchors], a2[anchors]
+        flips += _ordered_pairs(x1, x2, anchors, np.greater, np.less, g, h)
+        strict += _ordered_pairs(x1, x2, anchors, np.not_equal, np.not_equal, g, h)
     triples = n * (n - 1) * (n - 2) // 2
     ties = triples - strict // 2
     return FlipCount(flips, triples, ties)
@@ -150,8 +169,17 @@ def _bootstrap_rates(
 ) -> np.ndarray:
     """Flip rate of each bootstrap replicate; ``sums`` are per-sample sums ``(S, N, N)``."""
     a, b, c = trip
-    delta1 = sums1[:, a, b] - sums1[:, a, c]  # (S, T): the sign of a weighted sum is the verdict
-    delta2 = sums2[:, a, b] - sums2[:, a, c]
+    n = sums1.shape[-1]
+    ab, ac = a * n + b, a * n + c  # flat indices: np.take gathers them 2-3x faster than [:, a, b]
+
+    def delta(sums: np.ndarray) -> np.ndarray:
+        """``sums[:, a, b] - sums[:, a, c]`` (S, T): the sign of a weighted sum is the verdict."""
+        flat = sums.reshape(len(sums), -1)
+        out = np.take(flat, ab, axis=1)
+        out -= np.take(flat, ac, axis=1)
+        return out
+
+    delta1, delta2 = delta(sums1), delta(sums2)
     n_boot, n_trip = len(weights), delta1.shape[1]
     flips = np.zeros(n_boot, dtype=np.int64)
     # triples in slices whose (replicate, triple) temporaries (~256 KB each) stay in cache: the

@@ -361,10 +361,11 @@ def test_flip_counting_on_hand_built_cases():
     assert ac.verdict_flips(d[:2, :2], d2[:2, :2]).triples == 0
 
 
-def test_flip_counting_matches_brute_force(rng):
+@pytest.mark.parametrize("chunk", [50, 4 * 81, 1 << 20])  # one anchor a block; 4, 4, 1; all
+def test_flip_counting_matches_brute_force(rng, chunk):
     d1 = rng.integers(0, 4, (9, 9)).astype(float)  # small integers: plenty of ties
     d2 = rng.integers(0, 4, (9, 9)).astype(float)
-    got = ac.verdict_flips(d1, d2, chunk=50)
+    got = ac.verdict_flips(d1, d2, chunk=chunk)
     assert (got.flips, got.triples, got.ties) == brute_flips(d1, d2)
     assert got.rate == got.flips / got.triples
 
