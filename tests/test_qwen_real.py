@@ -136,15 +136,17 @@ class AttentionCalls:
         for handle in self._handles:
             handle.remove()
 
-    def float64(self, valid: np.ndarray):
+    def float64(self, valid: np.ndarray, *, outputs: bool = True):
         """Float64 attention of every layer from the fp32 inputs its calls received (the calls
         of one layer are consecutive query positions, as in ``generate``): weights ``(sample,
         layer, head, query, key)`` and per layer ``(output, reference output)``, the output the
-        module returned and the float64 one. ``valid`` ``(sample, key)`` marks non-padding."""
+        module returned and the float64 one. ``valid`` ``(sample, key)`` marks non-padding.
+        ``outputs=False``: the weights alone (no value and output projections), ``[]`` for the
+        outputs."""
         with torch.no_grad():
-            return self._float64(valid)
+            return self._float64(valid, outputs)
 
-    def _float64(self, valid: np.ndarray):
+    def _float64(self, valid: np.ndarray, with_outputs: bool = True):
         from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb, repeat_kv
 
         weights, outputs = [], []
@@ -158,19 +160,22 @@ class AttentionCalls:
                 bias = None if lin.bias is None else lin.bias.double()
                 return torch.nn.functional.linear(x, lin.weight.double(), bias)
 
-            q, k, v = (
+            q, k = (
                 proj(lin).view(b, t, -1, d).transpose(1, 2)
-                for lin in (module.q_proj, module.k_proj, module.v_proj)
+                for lin in (module.q_proj, module.k_proj)
             )
             q, k = apply_rotary_pos_emb(q, k, cos.double(), sin.double())
-            k, v = (repeat_kv(x, module.num_key_value_groups) for x in (k, v))
+            k = repeat_kv(k, module.num_key_value_groups)
             scores = torch.matmul(q, k.transpose(2, 3)) * module.scaling
             causal = torch.ones(t, t, dtype=torch.bool).tril()
             allowed = causal & torch.as_tensor(valid)[:, None, None, :]
             w = torch.softmax(scores.masked_fill(~allowed, -torch.inf), dim=-1).nan_to_num(0.0)
-            o = torch.matmul(w, v).transpose(1, 2).reshape(b, t, -1)
             weights.append(w)
-            outputs.append((out, proj(module.o_proj, x=o)))
+            if with_outputs:
+                v = proj(module.v_proj).view(b, t, -1, d).transpose(1, 2)
+                v = repeat_kv(v, module.num_key_value_groups)
+                o = torch.matmul(w, v).transpose(1, 2).reshape(b, t, -1)
+                outputs.append((out, proj(module.o_proj, x=o)))
         return torch.stack(weights, dim=1).numpy(), outputs
 
 
@@ -241,7 +246,7 @@ def rows_and_outputs(model, batch):
         as_accurate_as(_errors(out, ref, where), _errors(p_out, p_ref, where), f"output {layer}")
     seen = valid[:, None, None, :, None] & valid[:, None, None, None, :]
     rows = np.exp(cap.dataset.log_attn.values)
-    check_rows(rows, weights, ref_plain, eager.float64(valid)[0], seen)
+    check_rows(rows, weights, ref_plain, eager.float64(valid, outputs=False)[0], seen)
     return cap.dataset
 
 
@@ -262,9 +267,20 @@ def test_capture_records_provenance_and_changes_no_logits(qwen, emma):
     assert int(ds.sink_index.values[0]) == 0  # no BOS: the sink is the first word
 
 
-def test_rows_on_austen(qwen, emma):
+@pytest.fixture(scope="module")
+def emma_rows(qwen, emma):
+    """The rows of the first ``PROFILE_TOKENS`` tokens of *Emma*, checked by
+    :func:`rows_and_outputs`, once per model: ``test_rows_on_austen`` and the sink profile read
+    the same capture (1.5B: four forwards and their float64 references, ~40 CPU-s)."""
     _, model, tok = qwen
-    rows_and_outputs(model, first_tokens(tok, emma, 256))
+    return rows_and_outputs(model, first_tokens(tok, emma, PROFILE_TOKENS))
+
+
+def test_rows_on_austen(qwen, emma_rows):
+    name = qwen[0]
+    entry = zoo.get_entry(name)
+    want = {"sample": 1, "layer": entry.layers, "head": entry.heads, "query": PROFILE_TOKENS}
+    assert {dim: emma_rows.sizes[dim] for dim in want} == want
 
 
 def test_rows_on_wikipedia(qwen, wiki):
@@ -332,7 +348,7 @@ def test_generate_inside_capture(qwen, emma):
         start += n_q
     assert start == total
     # capture computed the outputs with eager, so both saw eager's inputs: one float64 reference
-    ref, _ = calls.float64(np.ones((1, total), dtype=bool))
+    ref, _ = calls.float64(np.ones((1, total), dtype=bool), outputs=False)
     check_rows(rows, eager, ref[0], ref[0], np.ones(rows.shape, dtype=bool))
 
 
@@ -351,10 +367,15 @@ def sink_profile(model, tokenizer, text: str) -> dict:
     half, among the keys of the first half, which all those queries see).
     """
     batch = first_tokens(tokenizer, text, PROFILE_TOKENS)
-    t = PROFILE_TOKENS
     with torch.no_grad(), capture(model, what="rows") as cap:
         model(**batch)
-    ds = cap.dataset
+    return profile_of_rows(cap.dataset, tokenizer, batch)
+
+
+def profile_of_rows(ds, tokenizer, batch) -> dict:
+    """:func:`sink_profile` of the captured rows ``ds`` of ``batch``'s one sample."""
+    t = PROFILE_TOKENS
+    assert ds.sizes["query"] == ds.sizes["key"] == t and ds.sizes["sample"] == 1
     sink = int(ds.sink_index.values[0])
     rows = np.exp(ds.log_attn.values[0].astype(np.float64))  # layer, head, query, key
     share = rows[:, :, 1:, sink].mean(axis=(1, 2))
@@ -437,9 +458,9 @@ def _check_table_row(name: str, rows: dict[str, str]) -> None:
     )
 
 
-def test_qwen_sink_profile_and_table_row(qwen, emma):
+def test_qwen_sink_profile_and_table_row(qwen, emma, emma_rows):
     name, model, tok = qwen
-    profile = sink_profile(model, tok, emma)
+    profile = profile_of_rows(emma_rows, tok, first_tokens(tok, emma, PROFILE_TOKENS))
     assert profile["sink"] == 0 and len(profile["share"]) == zoo.get_entry(name).layers
     share = np.asarray(profile["share"])
     assert ((share > 0) & (share < 1)).all()
