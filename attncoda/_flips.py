@@ -150,7 +150,7 @@ def verdict_flips(
     # it for every ordered pair counts each unordered strict flip exactly once; a triple strict
     # under both (d1[a,b] != d1[a,c] and d2[a,b] != d2[a,c]) is counted twice. Booleans only,
     # in two buffers reused by every block of anchors: fresh temporaries of this size cost more
-    # in page faults than the comparisons (1.8x the time at N = 270).
+    # in page faults than the comparisons themselves (they took 1.8x the time at N = 270).
     step = max(1, min(n, chunk // (n * n)))
     buffers = np.empty((2, step, n, n), dtype=bool)
     r1, r2 = _row_ranks(a1), _row_ranks(a2)  # same verdicts, compared 2.5-5x faster than floats
