@@ -64,24 +64,13 @@ def _square(d: Any, name: str) -> np.ndarray:
 
 
 def _row_ranks(a: np.ndarray) -> np.ndarray:
-    """Each row's values replaced by their rank within the row, ties sharing the lowest: every
-    comparison within a row gives the same answer, on int8 or int16 instead of float64."""
-    n = a.shape[1]
-    order = np.argsort(a, axis=1, kind="stable")
-    ordered = np.take_along_axis(a, order, axis=1)
-    new = np.ones(ordered.shape, dtype=bool)
-    new[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    ranks_in_order = np.maximum.accumulate(np.where(new, np.arange(n), 0), axis=1)
-    dtype = (
-        np.int8
-        if n <= np.iinfo(np.int8).max
-        else np.int16
-        if n <= np.iinfo(np.int16).max
-        else np.int64
-    )
-    ranks = np.empty(a.shape, dtype=dtype)
-    np.put_along_axis(ranks, order, ranks_in_order.astype(dtype), axis=1)
-    return ranks
+    """Each row's values replaced by their rank within the row (``rankdata``'s ``"min"``: ties
+    share the lowest), in the smallest unsigned integer type that holds them: every comparison
+    within a row gives the same answer, on 1 or 2 bytes instead of float64's 8."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(a, method="min", axis=1) - 1
+    return ranks.astype(np.min_scalar_type(a.shape[1] - 1))
 
 
 def _ordered_pairs(
