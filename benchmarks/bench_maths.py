@@ -2,14 +2,15 @@
 
 closure, clr, clr_inv, alr, alr_inv, ilr, ilr_inv (default and given basis), perturb,
 perturb_inv, power, inner, paired_inner, aitchison_norm, aitchison_distance, multi_replace and
-entropy (of probabilities, and of logits) on 25,000 x 512 float64 (issue #31's size), timed by ``benchmarks/_measure.py`` in one
-process, one thread each side, interleaved: against scikit-bio and composition-stats (entropy:
-``scipy.stats.entropy``, of logits also torch's ``Categorical``; target 1x: never slower; on torch input composition-stats and scipy get
-the numpy array), a plain formula without validation and
-``validate=False`` (target 1.2x each: validation costs at most 20% of a call). A case whose
-ratios are unreliable (wall clock and CPU time disagree) is measured again, up to 3 times. The
-cases are built in ``bench_coda.py`` (:func:`bench_coda.function_cases`), whose own section holds
-the 10^6-row decomposition and pairwise comparisons.
+entropy (of probabilities, and of logits) on 25,000 x 512 float64 (issue #31's size), timed by
+``benchmarks/_measure.py`` in one process, one thread each side, interleaved: against
+scikit-bio and composition-stats (entropy: ``scipy.stats.entropy``, of logits also torch's
+``Categorical``; target 1x: never slower; on torch input composition-stats and scipy get the
+numpy array), a plain formula without validation and ``validate=False`` (target 1.2x each:
+validation costs at most 20% of a call). A case whose ratios are unreliable (wall clock and CPU
+time disagree) is measured again, up to 3 times. The cases are built in ``bench_coda.py``
+(:func:`bench_coda.function_cases`), whose own section holds the 10^6-row decomposition and
+pairwise comparisons.
 
 Run: ``python benchmarks/bench_maths.py [--quick]`` (rows printed as they are measured), or
 ``benchmarks/run --only bench_maths --out benchmarks/results.md``.
