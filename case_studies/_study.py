@@ -436,7 +436,11 @@ class Golden:
     that are differences of others, e.g. ``(("diff", ("off", "on")),)``: their tolerance is
     ``atol + rtol * sum(|operand|)`` (golden operands), since a difference of two close numbers
     loses the operands' relative precision (cancellation) while a real change still moves it
-    by more than that.
+    by more than that. ``scaled`` names CSV columns with their own ``rtol`` against the golden
+    column's largest magnitude, e.g. ``(("gradient", 1e-3),)``: values that are sums of terms of
+    both signs (gradients), whose rounding error is set by the largest terms, so that a value
+    near zero keeps few of its digits on another CPU while a real change still moves the
+    column's large values.
     """
 
     file: str
@@ -444,6 +448,7 @@ class Golden:
     atol: float = 1e-6
     ignore: tuple[str, ...] = ()
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    scaled: tuple[tuple[str, float], ...] = ()
 
 
 def _close(
@@ -498,17 +503,24 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     f"{y.shape} {list(y.columns)})"
                 )
                 continue
-            derived = dict(g.derived)
+            derived, scaled = dict(g.derived), dict(g.scaled)
+            if unknown := sorted(set(scaled) - set(y.columns)):
+                problems.append(f"{g.file}: `scaled` names columns it does not have: {unknown}")
             for col in x.columns:
+                rtol = scaled.get(col, g.rtol)
                 if pd.api.types.is_numeric_dtype(y[col]) and pd.api.types.is_numeric_dtype(x[col]):
                     xv, yv = x[col].to_numpy(float), y[col].to_numpy(float)
                     ops = [o for o in derived.get(col, ()) if o in y.columns]
                     if ops:  # a difference: tolerance scaled to its operands
                         scale = sum(np.abs(y[o].to_numpy(float)) for o in ops)
-                        tol = g.atol + g.rtol * scale
-                        bad = ~((np.abs(xv - yv) <= tol) | (np.isnan(xv) & np.isnan(yv)))
+                    elif col in scaled:  # a sum of signed terms: scaled to the column
+                        scale = np.nanmax(np.abs(yv), initial=0.0)
                     else:
-                        bad = ~np.isclose(xv, yv, rtol=g.rtol, atol=g.atol, equal_nan=True)
+                        scale = np.abs(yv)
+                    tol = g.atol + rtol * scale
+                    with np.errstate(invalid="ignore"):  # inf - inf: equal infinities pass
+                        ok = (xv == yv) | (np.abs(xv - yv) <= tol)
+                    bad = ~(ok | (np.isnan(xv) & np.isnan(yv)))
                 else:  # cells missing in both (an empty CSV cell) are equal
                     both_missing = (x[col].isna() & y[col].isna()).to_numpy()
                     bad = (x[col].astype(str) != y[col].astype(str)).to_numpy() & ~both_missing
@@ -516,7 +528,8 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     i = int(np.flatnonzero(bad)[0])
                     problems.append(
                         f"{g.file}: column {col!r} differs in {int(bad.sum())} rows (row {i}: "
-                        f"{x[col].iloc[i]!r} vs golden {y[col].iloc[i]!r}; rtol {g.rtol})"
+                        f"{x[col].iloc[i]!r} vs golden {y[col].iloc[i]!r}; rtol {rtol}"
+                        f"{' of the column' if col in scaled else ''})"
                     )
         else:
             xa = json.loads(a.read_text())

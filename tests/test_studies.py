@@ -177,6 +177,28 @@ def test_compare_holds_tolerance_and_reports_what_differs(tmp_path: Path) -> Non
     assert _study.compare(got, gold, [_study.Golden("missing.csv")])[0].startswith("missing.csv")
 
 
+def test_compare_scales_a_signed_sum_column_to_its_largest_value(tmp_path: Path) -> None:
+    """A ``scaled`` column (a gradient: rounding set by its largest terms) is compared to its
+    own rtol of the golden column's largest magnitude; other columns keep the file's rtol."""
+    got, gold = tmp_path / "got", tmp_path / "gold"
+    got.mkdir()
+    gold.mkdir()
+    (gold / "s.csv").write_text("head,gradient,other\n0,-2.0,1e-3\n1,1e-3,1.0\n")
+    (got / "s.csv").write_text("head,gradient,other\n0,-2.0,1e-3\n1,2.5e-3,1.0\n")
+    scaled = _study.Golden("s.csv", rtol=1e-4, scaled=(("gradient", 1e-3),))
+    assert _study.compare(got, gold, [scaled]) == []  # 1.5e-3 <= 1e-3 * 2.0
+    (problem,) = _study.compare(got, gold, [_study.Golden("s.csv", rtol=1e-4)])
+    assert "column 'gradient' differs in 1 rows" in problem and "of the column" not in problem
+    (got / "s.csv").write_text("head,gradient,other\n0,-2.0,1.2e-3\n1,3.5e-3,1.0\n")
+    problems = _study.compare(got, gold, [scaled])
+    assert any(
+        "'gradient' differs in 1 rows" in p and "rtol 0.001 of the column" in p for p in problems
+    )
+    assert any("'other' differs in 1 rows" in p and "rtol 0.0001)" in p for p in problems)
+    typo = _study.Golden("s.csv", scaled=(("gradeint", 1e-3),))
+    assert any("does not have: ['gradeint']" in p for p in _study.compare(got, gold, [typo]))
+
+
 def test_compare_takes_cells_empty_in_both_files_as_equal(tmp_path: Path) -> None:
     """An empty text cell (e.g. no heads pruned at k = 0) reads as NaN in both files."""
     got, gold = tmp_path / "got", tmp_path / "gold"

@@ -1321,13 +1321,17 @@ def render_tables(results: Path) -> dict[str, str]:
 
 
 #: The quick mode's files CI compares with ``golden/``. Scores and perplexities are computed in
-#: fp32 on fixed tokens without sampling, so a rerun on this machine repeats them; rtol 1e-4
-#: leaves room for another CPU's float rounding (a near-tie in a score that reorders heads would
-#: still show, as it should). The command (it names the output folder) and timings are not
-#: results.
+#: fp32 on fixed tokens without sampling, so a rerun on the same CPU repeats them bit for bit;
+#: rtol 1e-4 leaves room for another CPU's float rounding (a near-tie in a score that reorders
+#: heads would still show, as it should). The gradient score is a sum of terms of both signs
+#: through a backward pass: its rounding error follows the column's largest values, not each
+#: value's (the golden's AVX2 kernels against AVX-512 ones, measured: 9.8e-5 of the column's
+#: largest value, 4.5e-2 relative on a value near zero; 2e-6 relative on every other score and
+#: perplexity), so it is compared to 1e-3 of its largest value. The command (it names the
+#: output folder) and timings are not results.
 GOLDEN = (
     Golden("window_nll.csv", rtol=1e-4, atol=1e-6),
-    Golden("head_scores.csv", rtol=1e-4, atol=1e-6),
+    Golden("head_scores.csv", rtol=1e-4, atol=1e-6, scaled=(("gradient", 1e-3),)),
     Golden("meta.json", rtol=1e-4, atol=1e-6),
 )
 

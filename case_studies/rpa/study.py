@@ -765,11 +765,15 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: The quick mode's files CI compares with ``golden/``: training is seeded and runs on one
-#: thread, so a rerun on this machine repeats the numbers; rtol 1e-4 leaves room for another
-#: CPU's float rounding over 30 training steps. Timings are not results.
+#: thread, so a rerun on the same CPU repeats the numbers bit for bit; rtol 1e-4 leaves room for
+#: another CPU's float rounding over 30 training steps. The trajectory's sink fractions are
+#: ratios of entropy changes from the first checkpoint, which after one step are 2e-5 of entropies
+#: of 3.3 and keep fewer digits: the golden's AVX2 kernels against AVX-512 ones differ there by
+#: 3.3e-4 relative (2e-5 at most elsewhere), so that file is compared to 1e-3. Timings are not
+#: results.
 GOLDEN = (
     Golden("runs.csv", rtol=1e-4, atol=1e-6, ignore=("seconds",)),
-    Golden("audit_trajectory.csv", rtol=1e-4, atol=1e-6),
+    Golden("audit_trajectory.csv", rtol=1e-3, atol=1e-6),
     Golden("audit_perturbation.csv", rtol=1e-4, atol=1e-6, ignore=("perturbation_max_error",)),
     Golden("memberships.csv", rtol=1e-4, atol=1e-6),
 )
