@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -678,10 +679,15 @@ def _log(z):
         return np.log(np.asarray(z))
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """The fused block paths for small arrays: many blocks of a few rows, torch kernels on."""
+@pytest.fixture(params=["torch log/exp", "numpy log/exp"])
+def small_blocks(request, monkeypatch):
+    """The fused block paths for small arrays: many blocks of a few rows, torch kernels on for
+    sums and divisions, and each engine in turn for log and exp (this CPU picks one of them:
+    numpy's where it runs AVX-512, torch's elsewhere)."""
     from attncoda import _array, _closure, _geometry, _zeros
+
+    numpy_engine = request.param.startswith("numpy")
+    monkeypatch.setattr(_array, "numpy_kernel_is_avx512", lambda name, dtype: numpy_engine)
 
     for module in (_array, _closure, _geometry, _zeros):
         for name, value in (
@@ -722,6 +728,19 @@ def test_fused_blocks_match_the_general_path_and_leave_inputs_alone(
     np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
     monkeypatch.setattr(_array, "torch_module", lambda: None)  # as without torch installed
     np.testing.assert_allclose(call(x, y, z), fused, atol=TIGHT, rtol=1e-12)
+
+
+def test_the_log_engine_question_never_raises_and_says_no_where_numpy_cannot_tell(monkeypatch):
+    from attncoda import _array
+
+    assert _array.numpy_kernel_is_avx512("no_such_ufunc", np.dtype("float64")) is False
+    assert isinstance(_array.numpy_kernel_is_avx512("log", np.dtype("float32")), bool)
+    _array.numpy_kernel_is_avx512.cache_clear()
+    monkeypatch.setitem(sys.modules, "numpy.lib.introspect", None)  # numpy < 2.0: no module
+    try:
+        assert _array.numpy_kernel_is_avx512("log", np.dtype("float64")) is False
+    finally:
+        _array.numpy_kernel_is_avx512.cache_clear()
 
 
 @pytest.mark.parametrize(
