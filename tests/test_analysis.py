@@ -24,6 +24,7 @@ from conftest import has_torch
 _needs_torch = pytest.mark.skipif(not has_torch, reason="torch")
 # numpy; torch matrix products; and device= (products and the js/tv passes in torch)
 BACKENDS = [
+    pytest.param({"backend": "auto"}, id="auto"),
     pytest.param({"backend": "numpy"}, id="numpy"),
     pytest.param({"backend": "torch"}, id="torch", marks=_needs_torch),
     pytest.param({"device": "cpu"}, id="device", marks=_needs_torch),
