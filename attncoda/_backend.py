@@ -26,22 +26,27 @@ from ._pairwise import row_gram
 class _Backend:
     """Where matrix products and per-pair passes run: numpy or torch (on a device)."""
 
-    def __init__(self, name: str, device: Any = None) -> None:
+    def __init__(self, name: str, device: Any = None, *, chosen: bool = True) -> None:
         if name not in ("torch", "numpy"):
             raise AnalysisError(f"backend must be 'auto', 'torch' or 'numpy', got {name!r}")
         self.name = name
         self.device = None if device is None else _torch_device(device, name)
+        #: the caller named the backend (not "auto"): every product runs there
+        self.chosen = chosen
 
     @staticmethod
     def resolve(backend: str, device: Any = None) -> _Backend:
-        if backend == "auto":
+        chosen = backend != "auto"
+        if not chosen:
             torch_found = importlib.util.find_spec("torch") is not None
             backend = "torch" if torch_found or device is not None else "numpy"
-        return _Backend(backend, device)
+        return _Backend(backend, device, chosen=chosen)
 
     def gram(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """``a @ b.T`` (``b = a`` by default) as float64."""
-        g = row_gram(a, b, backend=self.name, device=self.device)
+        """``a @ b.T`` (``b = a`` by default) as float64 (:func:`row_gram`'s choice of engine
+        where the caller named none)."""
+        backend = self.name if self.chosen or self.device is not None else "auto"
+        g = row_gram(a, b, backend=backend, device=self.device)
         return np.asarray(g, dtype=np.float64)
 
     def pairwise_rows(self, a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:

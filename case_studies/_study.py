@@ -440,7 +440,12 @@ class Golden:
     column's largest magnitude, e.g. ``(("gradient", 1e-3),)``: values that are sums of terms of
     both signs (gradients), whose rounding error is set by the largest terms, so that a value
     near zero keeps few of its digits on another CPU while a real change still moves the
-    column's large values.
+    column's large values. ``slack`` names CSV columns of counted events that rounding can tip
+    one way or the other at a near-tie (an ordering verdict between two distances that agree to
+    the last bits), with how many events each row may move by: ``(("flips", 5, ""),)`` for a
+    count, ``(("flip_rate", 5, "n_triples"),)`` for a rate over the row's ``n_triples``; the
+    slack is added to the tolerance, so a row of a few hundred events keeps a tolerance of a few
+    events, not of 0.1% of them.
     """
 
     file: str
@@ -449,6 +454,7 @@ class Golden:
     ignore: tuple[str, ...] = ()
     derived: tuple[tuple[str, tuple[str, ...]], ...] = ()
     scaled: tuple[tuple[str, float], ...] = ()
+    slack: tuple[tuple[str, float, str], ...] = ()
 
 
 def _close(
@@ -504,8 +510,11 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                 )
                 continue
             derived, scaled = dict(g.derived), dict(g.scaled)
-            if unknown := sorted(set(scaled) - set(y.columns)):
-                problems.append(f"{g.file}: `scaled` names columns it does not have: {unknown}")
+            slack = {col: (events, per) for col, events, per in g.slack}
+            named = set(scaled) | set(slack) | {per for _, per in slack.values() if per}
+            if unknown := sorted(named - set(y.columns)):
+                problems.append(f"{g.file}: the spec names columns it does not have: {unknown}")
+                continue
             for col in x.columns:
                 rtol = scaled.get(col, g.rtol)
                 if pd.api.types.is_numeric_dtype(y[col]) and pd.api.types.is_numeric_dtype(x[col]):
@@ -518,6 +527,9 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     else:
                         scale = np.abs(yv)
                     tol = g.atol + rtol * scale
+                    if col in slack:  # events a near-tie can tip, per row's denominator
+                        events, per = slack[col]
+                        tol = tol + (events / y[per].to_numpy(float) if per else events)
                     with np.errstate(invalid="ignore"):  # inf - inf: equal infinities pass
                         ok = (xv == yv) | (np.abs(xv - yv) <= tol)
                     bad = ~(ok | (np.isnan(xv) & np.isnan(yv)))

@@ -931,3 +931,20 @@ def test_small_inputs_leave_torch_unimported():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False", res.stdout + res.stderr
+
+
+def test_a_gram_of_one_matrix_is_symmetric_and_an_explicit_torch_backend_stays_in_torch(rng):
+    """``row_gram(a)`` under ``"auto"`` goes to BLAS's syrk through numpy (one triangle, half
+    the work): exactly symmetric, equal to the general product; ``backend="torch"`` keeps
+    torch's product, bit for bit."""
+    from attncoda._pairwise import row_gram
+
+    a = rng.standard_normal((37, 301))
+    g = row_gram(a)
+    np.testing.assert_array_equal(g, g.T)
+    np.testing.assert_allclose(g, a @ a.copy().T, rtol=1e-12, atol=1e-12 * np.abs(g).max())
+    assert row_gram(a, a).tolist() == g.tolist()  # the same array as b: the same product
+    ta = torch.from_numpy(a)
+    assert row_gram(a, backend="torch").tolist() == torch.matmul(ta, ta.T).numpy().tolist()
+    out = np.empty((37, 37))
+    assert row_gram(a, out=out) is out and out.tolist() == g.tolist()

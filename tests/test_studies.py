@@ -199,6 +199,30 @@ def test_compare_scales_a_signed_sum_column_to_its_largest_value(tmp_path: Path)
     assert any("does not have: ['gradeint']" in p for p in _study.compare(got, gold, [typo]))
 
 
+def test_compare_gives_counted_events_a_slack_of_a_few_near_ties(tmp_path: Path) -> None:
+    """A ``slack`` column may move by its events (a count) or events per row (a rate): a row of
+    252 triples keeps a tolerance of a few flips, a row of millions no more than rtol gives."""
+    got, gold = tmp_path / "got", tmp_path / "gold"
+    got.mkdir()
+    gold.mkdir()
+    (gold / "f.csv").write_text("flips,n,rate\n103,252,0.4087301587\n862556,9732420,0.0886\n")
+    (got / "f.csv").write_text("flips,n,rate\n102,252,0.4047619048\n862558,9732420,0.0886\n")
+    plain = _study.Golden("f.csv", rtol=1e-3, atol=1e-4)
+    assert {p.split(":")[1].split("differs")[0] for p in _study.compare(got, gold, [plain])} == {
+        " column 'flips' ",
+        " column 'rate' ",
+    }
+    slack = (("flips", 5.0, ""), ("rate", 5.0, "n"))
+    spec = _study.Golden("f.csv", rtol=1e-3, atol=1e-4, slack=slack)
+    assert _study.compare(got, gold, [spec]) == []
+    (got / "f.csv").write_text("flips,n,rate\n96,252,0.380952381\n862558,9732420,0.0886\n")
+    problems = _study.compare(got, gold, [spec])  # 7 flips of 252: more than near-ties
+    assert any("'flips' differs in 1 rows" in p for p in problems)
+    assert any("'rate' differs in 1 rows" in p for p in problems)
+    typo = _study.Golden("f.csv", slack=(("rate", 5.0, "n_triples"),))
+    assert any("does not have: ['n_triples']" in p for p in _study.compare(got, gold, [typo]))
+
+
 def test_compare_takes_cells_empty_in_both_files_as_equal(tmp_path: Path) -> None:
     """An empty text cell (e.g. no heads pruned at k = 0) reads as NaN in both files."""
     got, gold = tmp_path / "got", tmp_path / "gold"

@@ -1383,10 +1383,15 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: The quick mode's files CI compares with ``golden/`` (timings and provenance are not results).
+#: A flip is an ordering verdict between two distances, so a near-tie that another CPU's (or
+#: another BLAS call's) rounding orders the other way moves a count by one: a Gram computed by
+#: ``syrk`` instead of ``gemm`` moved 33 rows by 1-5 flips of 178,920 or 9.7 million triples and
+#: two layer-20 rows by one of 252, past rtol 1e-3. Counts and rates get five flips of slack.
 _NOT_RESULTS = ("capture_s", "cell_analysis_s", "table_analysis_s")
+_NEAR_TIES = (("flips", 5.0, ""), ("flip_rate", 5.0, "n_triples"))
 GOLDEN = (
     Golden("summary.csv", rtol=1e-3, atol=1e-4, ignore=_NOT_RESULTS),
-    Golden("flip_rates.csv", rtol=1e-3, atol=1e-4),
+    Golden("flip_rates.csv", rtol=1e-3, atol=1e-4, slack=_NEAR_TIES),
     Golden("clustering_agreement.csv", rtol=1e-3, atol=1e-4),
     Golden("clustering_artifact.csv", rtol=1e-3, atol=1e-3),
     Golden("entropy_fraction.csv", rtol=1e-3, atol=1e-4),
