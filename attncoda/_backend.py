@@ -19,8 +19,8 @@ from ._pairwise import row_gram
 # --------------------------------------------------------------------------------------------
 # backend: matrix products through attncoda's one GEMM backend (:func:`._pairwise.row_gram`: torch
 # when installed, whose batched GEMM splits a stack across its threads once; a matrix with its own
-# transpose through numpy's BLAS syrk under "auto"), elementwise work in numpy; with a torch device (a GPU) both the
-# products and the per-pair js/tv passes run there
+# transpose through numpy's BLAS syrk under "auto"), elementwise work in numpy; with a torch
+# device (a GPU) both the products and the per-pair js/tv passes run there
 
 
 class _Backend:

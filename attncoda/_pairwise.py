@@ -1,8 +1,9 @@
 """All pairs of rows: Aitchison Gram matrices (:func:`inner`) and pairwise distances.
 
 Every all-pairs computation goes through one matrix-product backend, :func:`row_gram` (torch's
-MKL when installed, else numpy; a matrix with its own transpose through BLAS's ``syrk``), and :func:`gram_distances` turns Gram matrices into distances;
-:mod:`attncoda._decompose` and :mod:`attncoda._backend` reuse them. Large inputs are computed in
+MKL when installed, else numpy; a matrix with its own transpose through BLAS's ``syrk``), and
+:func:`gram_distances` turns Gram matrices into distances; :mod:`attncoda._decompose` and
+:mod:`attncoda._backend` reuse them. Large inputs are computed in
 blocks sized by ``_BLOCK_BYTES`` and ``_SUMMED_BLOCK_BYTES``.
 """
 

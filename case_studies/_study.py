@@ -527,10 +527,10 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     else:
                         scale = np.abs(yv)
                     tol = g.atol + rtol * scale
-                    if col in slack:  # events a near-tie can tip, per row's denominator
-                        events, per = slack[col]
+                    events, per = slack.get(col, (0.0, ""))
+                    # inf - inf: equal infinities pass; a row of no events: any rate passes
+                    with np.errstate(invalid="ignore", divide="ignore"):
                         tol = tol + (events / y[per].to_numpy(float) if per else events)
-                    with np.errstate(invalid="ignore"):  # inf - inf: equal infinities pass
                         ok = (xv == yv) | (np.abs(xv - yv) <= tol)
                     bad = ~(ok | (np.isnan(xv) & np.isnan(yv)))
                 else:  # cells missing in both (an empty CSV cell) are equal
@@ -541,7 +541,8 @@ def compare(got: Path, golden: Path, spec: Sequence[Golden]) -> list[str]:
                     problems.append(
                         f"{g.file}: column {col!r} differs in {int(bad.sum())} rows (row {i}: "
                         f"{x[col].iloc[i]!r} vs golden {y[col].iloc[i]!r}; rtol {rtol}"
-                        f"{' of the column' if col in scaled else ''})"
+                        f"{' of the column' if col in scaled else ''}"
+                        f"{f', slack {slack[col][0]:g} events' if col in slack else ''})"
                     )
         else:
             xa = json.loads(a.read_text())
