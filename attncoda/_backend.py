@@ -17,10 +17,11 @@ from ._conventions import AnalysisError
 from ._pairwise import row_gram
 
 # --------------------------------------------------------------------------------------------
-# backend: matrix products through attncoda's one GEMM backend (:func:`._pairwise.row_gram`: torch
-# when installed, whose batched GEMM splits a stack across its threads once; a matrix with its own
-# transpose through numpy's BLAS syrk under "auto"), elementwise work in numpy; with a torch
-# device (a GPU) both the products and the per-pair js/tv passes run there
+# backend: matrix products through attncoda's one GEMM backend (:func:`._pairwise.row_gram`: under
+# "auto" one matrix through numpy's BLAS, syrk for a matrix with its own transpose, and a stack
+# through torch when installed, whose batched GEMM splits it across its threads once),
+# elementwise work in numpy; with a torch device (a GPU) both the products and the per-pair
+# js/tv passes run there
 
 
 class _Backend:

@@ -15,9 +15,9 @@ structural zeros never enter a sum, and all heads are compared at once: one matr
 block for ``aitchison`` (all three conventions from the Gram matrix of content clr vectors plus
 the balances), ``cosine`` and ``kl``, L1 distances over per-row entropies for ``entropy``, and a
 pass over the cells per pair of heads for ``js`` and ``tv`` (they have no matrix-product form;
-the pairs are spread over a few threads). Matrix products run through torch when it is
-installed (MKL), a matrix's product with itself through numpy's BLAS ``syrk`` (half the work),
-everything else in numpy; results are float64. With ``device="cuda"`` the
+the pairs are spread over a few threads). Matrix products run through numpy's BLAS (a
+matrix's product with itself through ``syrk``, half the work) and stacks of them through
+torch's batched GEMM when it is installed, everything else in numpy; results are float64. With ``device="cuda"`` the
 products and the ``js``/``tv`` passes run on the GPU. Cost: the matrix-product metrics for all
 270 heads of SmolLM2-135M cost less than the forward that captured the rows; ``js`` and ``tv``
 on a CPU cost a few times more (see ``benchmarks/results.md``). The per-row sink/content

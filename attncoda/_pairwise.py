@@ -1,7 +1,8 @@
 """All pairs of rows: Aitchison Gram matrices (:func:`inner`) and pairwise distances.
 
-Every all-pairs computation goes through one matrix-product backend, :func:`row_gram` (torch's
-MKL when installed, else numpy; a matrix with its own transpose through BLAS's ``syrk``), and
+Every all-pairs computation goes through one matrix-product backend, :func:`row_gram` (one
+matrix through numpy's BLAS, ``syrk`` for a matrix with its own transpose; a stack through
+torch's batched GEMM when installed), and
 :func:`gram_distances` turns Gram matrices into distances; :mod:`attncoda._decompose` and
 :mod:`attncoda._backend` reuse them. Large inputs are computed in
 blocks sized by ``_BLOCK_BYTES`` and ``_SUMMED_BLOCK_BYTES``.
@@ -187,25 +188,25 @@ def row_gram(
     (:func:`pairwise_aitchison` and :func:`inner` here, the head comparisons of the analysis).
     Stacks of matrices broadcast as in :func:`numpy.matmul`; ``out`` receives the result.
 
-    ``backend="auto"`` uses torch where it is installed, numpy otherwise; ``"torch"`` and
-    ``"numpy"`` choose. torch shares the numpy memory (no copy) and writes into ``out``: numpy's
+    ``backend="auto"`` runs one matrix (two axes each) in numpy and a stack of matrices in
+    torch where it is installed; ``"torch"`` and ``"numpy"`` choose. One matrix is one BLAS
+    call either way, and numpy's is the faster one: its product with its own transpose (``b``
+    None or ``a``) goes to BLAS's ``syrk``, which computes one triangle, half the work of the
+    general product torch runs (on one thread of an AMD EPYC, 270 x 14,336 float64: 22 ms
+    against torch's 38; 4,000 x 512: 150 against 305, with torch's MKL on AVX2 or AVX-512
+    alike), and its general product took 6-16% less time than torch's on one thread of the AMD
+    EPYC with AVX-512 (4,000 x 512 by 4,000 x 512: 254 against 296 ms) and 13-82% on two. A stack
+    goes to torch, which shares the numpy memory (no copy) and writes into ``out``: numpy's
     stacked matmul calls BLAS once per matrix of the stack, and each call synchronises the BLAS
     threads, so as soon as other jobs share the cores it collapses (10x slower on a busy 2-core
     machine, benchmarks/bench_coda.py), while torch's batched GEMM splits the whole stack across
-    its threads once (on one thread the two general products are within 16% of each other on an
-    AMD EPYC with AVX-512, numpy's OpenBLAS ahead).
-    Operands torch cannot take as they are (mixed dtypes, which numpy promotes; negative
-    strides; integers) stay with numpy, on the CPU. ``device`` (a :class:`torch.device`, checked
-    by the caller) runs the product there and brings the result back to the CPU.
-
-    A matrix's product with its own transpose (``b`` None, two axes) goes to numpy under
-    ``"auto"``: numpy hands it to BLAS's ``syrk``, which computes one triangle, half the work
-    of the general product torch runs (on one thread of an AMD EPYC, 270 x 14,336 float64:
-    22 ms against torch's 38; 4,000 x 512: 150 against 305, with torch's MKL on AVX2 or
-    AVX-512 alike).
+    its threads once. Operands torch cannot take as they are (mixed dtypes, which numpy
+    promotes; negative strides; integers) stay with numpy, on the CPU. ``device`` (a
+    :class:`torch.device`, checked by the caller) runs the product there and brings the result
+    back to the CPU.
     """
-    if backend == "auto" and (b is None or b is a) and a.ndim == 2 and device is None:
-        return np.matmul(a, a.T, out=out)
+    if backend == "auto" and device is None and a.ndim == 2 and (b is None or np.ndim(b) == 2):
+        return np.matmul(a, (a if b is None else b).T, out=out)
     views = None if backend == "numpy" else torch_views(a, a if b is None else b)
     if views is None:
         bt = np.swapaxes(a if b is None else b, -1, -2)
@@ -259,8 +260,7 @@ def gram_distances(
     nb = na[..., 0][..., None, :] if same else _row_norms2(xp, b)[..., None, :]
     # d2 = na + nb - 2 a.b, built inside the matmul's result (the only full-size array)
     if isinstance(a, np.ndarray):
-        # stacks through torch's batched GEMM; one matrix is one BLAS call in numpy either way
-        d2 = row_gram(a, b, out, backend="auto" if a.ndim > 2 else "numpy")
+        d2 = row_gram(a, b, out)
     else:
         d2 = a @ xp.matrix_transpose(b)
     if can_overwrite(d2):

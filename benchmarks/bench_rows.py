@@ -22,7 +22,7 @@ side counts as a sample (3 in all), the shorter lengths have an untimed full-len
 
 Memory: peak extra RSS of one forward per side in a fresh process (``--child``), after a
 64-token warm-up, sampled every 2 ms by ``bench_capture.PeakRSS``; the median of
-:data:`MEMORY_REPEATS` processes per side (min-max beside it), the sides interleaved with their
+:data:`MEMORY_REPEATS` processes per side and length (min-max beside it), the sides interleaved with their
 order rotated every repeat: one process per side moved by 3-4% from run to run (glibc keeps
 freed temporaries after its mmap threshold rises; at T=2048 one side gave 5.05 and 5.27 GB back
 to back), more than the differences read. What is kept is 30 x 9 x T x T x 4 bytes. Every
@@ -64,7 +64,10 @@ LENGTHS = (512, 1024, 2048)
 #: median ratio within +-8% of parity from run to run: 0.954x, 1.05x, 1.076x)
 REPEATS = {512: 11, 1024: 5, 2048: 3}
 LONG = 4096
-MEMORY_REPEATS = 3
+#: processes per side and length: one process at T=512 moves by 5-8% (on 2026-12-05, eight
+#: each: attncoda 0.409-0.442 GB, HF eager 0.422-0.451), as much as the sides differ, so the
+#: short lengths, whose processes take seconds, get more of them
+MEMORY_REPEATS = {512: 9, 1024: 5, 2048: 3}
 
 
 def _kept_gb(length: int) -> float:
@@ -223,7 +226,7 @@ def _rotated(lengths: list[int]) -> list[tuple[str, int, str | None]]:
     """Memory jobs: every side :data:`MEMORY_REPEATS` times per length, the order rotated."""
     jobs: list[tuple[str, int, str | None]] = []
     for length in lengths:
-        for rep in range(MEMORY_REPEATS):
+        for rep in range(MEMORY_REPEATS.get(length, 3)):
             k = rep % len(SIDES)
             jobs += [(side, length, None) for side in SIDES[k:] + SIDES[:k]]
     return jobs

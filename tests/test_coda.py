@@ -948,3 +948,15 @@ def test_a_gram_of_one_matrix_is_symmetric_and_an_explicit_torch_backend_stays_i
     assert row_gram(a, backend="torch").tolist() == torch.matmul(ta, ta.T).numpy().tolist()
     out = np.empty((37, 37))
     assert row_gram(a, out=out) is out and out.tolist() == g.tolist()
+
+
+def test_auto_runs_one_matrix_in_numpy_and_a_stack_in_torch(rng):
+    """Under ``"auto"`` a general product of two matrices is numpy's (one BLAS call, the faster
+    one here), bit for bit, and a stack of them is torch's batched GEMM, bit for bit."""
+    from attncoda._pairwise import row_gram
+
+    a, b = rng.standard_normal((37, 301)), rng.standard_normal((23, 301))
+    assert row_gram(a, b).tolist() == np.matmul(a, b.T).tolist()
+    sa, sb = rng.standard_normal((3, 37, 301)), rng.standard_normal((3, 23, 301))
+    want = torch.matmul(torch.from_numpy(sa), torch.from_numpy(sb).transpose(-1, -2)).numpy()
+    assert row_gram(sa, sb).tolist() == want.tolist()
