@@ -368,3 +368,29 @@ def test_blocks_with_a_sink_mask_or_a_key_mask_equal_the_one_shot_path(rng, monk
     with pytest.raises(ac.TooFewPartsError) as one_shot_error:
         ac.decompose(early.tolist(), from_logits=True, sink=bos)
     assert str(blocked_error.value) == str(one_shot_error.value)
+
+
+@pytest.mark.parametrize("parts", [64, 2048])
+@pytest.mark.parametrize("sink_logit", [0.0, 30.0])
+def test_content_entropy_of_probabilities_is_accurate_when_the_sink_dominates(
+    rng, parts, sink_logit
+):
+    """The probabilities' fast path takes the content's logs as ``log x - log s_c``, where the
+    content mass ``s_c`` may be e^-30 of the row. Checked against the same entropy in extended
+    precision (where numpy has it) to 1e-13 nats. (``log s_c - sum c log x`` saves a pass,
+    17% of the call, but errs up to 6x more, 5.8e-14 at 2,048 parts, and gives the same
+    content a different entropy in the last bits for another sink share: not taken.)"""
+    if np.dtype(np.longdouble).itemsize <= 8:
+        pytest.skip("numpy's longdouble is float64 on this platform: no reference")
+    z = rng.standard_normal((200, parts)) * 3
+    z[:, 0] += sink_logit + np.log(parts)
+    x = np.exp(z - z.max(-1, keepdims=True))
+    x /= x.sum(-1, keepdims=True)
+    wide = x.astype(np.longdouble)[:, 1:]
+    c = wide / wide.sum(-1, keepdims=True)
+    want = -(c * np.log(c)).sum(-1)
+    d = ac.decompose(x)
+    np.testing.assert_allclose(d.content_entropy, want.astype(np.float64), rtol=0, atol=1e-13)
+    # and the grouping rule ties it to the whole row's entropy
+    h = ac.binary_entropy(d.sink_share) + (1 - d.sink_share) * d.content_entropy
+    np.testing.assert_allclose(h, ac.entropy(x), rtol=1e-12, atol=1e-13)
