@@ -104,6 +104,39 @@ def test_the_rows_buffer_is_kept_out_of_huge_pages(llama):
     assert "nh" in flags and "hg" not in flags, flags
 
 
+def test_a_pass_releases_the_free_heap_once_when_its_last_layer_is_written(llama, monkeypatch):
+    """glibc keeps the layers' freed temporaries resident, under the logits that come after
+    them: a pass whose rows buffer is large trims the heap once, after its last layer;
+    ``generate()``'s cached steps (a few queries each, arrays of their own) and small
+    buffers do not."""
+    from attncoda.hooks import _rows as rows_module
+
+    calls = []
+    monkeypatch.setattr(rows_module, "release_free_heap", lambda: calls.append(len(calls)))
+    batch = _batch(llama, 24)
+    monkeypatch.setattr(rows_module, "TRIM_MIN_BYTES", _kept(llama, 2, 24) + 1)
+    _rows(llama, batch)
+    assert calls == []  # one byte below the size
+    monkeypatch.setattr(rows_module, "TRIM_MIN_BYTES", _kept(llama, 2, 24))
+    _rows(llama, batch)
+    assert calls == [0]
+    with torch.no_grad(), capture(llama, what="rows"):
+        llama.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=2)
+    assert calls == [0, 1]  # the prompt's pass; the cached steps none
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc is Linux's")
+def test_the_free_heap_is_released_through_glibc_where_it_is_there():
+    import ctypes.util
+
+    from attncoda.hooks import _rows as rows_module
+
+    if "musl" in (ctypes.util.find_library("c") or ""):
+        pytest.skip("musl has no malloc_trim")
+    assert rows_module._malloc_trim() is not None
+    rows_module.release_free_heap()  # gives back what it can: nothing to check but that it runs
+
+
 class _Dtypes(TorchDispatchMode):
     """Records the dtype of every tensor any torch op returns."""
 

@@ -234,7 +234,11 @@ def _rows_writer(
     if call == 0:
         if seg.rows_buf is None:
             seg.rows_buf = _RowsBuffer(
-                full, session.spec.dtype, session.spec.chunk_size, session.store
+                full,
+                session.spec.dtype,
+                session.spec.chunk_size,
+                session.store,
+                release_when_full=True,
             )
         if seg.rows_buf.shape == full:
             return seg.rows_buf.writer(session.layers.index(layer)), True
