@@ -20,6 +20,14 @@ ratios are CPU-time ratios, flagged unreliable where
 the wall-clock ratio disagrees by more than 20%. At T=2048 the first full-length call of each
 side counts as a sample (3 in all), the shorter lengths have an untimed full-length warm-up.
 
+Every timed call starts from the heap its own side leaves: glibc's free pages are given back
+(``malloc_trim``) and, below T=2048, one untimed call of the same side runs first. A call
+reuses the pages the call before it freed; which side ran before decided how many: HF eager at
+T=512 took 1.57 CPU-s after its own call and 1.70 after a call that trimmed the heap (attncoda's
+rows do, after their last layer), and its 30 arrays of 9.4 MB come from the heap, while at
+T=2048 every side's large arrays are fresh mappings whatever ran before (glibc maps blocks
+over 32 MB at most afresh), so the trim alone levels them there.
+
 Memory: peak extra RSS of one forward per side in a fresh process (``--child``), after a
 64-token warm-up, sampled every 2 ms by ``bench_capture.PeakRSS``; the median of
 :data:`MEMORY_REPEATS` processes per side and length (min-max beside it), the sides interleaved with their
@@ -41,13 +49,16 @@ Run: ``python benchmarks/bench_rows.py [--quick]`` or ``benchmarks/run --only be
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -182,10 +193,25 @@ def time_sides(models: dict[str, Any], length: int, repeats: int | None = None) 
     for side in sides:  # one-time costs (imports, nnsight's tracing set-up) are not the sides'
         _side(side, models[side], ids[:, :64])()
     fns = {side: _side(side, models[side], ids) for side in sides}
-    with one_thread():
+    with one_thread():  # every call from its own side's heap (see the module's docstring)
         if length >= 2048:  # the first full-length call counts: 3 samples each in all
-            return interleave(fns, min(repeats, 3), slow_s=0.0)
-        return interleave(fns, repeats)
+            return interleave(fns, min(repeats, 3), slow_s=0.0, before=_trim_heap)
+        own = {side: functools.partial(_after_one_call, fn) for side, fn in fns.items()}
+        return interleave(fns, repeats, before=_trim_heap, around=own)
+
+
+def _trim_heap() -> None:
+    """Give glibc's free pages back (nothing elsewhere): no call inherits another's heap."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform == "linux" else None
+    if trim is not None:
+        trim(0)
+
+
+@contextlib.contextmanager
+def _after_one_call(fn: Callable[[], Any]) -> Iterator[None]:
+    """Untimed: one call of the same side first, so the timed call finds its own side's heap."""
+    fn()
+    yield
 
 
 def _child(side: str, length: int, store: str | None) -> None:
