@@ -1,13 +1,13 @@
 """Where head comparisons compute: numpy or torch (on a device), and the per-pair passes.
 
 Matrix products go through attncoda's one GEMM backend (:func:`attncoda._pairwise.row_gram`:
-torch when installed, else numpy); the ``js`` and ``tv`` metrics, which have no matrix-product
-form, run one pass per pair of units, spread over a few threads or on a torch device.
+one matrix in numpy's BLAS, a stack in torch when installed); the ``js`` and ``tv`` metrics,
+which have no matrix-product form, run one pass per pair of units, spread over a few threads
+or on a torch device.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any, Literal
 
@@ -27,27 +27,22 @@ from ._pairwise import row_gram
 class _Backend:
     """Where matrix products and per-pair passes run: numpy or torch (on a device)."""
 
-    def __init__(self, name: str, device: Any = None, *, chosen: bool = True) -> None:
-        if name not in ("torch", "numpy"):
+    def __init__(self, name: str, device: Any = None) -> None:
+        if name not in ("auto", "torch", "numpy"):
             raise AnalysisError(f"backend must be 'auto', 'torch' or 'numpy', got {name!r}")
+        #: as the caller named it: under "auto" :func:`row_gram` picks the engine per product
+        #: (and a device runs them all in torch)
         self.name = name
         self.device = None if device is None else _torch_device(device, name)
-        #: the caller named the backend (not "auto"): every product runs there
-        self.chosen = chosen
 
     @staticmethod
     def resolve(backend: str, device: Any = None) -> _Backend:
-        chosen = backend != "auto"
-        if not chosen:
-            torch_found = importlib.util.find_spec("torch") is not None
-            backend = "torch" if torch_found or device is not None else "numpy"
-        return _Backend(backend, device, chosen=chosen)
+        """The backend ``backend`` on ``device``, checked (a bad device fails here)."""
+        return _Backend(backend, device)
 
     def gram(self, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        """``a @ b.T`` (``b = a`` by default) as float64 (:func:`row_gram`'s choice of engine
-        where the caller named none)."""
-        backend = self.name if self.chosen or self.device is not None else "auto"
-        g = row_gram(a, b, backend=backend, device=self.device)
+        """``a @ b.T`` (``b = a`` by default) as float64."""
+        g = row_gram(a, b, backend=self.name, device=self.device)
         return np.asarray(g, dtype=np.float64)
 
     def pairwise_rows(self, a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:
@@ -62,7 +57,7 @@ class _Backend:
 
 def _torch_device(device: Any, backend: str) -> Any:
     """``device`` as a usable torch device, or a clear error."""
-    if backend != "torch":
+    if backend == "numpy":
         raise AnalysisError(f"device={device!r} needs backend='torch' (or 'auto'), not {backend!r}")
     try:
         import torch
