@@ -26,7 +26,11 @@ reuses the pages the call before it freed; which side ran before decided how man
 T=512 took 1.57 CPU-s after its own call and 1.70 after a call that trimmed the heap (attncoda's
 rows do, after their last layer), and its 30 arrays of 9.4 MB come from the heap, while at
 T=2048 every side's large arrays are fresh mappings whatever ran before (glibc maps blocks
-over 32 MB at most afresh), so the trim alone levels them there.
+over 32 MB at most afresh), so the trim alone levels them there. attncoda's rows buffer is a
+mapping of its own, which the trim leaves alone: a freed one is kept, mapped, for the next
+capture (``attncoda.hooks.empty_cache``), as glibc keeps eager's arrays, so below T=2048 the
+untimed call leaves it to the timed one, and at T=2048 (4.5 GB, over the 1 GiB kept at most)
+every call maps its own.
 
 Memory: peak extra RSS of one forward per side in a fresh process (``--child``), after a
 64-token warm-up, sampled every 2 ms by ``bench_capture.PeakRSS``; the median of

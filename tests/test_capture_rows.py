@@ -7,6 +7,7 @@ not torch's (the chunk-sized temporaries); never with timings.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import sys
 import tracemalloc
@@ -69,6 +70,7 @@ def test_rows_allocate_at_most_the_kept_bytes_plus_a_small_working_set(llama, wh
     kept = _kept(llama, 2, 384)
     ds, peak = _peak(run)
     assert ds.log_attn.nbytes == kept
+    assert peak >= kept  # the buffer itself is seen (a mapping of its own, traced as numpy's)
     # one layer's rows as float64 would be kept / 2 more: a float64 intermediate of that size,
     # a concatenation or a copy of the buffer all fail this
     assert peak <= 1.2 * kept + SMALL, f"{peak / kept:.2f}x the kept bytes"
@@ -96,12 +98,66 @@ def _vm_flags(address: int) -> set[str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_NOHUGEPAGE is Linux's")
 def test_the_rows_buffer_is_kept_out_of_huge_pages(llama):
     # numpy advises huge pages for large arrays; their first write is what made a fresh
-    # process's T=1024 capture 1.5x slower on a VM (attncoda.hooks._rows._prefaulted)
+    # process's T=1024 capture 1.5x slower on a VM (attncoda.hooks._rows._buffer)
     ds = _rows(llama, _batch(llama, 384))
     rows = ds.log_attn.values
     assert rows.nbytes > 4 << 20
     flags = _vm_flags(rows.ctypes.data + rows.nbytes // 2)
     assert "nh" in flags and "hg" not in flags, flags
+
+
+def _spoiled_spare():
+    """Fill the kept buffer with NaN: a capture that reuses it must write over every value."""
+    from attncoda.hooks import _rows as rows_module
+
+    (mm,) = rows_module._spare
+    view = memoryview(mm)
+    np.frombuffer(view, np.uint8)[:] = 0xFF  # NaN in any float dtype
+    view.release()
+    return mm
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
+def test_a_freed_rows_buffer_is_kept_for_the_next_capture_and_written_over_in_full(llama):
+    from attncoda.hooks import empty_cache
+
+    empty_cache()
+    batch = _batch(llama, 384)
+    want = _rows(llama, batch).log_attn.values.copy()  # its buffer is freed with the dataset
+    spare = _spoiled_spare()
+    ds = _rows(llama, batch)
+    got = ds.log_attn.values
+    assert got.ctypes.data == ctypes.addressof(ctypes.c_char.from_buffer(spare))
+    np.testing.assert_array_equal(got, want)  # no NaN of the old contents is left
+    other = _rows(llama, batch)  # the first is alive: a mapping of its own
+    assert other.log_attn.values.ctypes.data != got.ctypes.data
+    np.testing.assert_array_equal(other.log_attn.values, want)
+    del ds, got, other
+    assert empty_cache() == want.nbytes  # one kept (the newest), given back on request
+    assert empty_cache() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
+def test_the_kept_buffer_is_shrunk_for_a_smaller_capture_and_never_kept_above_its_limit(
+    llama, monkeypatch
+):
+    from attncoda.hooks import _rows as rows_module
+    from attncoda.hooks import empty_cache
+
+    empty_cache()
+    long, short = _batch(llama, 384), _batch(llama, 320)
+    want = _rows(llama, short).log_attn.values.copy()
+    _rows(llama, long)
+    spare = _spoiled_spare()
+    got = _rows(llama, short).log_attn.values
+    np.testing.assert_array_equal(got, want)
+    assert got.ctypes.data == ctypes.addressof(ctypes.c_char.from_buffer(spare))
+    assert len(spare) == want.nbytes  # the tail went back when it was shrunk
+    del got
+    assert empty_cache() == want.nbytes
+    monkeypatch.setattr(rows_module, "spare_max_bytes", lambda: want.nbytes - 1)
+    _rows(llama, short)
+    assert rows_module._spare == []  # over the limit: unmapped when freed
 
 
 def test_a_pass_releases_the_free_heap_once_when_its_last_layer_is_written(llama, monkeypatch):

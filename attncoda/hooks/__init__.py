@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         SinkTokenWarning,
         capture,
     )
+    from ._rows import empty_cache
 
 __all__ = [
     "ATTENTION_NAME",
@@ -39,10 +40,15 @@ __all__ = [
     "CaptureSpec",
     "SinkTokenWarning",
     "capture",
+    "empty_cache",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "empty_cache":
+        from . import _rows
+
+        return _rows.empty_cache
     if name in __all__:
         from . import _capture
 

@@ -22,7 +22,9 @@ import ctypes
 import functools
 import math
 import mmap
+import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,103 @@ def release_free_heap() -> None:
         trim(0)
 
 
-def _prefaulted(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised array whose pages are all mapped, in base pages, before it is written.
+#: rows buffers from this size get a memory mapping of their own (base pages, mapped up front)
+MAPPED_MIN_BYTES = 4 << 20
+#: numpy's tracemalloc domain: a mapped buffer is traced as numpy's arrays are
+_NUMPY_TRACE_DOMAIN = 389047
+#: the freed rows buffer kept for the next capture (at most one; see :func:`empty_cache`)
+_spare: list[mmap.mmap] = []
+
+
+@functools.cache
+def spare_max_bytes() -> int:
+    """The largest freed rows buffer kept for the next capture: 1 GiB, or 1/16 of the memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        memory = 16 << 30
+    return min(1 << 30, memory // 16)
+
+
+def empty_cache() -> int:
+    """Give back the freed rows buffer attncoda keeps for the next capture; its bytes, or 0.
+
+    A capture of ``what="rows"`` whose buffer takes :data:`MAPPED_MIN_BYTES` or more holds its
+    rows in a memory mapping of its own, every page mapped before the layers write (Linux).
+    When the dataset holding them is freed, the mapping is kept, mapped, for the next capture
+    (one, of at most :func:`spare_max_bytes`: 1 GiB, or 1/16 of the machine's memory), which
+    then writes into pages that need no mapping again: 283 MB of rows (SmolLM2 at T=512) took
+    82-85 ms to map, 5% of that capture, every time. HF eager's attention arrays get the same
+    from glibc's heap, which keeps blocks up to 32 MB. This is like ``torch.cuda.empty_cache``:
+    call it to give the memory back now (after the last capture of a loop, say); a capture
+    that needs more than the kept buffer gives it back before it maps its own.
+
+    Returns
+    -------
+    int
+        Bytes given back to the system.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import empty_cache
+    >>> empty_cache() >= 0
+    True
+    """
+    freed = 0
+    while _spare:
+        mm = _spare.pop()
+        freed += len(mm)
+        mm.close()
+    return freed
+
+
+def _traced(address: int, nbytes: int, on: bool) -> None:
+    """Tell tracemalloc about a mapped buffer (it sees numpy's own allocations, not mmap's)."""
+    if on:
+        ctypes.pythonapi.PyTraceMalloc_Track(
+            ctypes.c_uint(_NUMPY_TRACE_DOMAIN), ctypes.c_size_t(address), ctypes.c_size_t(nbytes)
+        )
+    else:
+        ctypes.pythonapi.PyTraceMalloc_Untrack(
+            ctypes.c_uint(_NUMPY_TRACE_DOMAIN), ctypes.c_size_t(address)
+        )
+
+
+def _kept_for_next(mm: mmap.mmap, address: int) -> None:
+    """A mapped buffer's last array is gone: keep it for the next capture, or unmap it."""
+    _traced(address, len(mm), on=False)
+    if len(mm) > spare_max_bytes():
+        mm.close()
+        return
+    _spare.append(mm)
+    while len(_spare) > 1:  # the newest stays
+        _spare.pop(0).close()
+
+
+def _mapping(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of mapped memory: the kept buffer if it is large enough (shrunk to size)."""
+    try:
+        mm = _spare.pop()
+    except IndexError:
+        mm = None
+    if mm is not None:
+        if len(mm) >= nbytes:
+            if len(mm) > nbytes:
+                mm.resize(nbytes)  # the tail goes back to the system
+            return mm
+        mm.close()  # too small: given back before the larger one is mapped
+    mm = mmap.mmap(-1, nbytes)
+    try:
+        mm.madvise(mmap.MADV_NOHUGEPAGE)
+        mm.madvise(_MADV_POPULATE_WRITE)
+    except OSError:  # a kernel without huge pages or before 5.14: pages map as written
+        pass
+    return mm
+
+
+def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array for a pass's rows; from :data:`MAPPED_MIN_BYTES`, a mapping of its
+    own, every page mapped, in base pages, before it is written (Linux).
 
     numpy advises transparent huge pages for arrays of 4 MiB and more (``MADV_HUGEPAGE``). A huge
     page is taken from the kernel's largest free blocks, and on a virtual machine those are the
@@ -83,24 +180,25 @@ def _prefaulted(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     and a whole T=1024 capture 9.4-10.4 against 5.9-7.0 CPU-s (issue #31). The rows are written
     once, a chunk of queries at a time, so base pages cost nothing in TLB misses here.
 
-    The pages are then mapped in one call (``MADV_POPULATE_WRITE``) rather than one fault per
-    4 KiB page as the layers first write them: mapping and filling 283 MB (the rows at T=512)
-    took 0.13 CPU-s against 0.16-0.22 s fault by fault. Every page is written by the capture
-    anyway, so this maps no memory the capture would not. Linux only; elsewhere, on older
-    kernels, or if the kernel refuses either advice, numpy's defaults stand.
+    The pages are mapped in one call (``MADV_POPULATE_WRITE``) rather than one fault per 4 KiB
+    page as the layers first write them: mapping and filling 283 MB (the rows at T=512) took
+    0.13 CPU-s against 0.16-0.22 s fault by fault; and when the array is freed the mapping is
+    kept for the next capture (:func:`empty_cache`), which maps nothing. Every value is written
+    by the capture, so neither the kept buffer's old rows nor anything else shows through.
+    Elsewhere than Linux, and below the size, numpy's ``empty``.
     """
-    out = np.empty(shape, dtype)
-    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
-    if advice is None or not sys.platform.startswith("linux") or out.nbytes < 4 << 20:
-        return out
-    page = mmap.PAGESIZE
-    start = -(-out.ctypes.data // page) * page  # the whole pages inside the array
-    end = (out.ctypes.data + out.nbytes) // page * page
-    madvise = ctypes.CDLL(None, use_errno=True).madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    if madvise(start, end - start, advice) == 0:  # advice: a refusal leaves numpy's
-        madvise(start, end - start, _MADV_POPULATE_WRITE)
-    return out
+    count = math.prod(shape)
+    if count * dtype.itemsize < MAPPED_MIN_BYTES or not sys.platform.startswith("linux"):
+        return np.empty(shape, dtype)
+    mm = _mapping(count * dtype.itemsize)
+    flat = np.frombuffer(mm, dtype, count)
+    # numpy's own memoryview of the mapping, every array over it its base: holds the mapping
+    # open (``close`` refuses) while any of them lives, and dies with the last
+    base = flat.base
+    assert isinstance(base, memoryview) and base.obj is mm
+    _traced(flat.ctypes.data, len(mm), on=True)
+    weakref.finalize(base, _kept_for_next, mm, flat.ctypes.data).atexit = False
+    return flat.reshape(shape)
 
 
 class _RowsBuffer:
@@ -127,7 +225,7 @@ class _RowsBuffer:
         )
         if staging_beside is None:
             # every value is written exactly once, by the layers
-            self.memory = _prefaulted(shape, self.dtype)
+            self.memory = _buffer(shape, self.dtype)
             return
         import zarr
 
