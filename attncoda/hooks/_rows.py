@@ -94,15 +94,15 @@ def spare_max_bytes() -> int:
 def empty_cache() -> int:
     """Give back the freed rows buffer attncoda keeps for the next capture; its bytes, or 0.
 
-    A capture of ``what="rows"`` whose buffer takes :data:`MAPPED_MIN_BYTES` or more holds its
-    rows in a memory mapping of its own, every page mapped before the layers write (Linux).
-    When the dataset holding them is freed, the mapping is kept, mapped, for the next capture
-    (one, of at most :func:`spare_max_bytes`: 1 GiB, or 1/16 of the machine's memory), which
-    then writes into pages that need no mapping again: 283 MB of rows (SmolLM2 at T=512) took
-    82-85 ms to map, 5% of that capture, every time. HF eager's attention arrays get the same
-    from glibc's heap, which keeps blocks up to 32 MB. This is like ``torch.cuda.empty_cache``:
-    call it to give the memory back now (after the last capture of a loop, say); a capture
-    that needs more than the kept buffer gives it back before it maps its own.
+    A capture of ``what="rows"`` whose buffer takes 4 MiB or more holds its rows in a memory
+    mapping of its own, every page mapped before the layers write (Linux). When the dataset
+    holding them is freed, the mapping is kept, mapped, for the next capture (one, of at most
+    1 GiB or 1/16 of the machine's memory), which then writes into pages that need no mapping
+    again: 283 MB of rows (SmolLM2 at T=512) took 82-85 ms to map, 5% of that capture, every
+    time. HF eager's attention arrays get the same from glibc's heap, which keeps blocks up to
+    32 MB. This is like ``torch.cuda.empty_cache``: call it to give the memory back now (after
+    the last capture of a loop, say); a capture that needs more than the kept buffer gives it
+    back before it maps its own.
 
     Returns
     -------
