@@ -196,10 +196,17 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
     1.6x and 1.5x numpy's speed here, bit for bit the same division). With ``validate`` the
     factors must be non-negative (a divisor positive and finite) and every product row must
     have finite, positive mass: a NaN or an infinity in a factor shows in the product's sums
-    (``inf * 0`` is NaN); the factors' extremes are taken block by block while the block is in
-    cache, and all is checked once at the end. Returns ``None`` for other input (masks,
-    broadcasting, tensors, other dtypes) and when a check fails: the caller's general path then
-    diagnoses the input precisely.
+    (``inf * 0`` is NaN, and so is ``0 / 0``; ``x / 0`` is infinite), so what is left to look
+    at is the factors' signs and, for a divisor, ``+inf`` (its quotients are zeros). Each
+    block's factors are checked right after the product has read them, while they are still
+    in cache: one reduction each (``np.minimum.reduce`` of ``x``; of ``y``, or for a divisor
+    the largest of its bit patterns read as unsigned integers, below ``+inf``'s only when
+    every part is ``+0`` or more, finite and not NaN and has no sign bit). Checking before the
+    product, which then read the factors from cache, cost 1.25x the unvalidated call on
+    25,000 x 512 float64 (Zen 5), after it 1.18x. All is checked once at the end. Returns
+    ``None`` for other input (masks, broadcasting, tensors, other dtypes) and when a check
+    fails (``-0.0`` in a divisor too): the caller's general path then diagnoses the input
+    precisely.
     """
     if not (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)):
         return None
@@ -213,32 +220,35 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
     total = np.empty((xr.shape[0], 1), dtype=xr.dtype)
     step = xr.shape[0] if x.nbytes < MIN_BLOCKED_BYTES else max(1, PRODUCT_BLOCK_BYTES // (n * 8))
     views = torch_views(xr, yr, out, total) if x.nbytes >= TORCH_MIN_BYTES else None
-    low, y_low, y_high = math.inf, math.inf, -math.inf
+    bits = np.dtype(f"u{x.itemsize}")
+    inf_bits = int(np.array(np.inf, x.dtype).view(bits))
+    y_bits = yr.view(bits)
+    x_low = y_low = 0.0  # the smallest part of x (of y, for a product) so far
+    y_high = 0  # the largest bit pattern of a divisor so far
+    smallest, largest = np.minimum.reduce, np.maximum.reduce
     with np.errstate(all="ignore"):  # whatever a bad value does here, the checks refuse it
         for start in range(0, xr.shape[0], step):
             rows = slice(start, start + step)
-            xb, yb = xr[rows], yr[rows]
-            if validate:  # first: the product then reads the factors from cache
-                low = min(low, float(np.min(xb)))
-                if divide and views is not None:  # a divisor's extremes in one pass
-                    lo_t, hi_t = torch_module().aminmax(views[1][rows])
-                    y_low, y_high = min(y_low, float(lo_t)), max(y_high, float(hi_t))
-                else:
-                    y_low = min(y_low, float(np.min(yb)))
-                    if divide:
-                        y_high = max(y_high, float(np.max(yb)))
             if views is None:
                 dest, sums = out[rows], total[rows]
-                (np.divide if divide else np.multiply)(xb, yb, out=dest)
-                np.sum(dest, axis=-1, keepdims=True, out=sums)
-                np.divide(dest, sums, out=dest)
+                (np.divide if divide else np.multiply)(xr[rows], yr[rows], out=dest)
             else:
                 xt, yt, dest_t, sums_t = (v[rows] for v in views)
                 (torch_module().div if divide else torch_module().mul)(xt, yt, out=dest_t)
+            if validate:  # the factors are in cache: the product has just read them
+                x_low = min(x_low, float(smallest(xr[rows], axis=None)))
+                if divide:
+                    y_high = max(y_high, int(largest(y_bits[rows], axis=None)))
+                else:
+                    y_low = min(y_low, float(smallest(yr[rows], axis=None)))
+            if views is None:
+                np.sum(dest, axis=-1, keepdims=True, out=sums)
+                np.divide(dest, sums, out=dest)
+            else:
                 torch_module().sum(dest_t, -1, keepdim=True, out=sums_t)
                 dest_t.div_(sums_t)
     if validate:
-        ok = low >= 0 and (y_low > 0 and y_high < math.inf if divide else y_low >= 0)
+        ok = x_low >= 0 and (y_high < inf_bits if divide else y_low >= 0)
         if not (ok and bool(np.all((total > 0) & (total < math.inf)))):
             return None
     return out.reshape(x.shape)

@@ -713,7 +713,8 @@ def test_fused_blocks_match_the_general_path_and_leave_inputs_alone(
     rng, small_blocks, monkeypatch, name, parts
 ):
     """Blocks of 13 rows or fewer (odd widths, a last block cut short), torch's kernels and
-    numpy's: the one-shot general path's numbers (lists take it), inputs untouched."""
+    numpy's: the one-shot general path's numbers (Fortran-ordered copies take it), inputs
+    untouched."""
     from attncoda import _array
 
     x = random_compositions(rng, (40, parts))
@@ -722,7 +723,7 @@ def test_fused_blocks_match_the_general_path_and_leave_inputs_alone(
     copies = [a.copy() for a in (x, y, z)]
     call = FUSED_CALLS[name]
     fused = call(x, y, z)
-    general = np.asarray(call(x.tolist(), y.tolist(), z.tolist()))
+    general = np.asarray(call(*(np.asfortranarray(a) for a in (x, y, z))))
     for arr, before in zip((x, y, z), copies, strict=True):
         np.testing.assert_array_equal(arr, before)
     np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
@@ -758,6 +759,39 @@ def test_fused_blocks_refuse_an_infinite_part_in_a_late_block(rng, small_blocks,
     y[-2, 4] = np.inf  # x / inf is 0: only the divisor's own check sees it
     with pytest.raises(error):
         fn(x, y)
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except ac.CompositionError as err:
+        return type(err)
+
+
+@pytest.mark.parametrize("divide", [False, True], ids=["perturb", "perturb_inv"])
+@pytest.mark.parametrize("where", ["x", "y", "both", "y where x is 0"])
+@pytest.mark.parametrize("value", [-0.5, -0.0, 0.0, np.nan, np.inf, -np.inf, 1e308])
+def test_fused_products_decide_every_bad_part_as_the_general_path(
+    rng, small_blocks, divide, where, value
+):
+    """The fused product checks each factor after the product has read it (the sign of each,
+    ``+inf`` of a divisor; NaN and infinities through the row sums): whatever one part of a
+    late block holds, it refuses with the general path's error or gives its result."""
+    x = random_compositions(rng, (40, 9))
+    y = random_compositions(rng, (40, 9))
+    if where in ("x", "both"):
+        x[-3, 4] = value
+    if where in ("y", "both"):
+        y[-3, 4] = value
+    if where == "y where x is 0":
+        x[-3, 4], y[-3, 4] = 0.0, value
+    fn = ac.perturb_inv if divide else ac.perturb
+    general = _outcome(lambda: fn(np.asfortranarray(x), np.asfortranarray(y)))  # not fused
+    fused = _outcome(lambda: fn(x, y))
+    if isinstance(general, type):
+        assert fused is general
+    else:
+        np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
 
 
 @pytest.mark.parametrize(
