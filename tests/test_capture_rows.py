@@ -160,6 +160,38 @@ def test_the_kept_buffer_is_shrunk_for_a_smaller_capture_and_never_kept_above_it
     assert rows_module._spare == []  # over the limit: unmapped when freed
 
 
+class _Unshrinkable:
+    """A kept buffer on a system without ``mremap``: its ``resize`` fails."""
+
+    def __init__(self, nbytes):
+        self.nbytes, self.closed = nbytes, False
+
+    def __len__(self):
+        return self.nbytes
+
+    def resize(self, nbytes):
+        raise OSError("mremap is not available")
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
+def test_a_kept_buffer_that_cannot_shrink_is_given_back_and_a_fresh_one_mapped(llama):
+    from attncoda.hooks import _rows as rows_module
+    from attncoda.hooks import empty_cache
+
+    empty_cache()
+    batch = _batch(llama, 320)
+    want = _rows(llama, batch).log_attn.values.copy()
+    empty_cache()
+    spare = _Unshrinkable(want.nbytes * 2)
+    rows_module._spare.append(spare)
+    np.testing.assert_array_equal(_rows(llama, batch).log_attn.values, want)
+    assert spare.closed
+    assert empty_cache() == want.nbytes  # the fresh one, kept when its dataset went
+
+
 def test_a_pass_releases_the_free_heap_once_when_its_last_layer_is_written(llama, monkeypatch):
     """glibc keeps the layers' freed temporaries resident, under the logits that come after
     them: a pass whose rows buffer is large trims the heap once, after its last layer;

@@ -154,9 +154,12 @@ def _mapping(nbytes: int) -> mmap.mmap:
         mm = None
     if mm is not None:
         if len(mm) >= nbytes:
-            if len(mm) > nbytes:
-                mm.resize(nbytes)  # the tail goes back to the system
-            return mm
+            try:
+                if len(mm) > nbytes:
+                    mm.resize(nbytes)  # the tail goes back to the system
+                return mm
+            except OSError:  # no mremap here: a mapping of the right size instead
+                pass
         mm.close()  # too small: given back before the larger one is mapped
     mm = mmap.mmap(-1, nbytes)
     try:
