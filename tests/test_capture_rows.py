@@ -8,6 +8,7 @@ not torch's (the chunk-sized temporaries); never with timings.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib.util
 import sys
 import tracemalloc
@@ -106,6 +107,22 @@ def test_the_rows_buffer_is_kept_out_of_huge_pages(llama):
     assert "nh" in flags and "hg" not in flags, flags
 
 
+@pytest.fixture
+def one_spare():
+    """No kept buffer to start with, and none arriving from elsewhere: garbage of other tests
+    (a traceback holding a capture's frame, say) is collected first, and the cyclic collector
+    waits until the test ends (the captures here are freed by their reference counts)."""
+    from attncoda.hooks import empty_cache
+
+    gc.collect()
+    empty_cache()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _spoiled_spare():
     """Fill the kept buffer with NaN: a capture that reuses it must write over every value."""
     from attncoda.hooks import _rows as rows_module
@@ -118,10 +135,11 @@ def _spoiled_spare():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
-def test_a_freed_rows_buffer_is_kept_for_the_next_capture_and_written_over_in_full(llama):
+def test_a_freed_rows_buffer_is_kept_for_the_next_capture_and_written_over_in_full(
+    llama, one_spare
+):
     from attncoda.hooks import empty_cache
 
-    empty_cache()
     batch = _batch(llama, 384)
     want = _rows(llama, batch).log_attn.values.copy()  # its buffer is freed with the dataset
     spare = _spoiled_spare()
@@ -139,12 +157,11 @@ def test_a_freed_rows_buffer_is_kept_for_the_next_capture_and_written_over_in_fu
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
 def test_the_kept_buffer_is_shrunk_for_a_smaller_capture_and_never_kept_above_its_limit(
-    llama, monkeypatch
+    llama, monkeypatch, one_spare
 ):
     from attncoda.hooks import _rows as rows_module
     from attncoda.hooks import empty_cache
 
-    empty_cache()
     long, short = _batch(llama, 384), _batch(llama, 320)
     want = _rows(llama, short).log_attn.values.copy()
     _rows(llama, long)
@@ -177,11 +194,10 @@ class _Unshrinkable:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mapped buffer is Linux's")
-def test_a_kept_buffer_that_cannot_shrink_is_given_back_and_a_fresh_one_mapped(llama):
+def test_a_kept_buffer_that_cannot_shrink_is_given_back_and_a_fresh_one_mapped(llama, one_spare):
     from attncoda.hooks import _rows as rows_module
     from attncoda.hooks import empty_cache
 
-    empty_cache()
     batch = _batch(llama, 320)
     want = _rows(llama, batch).log_attn.values.copy()
     empty_cache()
