@@ -1,7 +1,8 @@
 """attncoda.hooks: everything that touches models.
 
-``capture`` (attention rows and summaries from any HuggingFace model), ``zoo`` (model registry
-and tiny twins), ``assets`` (offline real models and corpora). The core ``attncoda`` package
+``capture`` (attention rows and summaries from any HuggingFace model; ``empty_cache`` gives
+back the freed rows buffer kept for the next capture), ``zoo`` (model registry and tiny twins),
+``assets`` (offline real models and corpora). The core ``attncoda`` package
 never imports torch or transformers; this package imports them lazily, on first use of
 ``capture`` (so ``attncoda fetch`` works without loading torch).
 

@@ -160,10 +160,10 @@ def _mapping(nbytes: int) -> mmap.mmap:
                 return mm
             except OSError:  # no mremap here: a mapping of the right size instead
                 pass
-        mm.close()  # too small: given back before the larger one is mapped
+        mm.close()  # too small (or not shrinkable): given back before another is mapped
     mm = mmap.mmap(-1, nbytes)
     try:
-        mm.madvise(mmap.MADV_NOHUGEPAGE)
+        mm.madvise(getattr(mmap, "MADV_NOHUGEPAGE", 15))  # 15: Linux's value
         mm.madvise(_MADV_POPULATE_WRITE)
     except OSError:  # a kernel without huge pages or before 5.14: pages map as written
         pass
