@@ -21,6 +21,7 @@ Modules, one idea each (import them by name, e.g. ``from attncoda.hooks import g
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,13 +46,11 @@ __all__ = [
 ]
 
 
+#: the private module each public name comes from, imported on first use (it imports torch)
+_HOMES = dict.fromkeys(__all__, "_capture") | {"empty_cache": "_rows"}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "empty_cache":
-        from . import _rows
-
-        return _rows.empty_cache
-    if name in __all__:
-        from . import _capture
-
-        return getattr(_capture, name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
     raise AttributeError(f"module 'attncoda.hooks' has no attribute {name!r}")
