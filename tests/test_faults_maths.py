@@ -638,7 +638,7 @@ def test_bases_within_rounding_pass(basis, seed):
 def test_large_bases_are_checked_by_content(monkeypatch):
     """A large basis that passed is remembered by a digest of its bytes: the same basis skips
     the Gram product, but any change to it (even in place) is checked again."""
-    d = 520  # (D-1) x D above the size from which validated bases are remembered
+    d = 512  # a 512-part basis (511 x 512 values): its Gram product costs 4x its digest
     basis = ac.pivot_basis(d)
     assert basis.size >= _bases._CACHED_BASIS_SIZE
     x = ac.closure(np.linspace(1.0, 3.0, d))
