@@ -24,6 +24,7 @@ from ._array import (
     check_index,
     device_of,
     exp_into,
+    is_tensor,
     labelled,
     log_composition,
     log_into,
@@ -122,6 +123,16 @@ def clr(
         return lc.restore(nan_rows(lc.xp, lc.clr(consume=True), low))
 
 
+def _dense_blocks_apply(x: Array, axis: int) -> bool:
+    """Whether :func:`_clr_dense_blocks` takes ``x``: a large, C-contiguous float numpy array
+    with at least two parts on its last axis."""
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.ndim < 2:
+        return False
+    if not x.flags.c_contiguous or x.nbytes < _array.MIN_BLOCKED_BYTES:
+        return False
+    return normalize_axis(axis, x.ndim) == x.ndim - 1 and x.shape[-1] >= 2
+
+
 def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) -> Array | None:
     """:func:`clr` of a large float numpy array whose rows are finite, block by block.
 
@@ -131,11 +142,7 @@ def _clr_dense_blocks(x: Array, axis: int, validate: bool, from_logits: bool) ->
     C-contiguous with parts last, or as soon as a block has a non-finite row sum (a masked key,
     a bad value): the general path then handles, or diagnoses, the whole input.
     """
-    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.ndim < 2:
-        return None
-    if not x.flags.c_contiguous or x.nbytes < _array.MIN_BLOCKED_BYTES:
-        return None
-    if normalize_axis(axis, x.ndim) != x.ndim - 1 or x.shape[-1] < 2:
+    if not _dense_blocks_apply(x, axis):
         return None
     n = int(x.shape[-1])
     rows = x.reshape(-1, n)
@@ -695,8 +702,10 @@ def ilr(
         )
         if blocks is not None:
             return blocks
-    # (no blocks with an explicit basis: each block would be a matmul, and every BLAS call
-    # synchronises its threads, which costs more than blocks save when other jobs share the cores)
+    if basis is not None and mask is None:
+        dense = _ilr_dense_given(x, basis, axis, validate, from_logits)
+        if dense is not None:
+            return dense
     lc = log_composition(
         x, axis, mask=mask, from_logits=from_logits, validate=validate, others=(basis,)
     )
@@ -718,6 +727,24 @@ def ilr(
     log, _, counts = _compact(lc)
     with np.errstate(invalid="ignore", divide="ignore"):  # rows without any part: NaN, as asked
         return lc.restore(nan_rows(xp, _pivot_coordinates(log, counts, xp), low))
+
+
+def _ilr_dense_given(
+    x: Array, basis: Array, axis: int, validate: bool, from_logits: bool
+) -> Array | None:
+    """:func:`ilr` with an explicit basis of a large float numpy array whose rows are finite:
+    the clr by :func:`_clr_dense_blocks` (one pass over memory, its validation included), then
+    one product with the basis, checked first. ``None`` where those blocks do not apply (the
+    caller's general path then handles, or diagnoses, the whole input).
+
+    (The product stays one BLAS call, not one per block: every call synchronises the BLAS
+    threads, which costs more than blocks save when other jobs share the cores.)
+    """
+    if not _dense_blocks_apply(x, axis) or is_tensor(basis):
+        return None
+    b = _basis_like(basis, np, x, int(x.shape[-1]), validate)
+    c = _clr_dense_blocks(x, axis, validate, from_logits)
+    return None if c is None else c @ b.T
 
 
 @labelled(Spec(parts=("z", "mask"), resized="inverse", default_dim=("key_ilr",)))

@@ -669,6 +669,7 @@ FUSED_CALLS = {
     "power 400": lambda x, y, z: ac.power(x, 400.0),  # every block scaled row by row
     "multi_replace": lambda x, y, z: ac.multi_replace(z),
     "clr": lambda x, y, z: ac.clr(x),
+    "ilr given basis": lambda x, y, z: ac.ilr(x, ac.pivot_basis(x.shape[-1])),
     "clr_inv": lambda x, y, z: ac.clr_inv(np.log(x)),
     "aitchison_distance": lambda x, y, z: ac.aitchison_distance(x, y),
 }
@@ -793,6 +794,33 @@ def test_fused_products_decide_every_bad_part_as_the_general_path(
         assert fused is general
     else:
         np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
+
+
+@pytest.mark.parametrize("value", [-0.5, -0.0, 0.0, np.nan, np.inf, -np.inf, 1e308])
+def test_ilr_with_a_given_basis_in_blocks_decides_every_bad_part_as_the_general_path(
+    rng, small_blocks, value
+):
+    x = random_compositions(rng, (40, 9))
+    x[-3, 4] = value
+    basis = ac.pivot_basis(9)
+    general = _outcome(lambda: ac.ilr(np.asfortranarray(x), basis))  # not in blocks
+    fused = _outcome(lambda: ac.ilr(x, basis))
+    if isinstance(general, type):
+        assert fused is general
+    else:
+        np.testing.assert_allclose(fused, general, atol=TIGHT, rtol=1e-12)
+
+
+def test_ilr_in_blocks_refuses_a_bad_basis_before_it_reads_the_data(small_blocks, monkeypatch):
+    from attncoda import _logratio
+
+    def no_data_pass(*args, **kwargs):
+        raise AssertionError("the data was read before the basis was checked")
+
+    monkeypatch.setattr(_logratio, "_clr_dense_blocks", no_data_pass)
+    x = np.full((40, 9), 1 / 9)
+    with pytest.raises(ac.CompositionError, match="not orthonormal"):
+        ac.ilr(x, 2 * ac.pivot_basis(9))
 
 
 @pytest.mark.parametrize(
