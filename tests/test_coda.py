@@ -771,22 +771,27 @@ def _outcome(fn):
 
 
 @pytest.mark.parametrize("divide", [False, True], ids=["perturb", "perturb_inv"])
-@pytest.mark.parametrize("where", ["x", "y", "both", "y where x is 0"])
+@pytest.mark.parametrize(
+    "where", ["x", "y", "both", "y where x is 0", "y where x is -0", "x where y is 0"]
+)
 @pytest.mark.parametrize("value", [-0.5, -0.0, 0.0, np.nan, np.inf, -np.inf, 1e308])
 def test_fused_products_decide_every_bad_part_as_the_general_path(
     rng, small_blocks, divide, where, value
 ):
-    """The fused product checks each factor after the product has read it (the sign of each,
-    ``+inf`` of a divisor; NaN and infinities through the row sums): whatever one part of a
-    late block holds, it refuses with the general path's error or gives its result."""
+    """The fused product checks one factor after the product has read it (the sign of ``x``,
+    a divisor's sign and ``+inf``) and the sign of the results (NaN and infinities show in the
+    row sums): whatever one part of a late block holds, it refuses with the general path's
+    error or gives its result."""
     x = random_compositions(rng, (40, 9))
     y = random_compositions(rng, (40, 9))
     if where in ("x", "both"):
         x[-3, 4] = value
     if where in ("y", "both"):
         y[-3, 4] = value
-    if where == "y where x is 0":
-        x[-3, 4], y[-3, 4] = 0.0, value
+    if where.startswith("y where"):
+        x[-3, 4], y[-3, 4] = (-0.0 if where.endswith("-0") else 0.0), value
+    if where == "x where y is 0":
+        x[-3, 4], y[-3, 4] = value, 0.0
     fn = ac.perturb_inv if divide else ac.perturb
     general = _outcome(lambda: fn(np.asfortranarray(x), np.asfortranarray(y)))  # not fused
     fused = _outcome(lambda: fn(x, y))
