@@ -789,10 +789,6 @@ ROW_BLOCK_BYTES = 4 << 20
 MIN_BLOCKED_BYTES = 64 << 20
 #: Blocks of two factors and their product (three arrays) that stay in the shared L3 cache.
 PRODUCT_BLOCK_BYTES = 1 << 20
-#: The same when the factors are checked after the product, which reads them again: blocks half
-#: as large keep more of them in a core's own cache (1 MB of L2 on Zen 5), where the checks cost
-#: 1.19-1.21x the unchecked call against 1.23-1.26x with 1 MB blocks (25,000 x 512 float64).
-CHECKED_PRODUCT_BLOCK_BYTES = 512 << 10
 
 
 def by_row_blocks(

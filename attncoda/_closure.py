@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from ._array import (
-    CHECKED_PRODUCT_BLOCK_BYTES,
     MIN_BLOCKED_BYTES,
     PRODUCT_BLOCK_BYTES,
     ROW_BLOCK_BYTES,
@@ -205,9 +204,9 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
     NaN), and the block of results, just written, must have no sign bit either. Once one factor
     has no sign bit, a negative part of the other shows in the result's sign (``-0.0`` where
     the first is ``+0``), so the other factor is never read again. On 25,000 x 512 float64
-    (Zen 5, one thread) a checked ``perturb`` took 14.9 ms so, in blocks of
-    :data:`CHECKED_PRODUCT_BLOCK_BYTES`, against 15.6 ms reading both factors and 18.7 ms with
-    the checks before the product; the unchecked call takes 12.3-13 ms. All is checked once at
+    (Zen 5, one thread) a checked ``perturb`` took 15.1-15.4 ms so, against 15.6-16.4 reading
+    both factors again in blocks half as large (a core's 1 MB L2 held them) and 18.7 ms with the
+    checks before the product; the unchecked call takes 12.5-12.7 ms. All is checked once at
     the end. Returns ``None`` for other input (masks, broadcasting, tensors, other dtypes) and
     when a check fails (a ``-0.0`` anywhere too, which the general path may accept): the
     caller's general path then diagnoses the input precisely.
@@ -222,8 +221,7 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
     xr, yr = x.reshape(-1, n), y.reshape(-1, n)
     out = np.empty_like(xr)
     total = np.empty((xr.shape[0], 1), dtype=xr.dtype)
-    block = CHECKED_PRODUCT_BLOCK_BYTES if validate else PRODUCT_BLOCK_BYTES
-    step = xr.shape[0] if x.nbytes < MIN_BLOCKED_BYTES else max(1, block // (n * 8))
+    step = xr.shape[0] if x.nbytes < MIN_BLOCKED_BYTES else max(1, PRODUCT_BLOCK_BYTES // (n * 8))
     views = torch_views(xr, yr, out, total) if x.nbytes >= TORCH_MIN_BYTES else None
     bits, signed = np.dtype(f"u{x.itemsize}"), np.dtype(f"i{x.itemsize}")
     inf_bits = int(np.array(np.inf, x.dtype).view(bits))

@@ -694,7 +694,6 @@ def small_blocks(request, monkeypatch):
         for name, value in (
             ("MIN_BLOCKED_BYTES", 1),
             ("PRODUCT_BLOCK_BYTES", 3 * 8 * 13),
-            ("CHECKED_PRODUCT_BLOCK_BYTES", 3 * 8 * 13),
             ("REPLACE_BLOCK_BYTES", 3 * 8 * 13),
             ("ROW_BLOCK_BYTES", 3 * 8 * 13),
             ("TORCH_MIN_BYTES", 1),
