@@ -229,6 +229,40 @@ def test_a_pass_releases_the_free_heap_once_when_its_last_layer_is_written(llama
     assert calls == [0, 1]  # the prompt's pass; the cached steps none
 
 
+@pytest.mark.parametrize("head", [True, False], ids=["causal LM", "base model"])
+def test_the_free_heap_is_released_after_the_last_layer_and_before_the_output_head(
+    llama, monkeypatch, head
+):
+    """The last layer's MLP still frees temporaries after its attention has written the rows:
+    a model with an output head releases the heap right before the head allocates the logits
+    (after every layer has run); a model without one, when its last layer's rows are written.
+    Whatever the capture hooked on the head is gone after the block."""
+    from attncoda.hooks import _rows as rows_module
+
+    model = llama if head else llama.model
+    events: list[str] = []
+    monkeypatch.setattr(rows_module, "release_free_heap", lambda: events.append("release"))
+    monkeypatch.setattr(rows_module, "TRIM_MIN_BYTES", 1)
+    watched = [model.layers[-1] if not head else model.model.layers[-1]]
+    if head:
+        watched.append(model.lm_head)
+    handles = [
+        m.register_forward_hook(lambda *a, name=name: events.append(name))
+        for m, name in zip(watched, ["last layer done", "head done"], strict=False)
+    ]
+    try:
+        hooks_before = dict(llama.lm_head._forward_pre_hooks)
+        _rows(model, _batch(llama, 24))
+        assert dict(llama.lm_head._forward_pre_hooks) == hooks_before
+    finally:
+        for h in handles:
+            h.remove()
+    if head:
+        assert events == ["last layer done", "release", "head done"]
+    else:
+        assert events == ["release", "last layer done"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc is Linux's")
 def test_the_free_heap_is_released_through_glibc_where_it_is_there():
     import ctypes.util

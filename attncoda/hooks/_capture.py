@@ -239,6 +239,7 @@ def _rows_writer(
                 session.spec.chunk_size,
                 session.store,
                 release_when_full=True,
+                release_later=session.head_hooked,
             )
         if seg.rows_buf.shape == full:
             return seg.rows_buf.writer(session.layers.index(layer)), True
@@ -1246,6 +1247,10 @@ def capture(
         model.register_forward_pre_hook(_before_forward(session), with_kwargs=True),
         model.register_forward_hook(_after_forward(session)),
     ]
+    head = _output_head(model)
+    if head is not None:
+        hooks.append(head.register_forward_pre_hook(_before_head(session)))
+        session.head_hooked = True
     try:
         if switch:
             own = spec.what == "rows" and not spec.exact_outputs
@@ -1375,6 +1380,28 @@ def _before_forward(session: _Session) -> Callable[..., None]:
         session.inputs.append({"input_ids": ids, "attention_mask": am})
         if session.sink_index is None and am is not None and am.dim() == 2:
             session.sink_index = am.to(torch.int8).argmax(-1)
+
+    return pre_hook
+
+
+def _output_head(model: Any) -> Any:
+    """The model's output head (``lm_head``) as a module, or ``None`` where it has none."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        head = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        return None
+    return head if isinstance(head, torch.nn.Module) else None
+
+
+def _before_head(session: _Session) -> Callable[..., None]:
+    """The output head's forward pre-hook: the pass's rows are written, and every layer's
+    temporaries freed; give the free heap back before the logits are allocated on top."""
+
+    def pre_hook(module: Any, args: Any) -> None:
+        buf = session.segments[-1].rows_buf if session.segments else None
+        if buf is not None:
+            buf.release_if_due()
 
     return pre_hook
 

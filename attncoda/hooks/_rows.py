@@ -58,13 +58,17 @@ TRIM_MIN_BYTES = 64 << 20
 def release_free_heap() -> None:
     """Give the free pages of the C heap back to the system (glibc's ``malloc_trim``).
 
-    Called once per forward pass, when the last captured layer has written its rows. glibc
+    Called once per forward pass: right before the model's output head (the logits) where it
+    has one, otherwise when the last captured layer has written its rows. glibc
     keeps freed blocks in its heap once its mmap threshold has risen to their size (it rises
     to the largest block freed, up to 32 MB): the layers' temporaries (attention scores,
     activations, a chunk of rows) stay resident after they are freed, and the output head's
     logits, allocated after them (0.1 GB for SmolLM2 at T=512), come on top. A process's peak
     then moved by 3-5% from run to run with what happened to stay in the heap (T=1024, seven
     fresh processes: 1.39-1.46 GB over 1.13 GB of rows); trimmed, four gave 1.38-1.39 GB.
+    Released when the last layer had written its rows, the last layer's MLP still grew the heap
+    again before the logits: at T=2048 attncoda's peak read 5.02-5.09 GB (rows 4.53) against
+    HF eager's 5.04-5.05 or 5.23-5.28; released right before the output head, 5.02-5.03.
     The call took 1.4-2.6 ms, so only a pass buffer of :data:`TRIM_MIN_BYTES` or more asks
     for it. Elsewhere than glibc it does nothing.
     """
@@ -215,6 +219,7 @@ class _RowsBuffer:
         staging_beside: Path | None,
         *,
         release_when_full: bool = False,
+        release_later: bool = False,
     ) -> None:
         self.shape = shape
         self.dtype = np.dtype(dtype)
@@ -226,6 +231,10 @@ class _RowsBuffer:
         self.release_when_full = release_when_full and math.prod(shape) * self.dtype.itemsize >= (
             TRIM_MIN_BYTES
         )
+        #: the caller releases the heap itself, later in the pass (:meth:`release_if_due`):
+        #: right before the output head, after the last layer's own temporaries are freed too
+        self.release_later = release_later
+        self._release_due = False
         if staging_beside is None:
             # every value is written exactly once, by the layers
             self.memory = _buffer(shape, self.dtype)
@@ -248,6 +257,13 @@ class _RowsBuffer:
             fill_value=None,
         )
         self._chunk = np.empty((b, h, min(chunk, nq), kv), self.dtype)
+
+    def release_if_due(self) -> None:
+        """Release the free heap once, if every layer is written and the release was left to
+        the caller (``release_later``)."""
+        if self._release_due:
+            self._release_due = False
+            release_free_heap()
 
     def writer(self, li: int) -> _LayerWriter:
         """Where layer slot ``li`` writes its rows."""
@@ -297,4 +313,7 @@ class _LayerWriter:
         if self.queries_written == self.buf.shape[3]:
             self.buf.layers_written += 1
             if self.buf.layers_written == self.buf.shape[1] and self.buf.release_when_full:
-                release_free_heap()  # the pass's last layer: its temporaries are freed
+                if self.buf.release_later:
+                    self.buf._release_due = True
+                else:
+                    release_free_heap()  # the pass's last layer: its temporaries are freed

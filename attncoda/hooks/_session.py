@@ -165,6 +165,7 @@ class _Session:
     tokenizer: Any = None  # decodes token ids into the ``token`` coordinate
     special_ids: set[int] = field(default_factory=set)  # sinks that need no warning
     sink_warned: bool = False  # SinkTokenWarning is given once per capture
+    head_hooked: bool = False  # the output head releases the free heap before the logits
 
     def current(self) -> _Segment:
         if not self.segments:
