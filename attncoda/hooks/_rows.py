@@ -68,7 +68,8 @@ def release_free_heap() -> None:
     fresh processes: 1.39-1.46 GB over 1.13 GB of rows); trimmed, four gave 1.38-1.39 GB.
     Released when the last layer had written its rows, the last layer's MLP still grew the heap
     again before the logits: at T=2048 attncoda's peak read 5.02-5.09 GB (rows 4.53) against
-    HF eager's 5.04-5.05 or 5.23-5.28; released right before the output head, 5.02-5.03.
+    HF eager's 5.04-5.06 or 5.19-5.28; released right before the output head, 5.006 GB in
+    three fresh processes and 5.01 in bench_rows' three.
     The call took 1.4-2.6 ms, so only a pass buffer of :data:`TRIM_MIN_BYTES` or more asks
     for it. Elsewhere than glibc it does nothing.
     """
