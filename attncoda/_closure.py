@@ -225,10 +225,11 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
     views = torch_views(xr, yr, out, total) if x.nbytes >= TORCH_MIN_BYTES else None
     bits, signed = np.dtype(f"u{x.itemsize}"), np.dtype(f"i{x.itemsize}")
     inf_bits = int(np.array(np.inf, x.dtype).view(bits))
-    # read as signed integers, a float with its sign bit set (-0.0 too) is negative
-    first = yr.view(bits) if divide else xr.view(signed)
+    # the one factor read again: a divisor's bit patterns as unsigned integers (+inf's is the
+    # first refused), or x's as signed ones, like the results': a sign bit (-0.0 too) is negative
+    factor = yr.view(bits) if divide else xr.view(signed)
     results = out.view(signed)
-    first_worst = 0  # the divisor's largest bit pattern, or x's smallest as a signed integer
+    factor_worst = 0  # the divisor's largest bit pattern, or x's smallest as a signed integer
     result_low = 0  # the results' smallest as a signed integer
     smallest, largest = np.minimum.reduce, np.maximum.reduce
     with np.errstate(all="ignore"):  # whatever a bad value does here, the checks refuse it
@@ -242,9 +243,9 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
                 (torch_module().div if divide else torch_module().mul)(xt, yt, out=dest_t)
             if validate:  # the factor is in cache: the product has just read it
                 if divide:
-                    first_worst = max(first_worst, int(largest(first[rows], axis=None)))
+                    factor_worst = max(factor_worst, int(largest(factor[rows], axis=None)))
                 else:
-                    first_worst = min(first_worst, int(smallest(first[rows], axis=None)))
+                    factor_worst = min(factor_worst, int(smallest(factor[rows], axis=None)))
             if views is None:
                 np.sum(dest, axis=-1, keepdims=True, out=sums)
                 np.divide(dest, sums, out=dest)
@@ -254,7 +255,7 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
             if validate:  # (dividing by positive sums keeps every sign; others are refused)
                 result_low = min(result_low, int(smallest(results[rows], axis=None)))
     if validate:
-        ok = result_low >= 0 and (first_worst < inf_bits if divide else first_worst >= 0)
+        ok = result_low >= 0 and (factor_worst < inf_bits if divide else factor_worst >= 0)
         if not (ok and bool(np.all((total > 0) & (total < math.inf)))):
             return None
     return out.reshape(x.shape)
