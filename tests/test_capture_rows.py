@@ -243,12 +243,9 @@ def test_the_free_heap_is_released_after_the_last_layer_and_before_the_output_he
     events: list[str] = []
     monkeypatch.setattr(rows_module, "release_free_heap", lambda: events.append("release"))
     monkeypatch.setattr(rows_module, "TRIM_MIN_BYTES", 1)
-    watched = [model.layers[-1] if not head else model.model.layers[-1]]
-    if head:
-        watched.append(model.lm_head)
-    handles = [
-        m.register_forward_hook(lambda *a, name=name: events.append(name))
-        for m, name in zip(watched, ["last layer done", "head done"], strict=False)
+    handles = [  # the head runs only when the causal LM is called
+        llama.model.layers[-1].register_forward_hook(lambda *a: events.append("last layer done")),
+        llama.lm_head.register_forward_hook(lambda *a: events.append("head done")),
     ]
     try:
         hooks_before = dict(llama.lm_head._forward_pre_hooks)
