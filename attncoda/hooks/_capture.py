@@ -51,6 +51,7 @@ from ._kernels import kernel_head_size, pad_head
 from ._registry import (
     ATTENTION_NAME,
     attention_modules,
+    call_is_causal,
     can_switch,
     n_layers_heads,
     observed,
@@ -72,6 +73,7 @@ from ._session import (
     _summaries_from_logits,
     check_finite_rows,
 )
+from ._stacks import stacks_of
 from ._spec import (
     CaptureError,
     CaptureSpec,
@@ -119,9 +121,23 @@ def _capture_layer(
     session.calls[layer] = call + 1
     batch, n_heads, q_len, head_dim = query.shape
     kv_len = key.shape[-2]
-    positions = _call_positions(session, layer, q_len, kv_len)
+    shift = 0  # from a query's position in its stack to its place in the call's coordinates
+    if session.stack == "cross":  # queries are decoder positions, keys the encoder's
+        fwd = session.forward
+        past = fwd.past if fwd is not None and fwd.past is not None else 0
+        positions = _call_positions(session, layer, q_len, past + q_len)
+        shift = kv_len - q_len - past
+        fixed = _fixed_sinks(spec)
+        if fixed is not None and max(fixed) >= kv_len:
+            raise CaptureError(
+                f"sink={_show_sel(spec.sink)}: a cross-attention sink is a source position, and "
+                f"the encoder gave {kv_len} (0..{kv_len - 1}); pass sink positions below {kv_len}"
+            )
+    else:
+        positions = _call_positions(session, layer, q_len, kv_len)
     if not positions:
         return None
+    call_positions = [p + shift for p in positions]
     if spec.sink == "learned" and getattr(module, "sinks", None) is None:
         raise CaptureError("sink='learned' needs a model with learned sinks (GPT-OSS style)")
     rep = n_heads // key.shape[1]
@@ -138,13 +154,13 @@ def _capture_layer(
         scale=scaling if scaling is not None else head_dim**-0.5,
         softcap=kwargs.get("softcap"),
         sliding=kwargs.get("sliding_window"),
-        causal=bool(getattr(module, "is_causal", True)),
+        causal=call_is_causal(module, kwargs),
         sinks_logit=(
             module.sinks.detach().float()[session.heads] if spec.sink == "learned" else None
         ),
         sink_index=_sink_index(session, spec, attention_mask, batch, kv_len, q_len, query.device),
     )
-    pos = torch.tensor(positions, device=query.device)
+    pos = torch.tensor(call_positions, device=query.device)
     rows = learned = output = None
     in_buffer = False
     if spec.what == "summaries" and _fast_path_applies(spec, ctx):
@@ -162,7 +178,7 @@ def _capture_layer(
         if (
             value is not None
             and writer is not None
-            and _own_output_applies(session, ctx, writer, positions, n_heads, kwargs)
+            and _own_output_applies(session, ctx, writer, call_positions, n_heads, kwargs)
         ):
             v = value.index_select(1, head_idx // rep).float()
             out = _rows_fast(ctx, pos, writer, spec.chunk_size, value=v)
@@ -627,14 +643,16 @@ def _has_future_keys(mask: torch.Tensor | None) -> bool:
 
 
 class Capture:
-    """Handle returned by :func:`capture`; ``cap.dataset`` holds what the block captured."""
+    """Handle returned by :func:`capture`: ``cap.dataset`` holds what the block captured, and
+    ``cap.datasets`` each attention stack's dataset (encoder-decoders have three)."""
 
-    def __init__(self, session: _Session, model_info: dict[str, Any], fallback: bool) -> None:
-        self._session = session
+    def __init__(
+        self, sessions: dict[str, _Session], model_info: dict[str, Any], fallback: bool
+    ) -> None:
+        self._sessions = sessions
         self._info = model_info
         self.fallback = fallback
-        self._dataset: xr.Dataset | None = None
-        self._made_at: tuple[int, bool] | None = None  # (generation, closed) of _dataset
+        self._made: dict[str, tuple[tuple[int, bool], xr.Dataset]] = {}
 
     def __enter__(self) -> Capture:
         raise CaptureError(
@@ -647,6 +665,12 @@ class Capture:
         return None
 
     @property
+    def stacks(self) -> tuple[str, ...]:
+        """The captured attention stacks: ``("self",)``, or some of ``("encoder", "decoder",
+        "cross")`` for an encoder-decoder."""
+        return tuple(self._sessions)
+
+    @property
     def dataset(self) -> xr.Dataset:
         """The captured data as an :class:`xarray.Dataset` (schema: :mod:`attncoda`'s data model).
 
@@ -657,16 +681,43 @@ class Capture:
         that raised is left out. With ``stream_to=`` finished passes live in the zarr store,
         opened lazily; inside the block the pass still running is added from memory.
 
+        An encoder-decoder has several stacks of attention: read :attr:`datasets` (this
+        property then refuses, naming them), or capture one stack alone with e.g.
+        ``layers={"cross": "all"}``.
+
         Raises
         ------
         CaptureError
-            Nothing was captured, or requested query positions never occurred in a pass.
+            Nothing was captured, requested query positions never occurred in a pass, or the
+            capture holds several stacks.
         """
-        s = self._session
+        if len(self._sessions) > 1:
+            names = ", ".join(f"cap.datasets[{n!r}]" for n in self._sessions)
+            raise CaptureError(
+                f"this capture holds {len(self._sessions)} attention stacks; read {names} (or "
+                "capture one stack, e.g. layers={'cross': 'all'})"
+            )
+        return self._dataset_of(next(iter(self._sessions)))
+
+    @property
+    def datasets(self) -> dict[str, xr.Dataset]:
+        """Each captured attention stack's dataset, by name (see :attr:`stacks`).
+
+        ``"self"`` for decoder-only and encoder-only models; ``"encoder"`` (the encoder's
+        self-attention), ``"decoder"`` (the decoder's causal self-attention) and ``"cross"``
+        (decoder queries over encoder positions: ``key`` and the ``token`` coordinate are the
+        source positions, ``query_token`` the target tokens) for encoder-decoders. Each
+        dataset's ``attention_stack`` attribute names its stack.
+        """
+        return {name: self._dataset_of(name) for name in self._sessions}
+
+    def _dataset_of(self, name: str) -> xr.Dataset:
+        s = self._sessions[name]
         _rollback(s)
         made_at = (s.generation, s.closed)
-        if self._dataset is not None and self._made_at == made_at:
-            return self._dataset
+        cached = self._made.get(name)
+        if cached is not None and cached[0] == made_at:
+            return cached[1]
         for seg in s.segments:
             _finish(s, seg)
         if s.store is not None:
@@ -674,7 +725,7 @@ class Capture:
             parts = [load(s.store)] if Path(s.store).exists() else []
             current = s.segments[-1] if s.segments and not s.closed else None
             if current is not None and current.records:
-                parts.append(_assemble(s, current, self._info, fallback=self.fallback))
+                parts.append(_assemble(s, current, s.info, fallback=self.fallback))
             if not parts:
                 raise CaptureError(_NOTHING)
             dataset = _combine(parts)
@@ -683,9 +734,9 @@ class Capture:
             if not segments:
                 raise CaptureError(_NOTHING)
             dataset = _combine(
-                [_assemble(s, seg, self._info, fallback=self.fallback) for seg in segments]
+                [_assemble(s, seg, s.info, fallback=self.fallback) for seg in segments]
             )
-        self._dataset, self._made_at = dataset, made_at
+        self._made[name] = (made_at, dataset)
         return dataset
 
 
@@ -811,7 +862,27 @@ def _assemble(s: _Session, seg: _Segment, info: dict[str, Any], *, fallback: boo
     )
     if rows is not None and not fallback and summaries:
         attncoda.validate_dataset(ds.drop_vars(["log_attn"]))
+    if s.stack == "cross":
+        ds = _with_query_tokens(s, seg, ds, query_pos)
     return ds
+
+
+def _with_query_tokens(
+    s: _Session, seg: _Segment, ds: xr.Dataset, query_pos: np.ndarray
+) -> xr.Dataset:
+    """Cross attention: the target (decoder) tokens of the queries, as ``query_token_id`` and
+    ``query_token`` ``(sample, query)``; the keys keep the source tokens (``token``)."""
+    parts = [i.detach().cpu().numpy() for i in seg.query_ids if torch.is_tensor(i)]
+    if not parts or len(parts) != len(seg.query_ids) or len({p.shape[0] for p in parts}) != 1:
+        return ds
+    ids = np.concatenate(parts, axis=1)
+    if ids.shape[0] != ds.sizes["sample"] or int(query_pos.max()) >= ids.shape[1]:
+        return ds
+    picked = ids[:, query_pos]
+    coords: dict[str, Any] = {"query_token_id": (("sample", "query"), picked.astype(np.int64))}
+    if s.tokenizer is not None:
+        coords["query_token"] = (("sample", "query"), token_strings(s.tokenizer, picked, None))
+    return ds.assign_coords(coords)
 
 
 def _rows_of(
@@ -1190,28 +1261,59 @@ def capture(
             f"exact_outputs={_show(exact_outputs)} is not a bool; pass True (the model's own "
             "attention kernel for every layer) or False (the default)"
         )
-    module_ids = _modules_of(model)
-    if module_ids & _CAPTURING:  # the model, a part of it, or a model it is part of
+    if _modules_of(model) & _CAPTURING:  # the model, a part of it, or a model it is part of
         raise CaptureError(
             "captures of one model cannot be nested (also not of a model and its submodel, "
             "e.g. model and model.model); finish the outer capture first"
         )
     rows_dtype = _rows_dtype(dtype, what)
-    n_layers, n_heads = _n_layers_heads(model)
-    spec = CaptureSpec(
-        layers=_selection(layers, "layers"),
-        heads=_selection(heads, "heads"),
-        queries=_selection(queries, "queries"),
-        what=what,
-        sink=_sink_choice(sink),
-        chunk_size=int(chunk_size),
-        dtype=rows_dtype,
-        exact_outputs=bool(exact_outputs),
-    )
-    layer_list = _resolve(spec.layers, n_layers, "layer")
-    head_list = _resolve(spec.heads, n_heads, "head")
+    stacks = stacks_of(model)
+    picks = {
+        arg: _per_stack(value, arg, stacks)
+        for arg, value in (("layers", layers), ("heads", heads), ("queries", queries))
+    }
+    wanted = [n for n in stacks if all(n in picks[a] for a in picks)]
+    if not wanted:
+        raise CaptureError(
+            "layers=/heads=/queries= given per stack name no stack in all three; name each "
+            f"stack to capture ({', '.join(stacks)}) in every dict given"
+        )
+    specs: dict[str, CaptureSpec] = {}
+    selected: dict[str, tuple[list[int], list[int]]] = {}
+    for name in wanted:
+        st = stacks[name]
+        specs[name] = CaptureSpec(
+            layers=picks["layers"][name],
+            heads=picks["heads"][name],
+            queries=picks["queries"][name],
+            what=what,
+            sink=_sink_choice(sink),
+            chunk_size=int(chunk_size),
+            dtype=rows_dtype,
+            exact_outputs=bool(exact_outputs),
+        )
+        try:
+            selected[name] = (
+                _resolve(specs[name].layers, st.n_layers, "layer"),
+                _resolve(specs[name].heads, st.n_heads, "head"),
+            )
+        except CaptureError as err:
+            if name == "self":
+                raise
+            raise CaptureError(f"{name} attention: {err}") from None
     switch = can_switch(model)
-    if spec.sink == "learned":
+    several = list(stacks) != ["self"]
+    if several and not switch:
+        raise CaptureError(
+            f"{type(model).__name__} is an encoder-decoder whose attention does not go through "
+            "transformers' attention registry; attncoda cannot capture it"
+        )
+    if several and stream_to is not None:
+        raise CaptureError(
+            "stream_to= takes one dataset; an encoder-decoder gives one per stack (encoder, "
+            "decoder, cross): capture without stream_to= and save each of cap.datasets"
+        )
+    if specs[wanted[0]].sink == "learned":
         modules = attention_modules(model) if switch else []
         if not any(getattr(m, "sinks", None) is not None for m in modules):
             raise CaptureError(
@@ -1222,11 +1324,22 @@ def capture(
     _check_weights_finite(model)
     info = _model_info(model)
     info["attention_implementation"] = str(model.config._attn_implementation)
-    session = _Session(model, spec, layer_list, head_list, n_heads)
-    session.store, session.info, session.fallback = store, info, not switch
-    if tokenizer is not None:
-        session.tokenizer = tokenizer
-        session.special_ids = special_token_ids(tokenizer, model)
+    sessions: dict[str, _Session] = {}
+    for name in wanted:
+        layer_list, head_list = selected[name]
+        session = _Session(model, specs[name], layer_list, head_list, stacks[name].n_heads)
+        session.store, session.fallback = store, not switch
+        session.info = dict(info, attention_stack=name) if several else info
+        session.stack = name
+        if tokenizer is not None:
+            session.tokenizer = tokenizer
+            session.special_ids = special_token_ids(tokenizer, model)
+        sessions[name] = session
+    if "cross" in sessions:
+        sessions["cross"].source = sessions.get("encoder") or _Session(
+            model, specs["cross"], [], [], 0, stack="encoder"
+        )
+    stack_of = {id(m): st for st in stacks.values() for m in st.modules}
 
     def observe(
         module: Any,
@@ -1238,42 +1351,94 @@ def capture(
         kwargs: dict[str, Any],
         value: Any = None,
     ) -> Any:
+        st = stack_of.get(id(module))
+        if st is None:
+            return None
+        session = sessions.get(st.name)
+        if session is None:
+            return None
+        if st.static is not None:
+            layer = st.static[id(module)]
+        else:  # a shared module: each application is the next layer of the pass
+            layer = session.ordinal % st.n_layers
+            session.ordinal += 1
         if layer in session.layers:
             return _capture_layer(session, module, layer, query, key, mask, scaling, kwargs, value)
         return None
 
+    module_ids = _modules_of(model)
     _CAPTURING.update(module_ids)
-    hooks = [
-        model.register_forward_pre_hook(_before_forward(session), with_kwargs=True),
-        model.register_forward_hook(_after_forward(session)),
-    ]
-    head = _output_head(model)
+    hooks = []
+    for name, session in sessions.items():
+        entry = stacks[name].entry
+        hooks.append(entry.register_forward_pre_hook(_before_forward(session), with_kwargs=True))
+        hooks.append(entry.register_forward_hook(_after_forward(session)))
+    if "cross" in sessions and "encoder" not in sessions:
+        source = sessions["cross"].source
+        assert source is not None
+        hooks.append(
+            stacks["encoder"].entry.register_forward_pre_hook(
+                _remember_source(source), with_kwargs=True
+            )
+        )
+    head = _output_head(model) if not several else None
     if head is not None:
-        hooks.append(head.register_forward_pre_hook(_before_head(session)))
-        session.head_hooked = True
+        only = sessions[wanted[0]]
+        hooks.append(head.register_forward_pre_hook(_before_head(only)))
+        only.head_hooked = True
     try:
         if switch:
-            own = spec.what == "rows" and not spec.exact_outputs
+            own = what == "rows" and not exact_outputs
             with observed(model, observe, computes=own):
-                cap = Capture(session, info, fallback=False)
+                cap = Capture(sessions, info, fallback=False)
                 yield cap
         else:
-            with fallback_capture(model, session):
-                cap = Capture(session, info, fallback=True)
+            only = sessions[wanted[0]]
+            with fallback_capture(model, only):
+                cap = Capture(sessions, info, fallback=True)
                 yield cap
-        _rollback(session)
-        session.closed = True
+        for session in sessions.values():
+            _rollback(session)
+            session.closed = True
         if store is not None:  # the last pass goes to the store now, not when first read
-            for seg in session.segments:
-                _finish(session, seg)
-            _flush(session, everything=True)
+            only = sessions[wanted[0]]
+            for seg in only.segments:
+                _finish(only, seg)
+            _flush(only, everything=True)
     finally:
         for h in hooks:
             h.remove()
-        _rollback(session)
-        session.closed = True
-        session.forward = None
+        for session in sessions.values():
+            _rollback(session)
+            session.closed = True
+            session.forward = None
         _CAPTURING.difference_update(module_ids)
+
+
+def _per_stack(value: Any, name: str, stacks: dict[str, Any]) -> dict[str, Any]:
+    """A layers/heads/queries argument as ``{stack: selection}``: one selection for every
+    stack, or a dict naming stacks (the stacks it leaves out are not captured)."""
+    if not isinstance(value, dict):
+        sel = _selection(value, name)
+        return dict.fromkeys(stacks, sel)
+    unknown = [k for k in value if k not in stacks]
+    if unknown:
+        raise CaptureError(
+            f"{name}= names the stack {_show(unknown[0])}, which this model does not have; its "
+            f"stacks are {', '.join(stacks)}"
+        )
+    return {k: _selection(v, name) for k, v in value.items()}
+
+
+def _remember_source(source: _Session) -> Callable[..., None]:
+    """The encoder's pre-hook where only cross attention is captured: its tokens label keys."""
+
+    def pre_hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids, _ = _tokens_of(args, kwargs)
+        source.segments = [_Segment()]
+        source.inputs.append({"input_ids": ids, "attention_mask": kwargs.get("attention_mask")})
+
+    return pre_hook
 
 
 _CAPTURING: set[int] = set()  # ids of the modules of models inside a capture block
@@ -1314,6 +1479,8 @@ def _stream_target(stream_to: Any, what: str) -> Path:
 def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int | None]:
     """``(input_ids or None, number of new tokens or None)`` of a model call."""
     ids = kwargs.get("input_ids", args[0] if args and torch.is_tensor(args[0]) else None)
+    if torch.is_tensor(ids) and ids.is_floating_point():  # audio features or pixels: no ids
+        return None, None
     if torch.is_tensor(ids) and ids.dim() >= 1:
         return ids, int(ids.shape[-1])
     embeds = kwargs.get("inputs_embeds")
@@ -1358,17 +1525,21 @@ def _before_forward(session: _Session) -> Callable[..., None]:
             if session.store is not None:
                 _flush(session, everything=False)
         am = kwargs.get("attention_mask")
+        cross = session.stack == "cross"
         if not continued and tokens is not None:  # the layers will find it validated
             key = (tokens, tokens, True, past is not None)
             if key not in session.positions:
                 session.positions[key] = _check_call(session.spec, *key)
-            _check_padding_sinks(session.spec, am, tokens)
-            _check_sink_token(session, ids, am)
+            if not cross:  # a cross-attention sink is a source position (checked per call)
+                _check_padding_sinks(session.spec, am, tokens)
+                _check_sink_token(session, ids, am)
+        session.ordinal = 0
         seg = session.current()
         session.pending = _Snapshot(
             seg,
             len(seg.records),
             len(seg.inputs),
+            len(seg.query_ids),
             dict(seg.calls),
             set(seg.keys),
             seg.sink_index,
@@ -1377,7 +1548,14 @@ def _before_forward(session: _Session) -> Callable[..., None]:
         session.forward = _Forward(
             independent=not continued, cache_given=past is not None, past=past_len
         )
-        session.inputs.append({"input_ids": ids, "attention_mask": am})
+        if cross:  # keys are the encoder's positions: its tokens and its padding
+            seg.query_ids.append(ids)
+            if not continued:
+                src = session.source.inputs[-1] if session.source and session.source.inputs else {}
+                am = kwargs.get("encoder_attention_mask", src.get("attention_mask"))
+                session.inputs.append({"input_ids": src.get("input_ids"), "attention_mask": am})
+        else:
+            session.inputs.append({"input_ids": ids, "attention_mask": am})
         if session.sink_index is None and am is not None and am.dim() == 2:
             session.sink_index = am.to(torch.int8).argmax(-1)
 

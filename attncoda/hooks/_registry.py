@@ -34,6 +34,7 @@ __all__ = [
     "RegistryError",
     "activated",
     "attention_modules",
+    "call_is_causal",
     "layer_index",
     "n_layers_heads",
     "plugged",
@@ -284,6 +285,7 @@ def _attention_fn(
     act = _ACTIVATIONS.get(model_id) if model_id is not None else None
     layer = layer_index(module) if act is not None else getattr(module, "layer_idx", 0) or 0
     kwargs.pop("output_attentions", None)
+    attention_mask = fold_position_bias(module, query, key, attention_mask, kwargs)
     plugins = [p for p in _PLUGINS.get() if p.model_id == model_id]
     for p in plugins:
         attention_mask = p.adjust_mask(module, layer, query, key, attention_mask, kwargs)
@@ -324,6 +326,29 @@ def _attention_fn(
     return out, None
 
 
+def fold_position_bias(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    mask: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """The layer's mask with a relative ``position_bias`` keyword (T5, MPNet, ...) folded in.
+
+    Such models pass their per-head bias beside the mask; every attention function adds it to
+    the logits. Folded into one additive float mask (as transformers' SDPA path does itself,
+    causality included), it reaches the layer's output, the captured rows and the plug-ins
+    alike; the keyword is removed from ``kwargs``.
+    """
+    bias = kwargs.pop("position_bias", None)
+    if bias is None:
+        return mask
+    from transformers.integrations.sdpa_attention import create_position_bias_mask
+
+    causal = query.shape[-2] > 1 and mask is None and call_is_causal(module, kwargs)
+    return create_position_bias_mask(bias, mask, causal, query, key)
+
+
 def delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
     """The implementation that computes the layer's output: what the model ran before."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -341,6 +366,28 @@ def delegate_for(module: Any, name: str, kwargs: dict[str, Any]) -> Callable[...
     if name == "sdpa" or name not in ALL_ATTENTION_FUNCTIONS:
         return sdpa_attention_forward
     return ALL_ATTENTION_FUNCTIONS[name]
+
+
+def call_is_causal(module: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether a call of ``module`` without a mask is causal, decided as transformers' own
+    attention functions decide it: the ``is_causal`` keyword of the call where the model
+    passes one, else the module's ``is_causal`` attribute (default ``True``).
+
+    CLIP's text model is the case in point: its attention modules say ``is_causal = False``
+    (they serve the vision tower too) while the text model passes ``is_causal=True`` with the
+    call, and its mask function answers "causal, no mask needed".
+
+    Examples
+    --------
+    >>> class Module:
+    ...     is_causal = False
+    >>> call_is_causal(Module(), {"is_causal": True}), call_is_causal(Module(), {})
+    (True, False)
+    """
+    given = kwargs.get("is_causal")
+    if given is not None:
+        return bool(given)
+    return bool(getattr(module, "is_causal", True))
 
 
 def visible_mask(
@@ -398,7 +445,7 @@ def eager_mask_for(
         mask,
         q_pos,
         kv_len,
-        causal=bool(getattr(module, "is_causal", True)),
+        causal=call_is_causal(module, kwargs),
         sliding_window=kwargs.get("sliding_window"),
         device=query.device,
     )

@@ -121,6 +121,7 @@ class _Segment:
     sink_index: torch.Tensor | None = None  # (batch,)
     keys: set[_CallKey] = field(default_factory=set)  # the calls captured layers saw
     rows_buf: Any = None  # the pass's rows (a _RowsBuffer), written once where they stay
+    query_ids: list[torch.Tensor | None] = field(default_factory=list)  # cross: decoder ids
 
 
 @dataclass
@@ -139,6 +140,7 @@ class _Snapshot:
     segment: _Segment
     records: int
     inputs: int
+    query_ids: int
     calls: dict[int, int]
     keys: set[_CallKey]
     sink_index: torch.Tensor | None
@@ -166,6 +168,9 @@ class _Session:
     special_ids: set[int] = field(default_factory=set)  # sinks that need no warning
     sink_warned: bool = False  # SinkTokenWarning is given once per capture
     head_hooked: bool = False  # the output head releases the free heap before the logits
+    stack: str = "self"  # which attention of the model: self, encoder, decoder or cross
+    ordinal: int = 0  # calls of a shared-layer stack so far in the pass (the next layer)
+    source: _Session | None = None  # cross attention: the encoder's session (its tokens)
 
     def current(self) -> _Segment:
         if not self.segments:
@@ -310,6 +315,7 @@ def _rollback(session: _Session) -> None:
     seg = snap.segment
     del seg.records[snap.records :]
     del seg.inputs[snap.inputs :]
+    del seg.query_ids[snap.query_ids :]
     seg.calls = snap.calls
     seg.keys = snap.keys
     seg.sink_index = snap.sink_index

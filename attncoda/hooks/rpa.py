@@ -109,7 +109,14 @@ from torch import nn
 from attncoda import AttncodaError
 
 from ._kernels import aligned_bias
-from ._registry import AttentionPlugin, attention_modules, plugged, text_config, visible_mask
+from ._registry import (
+    AttentionPlugin,
+    attention_modules,
+    call_is_causal,
+    plugged,
+    text_config,
+    visible_mask,
+)
 
 __all__ = [
     "GaussianFuzzy",
@@ -1003,7 +1010,7 @@ def _add_bias(
             None,
             q_pos,
             kv_len,
-            causal=bool(getattr(module, "is_causal", True)),
+            causal=call_is_causal(module, kwargs),
             sliding_window=kwargs.get("sliding_window"),
             device=query.device,
         )
