@@ -219,11 +219,13 @@ def test_several_stacks_refuse_the_single_dataset_and_bad_stack_names_in_one_lin
     with torch.no_grad(), capture(model) as cap:
         model(**batch)
     with pytest.raises(CaptureError, match=r"3 attention stacks; read cap\.datasets\['encoder'\]"):
-        cap.dataset
-    with pytest.raises(CaptureError, match="names the stack 'encdoer'.*encoder, decoder, cross"):
+        _ = cap.dataset
+    with pytest.raises(CaptureError, match=r"names the stack 'encdoer'.*encoder, decoder, cross"):
         with capture(model, layers={"encdoer": [0]}):
             pass
-    with pytest.raises(CaptureError, match=r"^decoder attention: layers=\[5\]: .* the model has 2 layers"):
+    with pytest.raises(
+        CaptureError, match=r"^decoder attention: layers=\[5\]: .* the model has 2 layers"
+    ):
         with capture(model, layers={"decoder": [5]}):
             pass
     with pytest.raises(CaptureError, match="stream_to= takes one dataset"):

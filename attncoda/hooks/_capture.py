@@ -53,7 +53,6 @@ from ._registry import (
     attention_modules,
     call_is_causal,
     can_switch,
-    n_layers_heads,
     observed,
     visible_mask,
 )
@@ -73,7 +72,6 @@ from ._session import (
     _summaries_from_logits,
     check_finite_rows,
 )
-from ._stacks import stacks_of
 from ._spec import (
     CaptureError,
     CaptureSpec,
@@ -89,6 +87,7 @@ from ._spec import (
     _show_sel,
     _sink_choice,
 )
+from ._stacks import stacks_of
 from ._tokens import special_token_ids, token_strings, warn_if_sink_not_special
 from .zoo import _name_or_path, model_id, provenance_of
 
@@ -1003,16 +1002,6 @@ def _version(name: str) -> str:
         return version(name)
     except Exception:  # pragma: no cover
         return ""
-
-
-def _n_layers_heads(model: Any) -> tuple[int, int]:
-    n_layers, n_heads = n_layers_heads(model)
-    if n_layers is None or n_heads is None:
-        raise CaptureError(
-            f"cannot read the number of layers/heads from {type(model.config).__name__}; this "
-            "model family is not supported yet"
-        )
-    return n_layers, n_heads
 
 
 class _SingleUse:
