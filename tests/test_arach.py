@@ -86,7 +86,7 @@ def test_every_layer_receives_the_arach_mask(family):
     ids = ids_for(model, batch=1, length=10)["input_ids"]
     seen = {}
 
-    def record(module, layer, query, key, mask, scaling, kwargs):
+    def record(module, layer, query, key, mask, scaling, kwargs, value=None):
         seen[layer] = (mask.clone(), kwargs.get("sliding_window"))
 
     plug = arach.Arach(model, mode="dense", offset=-0.75, layers=[1])

@@ -335,3 +335,32 @@ def test_a_model_without_attention_is_refused_in_one_line():
         with capture(model):
             pass
     assert "\n" not in str(err.value)
+
+
+def test_a_layer_whose_attention_has_a_twist_attncoda_does_not_rebuild_is_refused(monkeypatch):
+    """A model whose eager attention adds something attncoda does not know of (here a bias on
+    the first key, passed by no keyword) is refused at its first layer, before rows exist."""
+    from attncoda.hooks import zoo
+
+    llama = __import__("transformers.models.llama.modeling_llama", fromlist=["_"])
+    plain = llama.eager_attention_forward
+
+    def twisted(module, query, key, value, attention_mask, **kw):
+        bias = torch.zeros(key.shape[-2], dtype=query.dtype)
+        bias[0] = 3.0
+        mask = bias if attention_mask is None else attention_mask + bias
+        return plain(module, query, key, value, mask, **kw)
+
+    model = zoo.tiny_twin("llama")
+    model.set_attn_implementation("eager")
+    batch = zoo.tiny_batch(model, length=8)
+    with torch.no_grad(), capture(model, what="rows") as cap:
+        model(**batch)  # the plain model captures
+    assert cap.dataset.sizes["layer"] == model.config.num_hidden_layers
+    monkeypatch.setattr(llama, "eager_attention_forward", twisted)
+    with pytest.raises(CaptureError, match=r"layer 0\) computes attention by a route") as err:
+        with torch.no_grad(), capture(model, what="summaries") as cap:
+            model(**batch)
+    assert "\n" not in str(err.value)
+    with pytest.raises(CaptureError, match="nothing was captured|recorded nothing"):
+        _ = cap.dataset

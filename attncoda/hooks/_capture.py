@@ -159,14 +159,18 @@ def _capture_layer(
         ),
         sink_index=_sink_index(session, spec, attention_mask, batch, kv_len, q_len, query.device),
     )
+    if layer not in session.probed and _check_against_eager(
+        session, module, layer, ctx, query, key, value, attention_mask, kwargs
+    ):
+        session.probed.add(layer)
     pos = torch.tensor(call_positions, device=query.device)
     rows = learned = output = None
     in_buffer = False
     if spec.what == "summaries" and _fast_path_applies(spec, ctx):
         summaries, redo = _fast_summaries(ctx, pos, spec.chunk_size)
         if bool(redo.any()):
-            fixed, _ = _explicit(spec, ctx, pos[redo], None)
-            for name, val in fixed.items():
+            redone, _ = _explicit(spec, ctx, pos[redo], None)
+            for name, val in redone.items():
                 summaries[name][..., redo] = val
         result = {k: v.cpu().numpy() for k, v in summaries.items()}
     else:
@@ -204,6 +208,87 @@ def _capture_layer(
         )
     )
     return output
+
+
+#: queries of a layer's first call whose rows are checked against the model's eager weights
+_PROBE_QUERIES = 4
+
+
+def _check_against_eager(
+    session: _Session,
+    module: Any,
+    layer: int,
+    ctx: _LayerContext,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> bool:
+    """Refuse a layer whose attention the model computes by a route attncoda does not rebuild.
+
+    The first call of every captured layer runs the model's own ``eager_attention_forward``
+    on a few of its queries (the first and the last :data:`_PROBE_QUERIES`, all heads, every
+    key: O(T) per head) with exactly what the layer received (mask, keywords: soft-capping,
+    windows, learned sinks, biases), and compares its weights with the rows attncoda forms
+    from the same q and k. A model with a twist of its own (another causality rule, a bias
+    passed by a keyword attncoda does not know, a different score) then fails here, before
+    any row is stored, instead of giving rows of another model. Skipped where the model has
+    no eager function or the layer runs dropout (training mode). Rows that eager cannot form
+    (a NaN at a key the mask hides spoils eager's whole row, never attncoda's) are left out;
+    returns whether any row was compared, so a call with none is probed again next time.
+    """
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None or value is None or getattr(module, "training", False):
+        return True
+    q_len, kv_len = query.shape[-2], key.shape[-2]
+    picks = sorted({0, *range(max(q_len - _PROBE_QUERIES, 0), q_len)})
+    qpos = torch.tensor(picks, device=query.device) + ctx.offset
+    vis, bias = visible_mask(
+        mask, qpos, kv_len, causal=ctx.causal, sliding_window=ctx.sliding, device=query.device
+    )
+    neg = torch.finfo(query.dtype).min
+    additive = torch.where(vis, torch.zeros((), device=query.device), neg)
+    if bias is not None:
+        additive = torch.where(vis, bias, neg)
+    extra = {k: v for k, v in kwargs.items() if k != "is_causal"}
+    with torch.no_grad():
+        _, weights = eager(
+            module,
+            query[:, :, picks],
+            key,
+            value,
+            additive.to(query.dtype),
+            dropout=0.0,
+            scaling=ctx.scale,
+            **extra,
+        )
+    if not torch.is_tensor(weights) or weights.shape[-1] != kv_len:
+        return True
+    heads = torch.tensor(session.heads, device=query.device)
+    want = weights.index_select(1, heads).float()
+    logits, seen = ctx.logits(qpos, kv_len)
+    if ctx.sinks_logit is not None or getattr(module, "sinks", None) is not None:
+        # learned sinks: compare the rows closed over the keys (eager's sum below 1)
+        want = want / want.sum(-1, keepdim=True).clamp_min(1e-30)
+    got = torch.softmax(logits, dim=-1)
+    live = seen.any(-1, keepdim=True) & want.isfinite().all(-1, keepdim=True)
+    if not bool(live.any()):  # queries that see no key have no row
+        return False
+    diff = float(torch.where(live, (got - want).abs(), torch.zeros_like(got)).amax())
+    tol = 1e-4 + 4 * torch.finfo(query.dtype).eps
+    if not diff <= tol:  # NaN too
+        raise CaptureError(
+            f"{type(module).__name__} (layer {layer}{_stack_note(session)}) computes attention "
+            f"by a route attncoda does not rebuild: its eager weights differ from the captured "
+            f"rows by {diff:.2g}; attncoda refuses rather than return rows of another model "
+            "(please report the model class)"
+        )
+    return True
+
+
+def _stack_note(session: _Session) -> str:
+    return "" if session.stack == "self" else f" of the {session.stack} attention"
 
 
 def _own_output_applies(
@@ -288,6 +373,25 @@ class _LayerContext:
         )
         vis = vis[..., :kv_len]
         return vis, None if bias is None else bias[..., :kv_len]
+
+    def logits(
+        self, qpos: torch.Tensor, kv_len: int, kt: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 logits ``(b, h, len(qpos), kv_len)`` of the queries at ``qpos`` over the first
+        ``kv_len`` keys, exactly as the model forms them (scale, soft-capping, bias), ``-inf``
+        at invisible keys; and the visibility ``(b, h, len(qpos), kv_len)``."""
+        b, h = self.k.shape[:2]
+        kt = self.k.transpose(-1, -2) if kt is None else kt
+        qc = self.q.index_select(2, qpos - self.offset)
+        logits = torch.matmul(qc, kt[..., :kv_len]).mul_(self.scale)
+        if self.softcap is not None:
+            logits.div_(self.softcap).tanh_().mul_(self.softcap)
+        vis, bias = self.visible(qpos, kv_len)
+        if bias is not None:
+            logits.add_(bias)
+        vis = vis.expand(b, h, len(qpos), kv_len)
+        logits.masked_fill_(~vis, -math.inf)
+        return logits, vis
 
 
 def _fast_path_applies(spec: CaptureSpec, ctx: _LayerContext) -> bool:
@@ -427,7 +531,7 @@ def _explicit(
     returns the summaries and the learned sink's log-attention (GPT-OSS sinks).
     """
     q, k = ctx.q, ctx.k
-    b, h, kv, _ = k.shape
+    b, _, kv, _ = k.shape
     kt = k.transpose(-1, -2)
     learned = ctx.sinks_logit is not None
     if rows is not None and spec.what == "rows" and _rows_fast_applies(ctx, rows):
@@ -438,15 +542,7 @@ def _explicit(
     for start in range(0, len(pos), spec.chunk_size):
         qp = pos[start : start + spec.chunk_size]
         visible_len = int(qp.max()) + 1 if ctx.causal and not _has_future_keys(ctx.mask) else kv
-        qc = q.index_select(2, qp - ctx.offset)
-        logits = torch.matmul(qc, kt[..., :visible_len]).mul_(ctx.scale)
-        if ctx.softcap is not None:
-            logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
-        vis, bias = ctx.visible(qp, visible_len)
-        if bias is not None:
-            logits.add_(bias)
-        vis = vis.expand(b, h, len(qp), visible_len)
-        logits.masked_fill_(~vis, -math.inf)
+        logits, vis = ctx.logits(qp, visible_len, kt)
         if learned:
             assert ctx.sinks_logit is not None
             extra = ctx.sinks_logit.view(1, -1, 1, 1).expand(b, -1, len(qp), 1)

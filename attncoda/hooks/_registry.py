@@ -256,11 +256,11 @@ def plugged(model: Any, plugin: AttentionPlugin) -> Iterator[AttentionPlugin]:
 
 @contextmanager
 def observed(model: Any, fn: Callable[..., Any], *, computes: bool = False) -> Iterator[None]:
-    """Activate ``model`` and call ``fn(module, layer, query, key, mask, scaling, kwargs)``.
+    """Activate ``model`` and call ``fn(module, layer, query, key, mask, scaling, kwargs,
+    value=value)`` (``value`` is ``None`` under dropout).
 
-    With ``computes=True`` it is called before the layer's output is computed, with the
-    keyword ``value`` (``None`` under dropout), and returns that output or ``None`` (then the
-    delegate computes it).
+    A plain observer is called after the layer's output is computed; with ``computes=True``
+    it is called before, and returns that output or ``None`` (then the delegate computes it).
     """
     with activated(model):
         token = _OBSERVERS.set((*_OBSERVERS.get(), _Observer(id(model), fn, computes)))
@@ -320,7 +320,16 @@ def _attention_fn(
     for obs in observers:
         if not obs.computes:
             with torch.no_grad():
-                obs.fn(module, layer, query, key, attention_mask, scaling, kwargs)
+                obs.fn(
+                    module,
+                    layer,
+                    query,
+                    key,
+                    attention_mask,
+                    scaling,
+                    kwargs,
+                    value=value if not dropout else None,
+                )
     for p in plugins:
         out = p.adjust_output(module, layer, out)
     return out, None

@@ -171,6 +171,7 @@ class _Session:
     stack: str = "self"  # which attention of the model: self, encoder, decoder or cross
     ordinal: int = 0  # calls of a shared-layer stack so far in the pass (the next layer)
     source: _Session | None = None  # cross attention: the encoder's session (its tokens)
+    probed: set[int] = field(default_factory=set)  # layers checked against eager weights
 
     def current(self) -> _Segment:
         if not self.segments:

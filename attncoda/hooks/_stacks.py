@@ -54,14 +54,14 @@ class Stack:
 
 def _static_layers(modules: list[Any], n_layers: int) -> dict[int, int] | None:
     """``id(module) -> layer`` where each module is one layer; ``None`` for shared modules."""
+    raw = [getattr(m, "layer_idx", None) for m in modules]
+    idx = [int(i) for i in raw if i is not None] if all(i is not None for i in raw) else None
     if len(modules) != n_layers:
-        idx = [getattr(m, "layer_idx", None) for m in modules]
-        if all(i is not None for i in idx) and len(set(idx)) == len(idx) and max(idx) < n_layers:
-            return {id(m): int(i) for m, i in zip(modules, idx, strict=True)}  # hybrids
+        if idx is not None and len(set(idx)) == len(idx) and max(idx, default=0) < n_layers:
+            return {id(m): i for m, i in zip(modules, idx, strict=True)}  # hybrids
         return None
-    idx = [getattr(m, "layer_idx", None) for m in modules]
-    if all(i is not None for i in idx) and sorted(idx) == list(range(n_layers)):
-        return {id(m): int(i) for m, i in zip(modules, idx, strict=True)}
+    if idx is not None and sorted(idx) == list(range(n_layers)):
+        return {id(m): i for m, i in zip(modules, idx, strict=True)}
     return {id(m): i for i, m in enumerate(modules)}
 
 

@@ -59,7 +59,14 @@ def _audit_rows(
     raw: dict[int, torch.Tensor] = {}
 
     def observe(
-        module: Any, layer: int, query: Any, key: Any, mask: Any, scaling: Any, kwargs: Any
+        module: Any,
+        layer: int,
+        query: Any,
+        key: Any,
+        mask: Any,
+        scaling: Any,
+        kwargs: Any,
+        value: Any = None,
     ) -> None:
         rep = query.shape[1] // key.shape[1]
         k = key.double().repeat_interleave(rep, dim=1)
