@@ -362,5 +362,5 @@ def test_a_layer_whose_attention_has_a_twist_attncoda_does_not_rebuild_is_refuse
         with torch.no_grad(), capture(model, what="summaries") as cap:
             model(**batch)
     assert "\n" not in str(err.value)
-    with pytest.raises(CaptureError, match="nothing was captured|recorded nothing"):
+    with pytest.raises(CaptureError, match=r"nothing was captured|recorded nothing"):
         _ = cap.dataset
