@@ -34,7 +34,7 @@ import xarray as xr
 from . import _rows
 from ._errors import InputError, require_int
 
-__all__ = ["HeadView", "head_view", "safe_svg", "token_labels"]
+__all__ = ["HeadView", "head_view", "is_cross", "query_labels", "safe_svg", "token_labels"]
 
 #: The only sources a saved view may load: inline styles (no network, no script).
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -152,6 +152,40 @@ def token_labels(
                     for p, v in zip(positions, da.values.tolist(), strict=True)
                 }
     return {p: f"@{p}" for p in positions}
+
+
+def is_cross(ds: xr.Dataset) -> bool:
+    """Whether ``ds`` holds cross attention: queries and keys are different sequences (the
+    target's tokens query the source's), so a query position is not a key position."""
+    return ds.attrs.get("attention_stack") == "cross" or "query_token_id" in ds.variables
+
+
+def query_labels(ds: xr.Dataset, sample: int = 0) -> dict[int, str]:
+    """Labels of the queries of sample ``sample``: the keys' labels of the same positions,
+    except in cross attention, where the queries are the target's tokens (``query_token``,
+    else ``query_token_id`` as ``#id``, else ``@position``).
+
+    Examples
+    --------
+    >>> import attncoda as ac
+    >>> query_labels(ac.testing.synthetic_rows(length=3))[1]
+    '@1'
+    """
+    q_pos = [int(q) for q in np.asarray(ds["query"].values)]
+    if not is_cross(ds):
+        keys = token_labels(ds, sample)
+        return {q: keys.get(q, f"@{q}") for q in q_pos}
+    for name, fmt in (("query_token", "{}"), ("query_token_id", "#{}")):
+        if name in ds.variables:
+            da = ds[name]
+            if "sample" in da.dims:
+                da = da.isel(sample=sample)
+            if da.dims == ("query",) and da.sizes["query"] == len(q_pos):
+                return {
+                    q: fmt.format(v) if isinstance(v, (str, int)) else ""
+                    for q, v in zip(q_pos, da.values.tolist(), strict=True)
+                }
+    return {q: f"@{q}" for q in q_pos}
 
 
 class HeadView:
@@ -437,7 +471,10 @@ def head_view(
     # the sample's tokens are the keys some query sees: padding is never seen (a padded query
     # of a causal model sees nothing; one of a bidirectional model sees the text, not itself)
     real = {k_pos[j] for j in np.flatnonzero(vis.any(axis=0))}
-    rows_ok = np.asarray([i for i in np.flatnonzero(vis.any(axis=1)) if q_pos[i] in real], np.intp)
+    cross = is_cross(ds)  # queries are the target's tokens, keys the source's
+    rows_ok = np.asarray(
+        [i for i in np.flatnonzero(vis.any(axis=1)) if cross or q_pos[i] in real], np.intp
+    )
     if start is not None:
         start = require_int(start, "start", low=0)
         rows_ok = rows_ok[np.asarray([q_pos[i] for i in rows_ok], np.int64) >= start]
@@ -450,7 +487,11 @@ def head_view(
     window = (first, first + max_tokens)  # positions drawn, as [lo, hi)
     rows = np.asarray([i for i in rows_ok if window[0] <= q_pos[i] < window[1]], np.intp)
     all_cols = [j for j in range(len(k_pos)) if j != s_idx and vis[:, j].any()]
-    cols = np.asarray([j for j in all_cols if window[0] <= k_pos[j] < window[1]], np.intp)
+    k_window = window
+    if cross:  # the keys' window starts at the first source key any query sees
+        k_first = k_pos[all_cols[0]] if all_cols else 0
+        k_window = (k_first, k_first + max_tokens)
+    cols = np.asarray([j for j in all_cols if k_window[0] <= k_pos[j] < k_window[1]], np.intp)
     truncated = len(rows) < len(rows_ok) or len(cols) < len(all_cols)
 
     share = p[rows, s_idx] * vis[rows, s_idx]
@@ -471,9 +512,14 @@ def head_view(
     def tok(pos: int) -> str:
         return labels.get(pos, f"@{pos}")
 
+    q_labels = query_labels(ds, sample) if cross else {}
+
+    def q_tok(pos: int) -> str:
+        return q_labels.get(pos, f"@{pos}") if cross else tok(pos)
+
     # geometry: query labels | sink column | gap | content grid; key labels on top
     width_chars = 12
-    q_text = [_show(tok(q_pos[i]), width_chars) for i in rows]
+    q_text = [_show(q_tok(q_pos[i]), width_chars) for i in rows]
     k_text = [_show(tok(k_pos[j]), width_chars) for j in cols]
     sink_text = _show(tok(k_pos[s_idx]), width_chars)
     char_w = 6.7
@@ -546,7 +592,7 @@ def head_view(
     )
     for r, i in enumerate(rows):
         y = top + r * cell
-        qt = tok(q_pos[i])
+        qt = q_tok(q_pos[i])
         out.append(
             f'<text x="{left - 8 - 30}" y="{y + cell - 3}" text-anchor="end">{esc(q_text[r])}'
             f"<title>query {q_pos[i]} {esc(quote_token(qt))}</title></text>"

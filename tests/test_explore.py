@@ -550,3 +550,82 @@ def test_smollm2_30x9x256_opens_small_and_right(tmp_path: Path) -> None:
         shown = float(re.search(r"p = ([0-9.]+)", tip).group(1))  # type: ignore[union-attr]
         assert abs(shown - want[0, 29, 0, 40, 17]) <= TOL + 5e-5
         assert tab.requests() == [page.resolve().as_uri()]
+
+
+def _cross_capture() -> xr.Dataset:
+    """Cross attention of a tiny BART: 5 target tokens query 9 source tokens (left padding in
+    sample 1), labelled so that a query's token can never be mistaken for a key's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from attncoda.hooks import capture
+
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=99, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+    )  # fmt: skip
+    model = transformers.BartForConditionalGeneration(config).eval()
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :3] = 0
+    gen = torch.Generator().manual_seed(1)
+    batch = {
+        "input_ids": torch.randint(4, 90, (2, 9), generator=gen),
+        "attention_mask": mask,
+        "decoder_input_ids": torch.randint(4, 90, (2, 5), generator=gen),
+    }
+    with torch.no_grad(), capture(model, layers={"cross": None}, what="rows") as cap:
+        model(**batch)
+    ds = cap.dataset
+    src = np.array([[f"src{k}" for k in range(9)]] * 2)
+    tgt = np.array([[f"tgt{q}<b>" for q in range(5)]] * 2)
+    return ds.assign_coords(
+        token=(("sample", "position"), src), query_token=(("sample", "query"), tgt)
+    )
+
+
+def test_cross_attention_labels_queries_with_the_target_tokens(tmp_path: Path) -> None:
+    ds = _cross_capture()
+    assert ds.attrs["attention_stack"] == "cross" and ds.sizes["query"] != ds.sizes["key"]
+    meta = _data(ac.explore(ds).html)
+    assert meta["cross"] is True
+    assert meta["query_tokens"][0] == [f"tgt{q}<b>" for q in range(5)]
+    assert meta["tokens"][0] == [f"src{k}" for k in range(9)]
+    assert meta["sink"] == [0, 3]  # the first real source token of each sample
+    # the head view: target tokens down the side, source tokens along the top, as text
+    svg = ac.head_view(ds, sample=1).svg
+    assert "tgt4&lt;b&gt;" in svg and "src8" in svg and "<b>" not in svg
+    # saved, loaded, explored from the CLI: the same labels
+    path = tmp_path / "cross.nc"
+    ac.save(ds, path)
+    assert main(["explore", str(path), "--out", str(tmp_path / "cross.html")]) == 0
+    again = _data((tmp_path / "cross.html").read_text(encoding="utf-8"))
+    assert again["cross"] is True and again["query_tokens"] == meta["query_tokens"]
+
+
+@needs_chromium
+def test_cross_attention_tooltip_names_the_target_query_and_the_source_key(
+    tmp_path: Path,
+) -> None:
+    ds = _cross_capture()
+    page = tmp_path / "cross.html"
+    ac.explore(ds).save(page)
+    p = _weights(ds)[1]  # sample 1
+    with open_page(page, tmp_path / "profile", 1300, 1000) as tab:
+        _ready(tab)
+        _press(tab, "n")  # sample 1: three padding keys, every query still shown
+        assert _state(tab)["sample"] == "1"
+        geo = tab.evaluate("window.acxGeometry(0)")
+        assert geo["rows"] == [0, 1, 2, 3, 4]
+        layer, head = int(_state(tab)["layer"]), int(_state(tab)["head"])
+        for query, key in ((4, 6), (0, 8)):
+            tab.hover(*_cell_point(tab, query, key))
+            tip = tab.evaluate("document.getElementById('acx-tip').textContent")
+            assert f"query {query} {json.dumps(f'tgt{query}<b>')}" in tip, tip
+            assert f"key {key} {json.dumps(f'src{key}')}" in tip, tip
+            want = p[ds.layer.values.tolist().index(layer), head, query, key]
+            shown = float(re.search(r"p = ([0-9.]+)", tip).group(1))  # type: ignore[union-attr]
+            assert abs(shown - want) <= TOL + 5e-5
+        assert tab.evaluate("document.querySelectorAll('b').length") == 0
+        assert "Cross attention" in tab.evaluate("document.getElementById('acx-sub').textContent")
+        assert tab.requests() == [page.resolve().as_uri()]

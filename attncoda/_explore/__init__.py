@@ -373,10 +373,12 @@ def explore(
     ]
     blob = base64.b64encode(zlib.compress(b"".join(parts), 6)).decode("ascii")
     q_pos = [int(q) for q in np.asarray(la["query"].values)]
-    tokens = []
+    tokens, query_tokens = [], []
     for s_idx in picked:
         labels = vw.token_labels(ds, s_idx)
         tokens.append([labels.get(k, f"@{k}") for k in k_pos])
+        q_labels = vw.query_labels(ds, s_idx)
+        query_tokens.append([q_labels.get(q, f"@{q}") for q in q_pos])
     model = str(ds.attrs.get("model_id", "") or "")
     if model and Path(model).is_absolute():  # a local checkpoint: its folder's name
         model = Path(model).name
@@ -394,6 +396,8 @@ def explore(
         "queries": q_pos,
         "keys": k_pos,
         "tokens": tokens,
+        "query_tokens": query_tokens,
+        "cross": vw.is_cross(ds),
         "sink": [int(sinks[s]) for s in picked],
         "start": {"layer": layers.index(layer_v), "head": heads.index(head_v)},
         "source": source,

@@ -90,6 +90,8 @@
     return width && t.length > width ? t.slice(0, width - 1) + "…" : t;
   }
   const tok = (k) => meta.tokens[state.sample][k];
+  // a query's own token: in cross attention the target's, not the key (source) of that position
+  const qtok = (q) => meta.query_tokens[state.sample][q];
   const f4 = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : x.toFixed(4));
   const f3 = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : x.toFixed(3));
   function fillSelect(sel, items) {
@@ -178,7 +180,8 @@
     const a = state.start, b = Math.min(K, a + state.win);
     const lo_ = meta.keys[a], hi_ = meta.keys[b - 1];
     const rows = [];
-    for (let q = 0; q < Q; q++) if (meta.queries[q] >= lo_ && meta.queries[q] <= hi_) rows.push(q);
+    // cross attention: every query (the target's tokens) against the window of source keys
+    for (let q = 0; q < Q; q++) if (meta.cross || (meta.queries[q] >= lo_ && meta.queries[q] <= hi_)) rows.push(q);
     return { a: a, b: b, rows: rows };
   }
   function layout(width) {
@@ -231,7 +234,7 @@
     if (g.labels) {
       ctx.font = font + "px ui-monospace, Menlo, Consolas, monospace";
       ctx.textAlign = "right";
-      g.rows.forEach((q, y) => ctx.fillText(show(tok(meta.keys.indexOf(meta.queries[q]) >= 0 ? meta.keys.indexOf(meta.queries[q]) : 0), 14), g.left - 4, g.top + y * g.cs + g.cs / 2));
+      g.rows.forEach((q, y) => ctx.fillText(show(qtok(q), 14), g.left - 4, g.top + y * g.cs + g.cs / 2));
       ctx.textAlign = "left";
       for (const col of g.cols) {
         ctx.save(); ctx.translate(col.x + g.cs / 2, g.top - 4); ctx.rotate(-Math.PI / 3);
@@ -306,10 +309,10 @@
     drawOverlay(0); if (state.compare) drawOverlay(1);
     if (!h) { tip.hidden = true; tip.replaceChildren(); return; }
     const st = state.panels[i], s = state.sample, r = row(s, st.layer, st.head, h.q), sink = meta.sink[s];
-    const v = cell(r, h.k, sink), qk = meta.keys.indexOf(meta.queries[h.q]);
+    const v = cell(r, h.k, sink);
     tip.replaceChildren();
     const line = (parts) => { const d = el("div"); parts.forEach(([t, c]) => d.appendChild(el("span", t, c))); tip.appendChild(d); };
-    line([["query " + meta.queries[h.q] + " "], [JSON.stringify(qk >= 0 ? tok(qk) : ""), "acx-tok"], [" → key " + meta.keys[h.k] + " "], [JSON.stringify(tok(h.k)), "acx-tok"], [h.k === sink ? " (the sink)" : ""]]);
+    line([["query " + meta.queries[h.q] + " "], [JSON.stringify(qtok(h.q)), "acx-tok"], [" → key " + meta.keys[h.k] + " "], [JSON.stringify(tok(h.k)), "acx-tok"], [h.k === sink ? " (the sink)" : ""]]);
     line([["layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ", sample " + meta.samples[s]]]);
     if (!v.seen) line([["this key is not visible to this query"]]);
     else {
@@ -396,9 +399,9 @@
 
   function setup() {
     $("acx-title").textContent = meta.title;
-    $("acx-sub").textContent = L + " layers × " + H + " heads, " + S + " sample" + (S > 1 ? "s" : "") + ", " + Q + " queries × " + K + " keys" + (meta.model ? "; model " + meta.model : "") + ". Summaries: " + meta.source + ".";
+    $("acx-sub").textContent = L + " layers × " + H + " heads, " + S + " sample" + (S > 1 ? "s" : "") + ", " + Q + " queries × " + K + " keys" + (meta.model ? "; model " + meta.model : "") + (meta.cross ? ". Cross attention: rows are the target's tokens, columns the source's" : "") + ". Summaries: " + meta.source + ".";
     $("acx-precision").textContent = "Precision: content weights c/(1 − s) are stored to the nearest 1/" + N + ", so the page shows them within " + (0.5 / N).toExponential(1) + " and p within (1 − s) × " + (0.5 / N).toExponential(1) + "; s is float32, the entropies are float32 to a relative 5e-4. Made by attncoda; loads nothing.";
-    fillSelect($("acx-sample"), meta.samples.map((s, i) => "sample " + s + ": " + show(meta.tokens[i].slice(meta.sink[i], meta.sink[i] + 6).join(""), 40)));
+    fillSelect($("acx-sample"), meta.samples.map((s, i) => "sample " + s + ": " + show((meta.cross ? meta.query_tokens[i].slice(0, 6) : meta.tokens[i].slice(meta.sink[i], meta.sink[i] + 6)).join(""), 40)));
     const wins = [16, 32, 64, 128, 256, 512, 1024].filter((w) => w < K).concat([K]);
     const ws = $("acx-win");
     ws.replaceChildren();
