@@ -364,3 +364,47 @@ def test_a_layer_whose_attention_has_a_twist_attncoda_does_not_rebuild_is_refuse
     assert "\n" not in str(err.value)
     with pytest.raises(CaptureError, match=r"nothing was captured|recorded nothing"):
         _ = cap.dataset
+
+
+def test_padding_on_both_sides_of_an_encoder_decoder():
+    """Left padding in the source and right padding in the target (BART): every real query's
+    rows equal eager's in all three stacks, and no query sees a padded target key."""
+    model, eager = bart()
+    batch = _inputs("bart")
+    target = torch.ones(2, 5, dtype=torch.long)
+    target[1, 3:] = 0  # the last two target tokens of sample 1 are padding
+    batch["decoder_attention_mask"] = target
+    with torch.no_grad():
+        ref = eager(**batch, output_attentions=True)
+        before = model(**batch).logits
+        with capture(model, what="rows") as cap:
+            during = model(**batch).logits
+    real_q = target.numpy().astype(bool)
+    keep = real_q[:, None, :, None]
+    np.testing.assert_allclose(
+        np.where(keep, during.numpy()[:, None], 0), np.where(keep, before.numpy()[:, None], 0),
+        atol=1e-5,
+    )  # fmt: skip
+    src_valid = batch["attention_mask"].numpy().astype(bool)
+    _assert_rows(cap.datasets["encoder"], _stacked(ref.encoder_attentions), src_valid)
+    _assert_rows(cap.datasets["decoder"], _stacked(ref.decoder_attentions), real_q)
+    _assert_rows(cap.datasets["cross"], _stacked(ref.cross_attentions), real_q)
+    hidden = cap.datasets["decoder"].log_attn.values[1, ..., 3:]  # padded target keys
+    assert np.isneginf(hidden).all()
+
+
+@pytest.mark.slow
+def test_the_cli_analyses_and_reports_a_cross_attention_capture(tmp_path):
+    from attncoda.cli import main
+
+    model, _ = bart()
+    with torch.no_grad(), capture(model, layers={"cross": None}, what="rows") as cap:
+        model(**_inputs("bart"))
+    path = tmp_path / "cross.nc"
+    ac.save(cap.dataset, path)
+    out = tmp_path / "cross-analysis"
+    assert main(["analyze", str(path), "--out", str(out), "-q"]) == 0
+    assert main(["report", str(out)]) == 0
+    analysis = (out / "analysis.json").read_text(encoding="utf-8")
+    assert "cross" in analysis  # the stack travels with the results
+    assert (out / "report.html").is_file()
