@@ -444,6 +444,31 @@ MODELS: tuple[ModelEntry, ...] = (
         ),
     ),
     ModelEntry(
+        name="mpnet-base",
+        hub_id="sentence-transformers/all-mpnet-base-v2",
+        family="mpnet",
+        causal=False,
+        bos_sink=True,
+        layers=12,
+        heads=12,
+        kv_heads=12,
+        hidden=768,
+        auto_class="AutoModel",
+        asset="mpnet-base",
+        provenance=(
+            "all-mpnet-base-v2: sentence-embedding encoder (MPNet base contrastively fine-tuned); "
+            "offline weights are the original fp32 checkpoint"
+        ),
+        notes=(
+            "MPNet sentence encoder (MPNetModel), bidirectional: every key is visible to every "
+            "query. A learned relative position bias (32 buckets, shared by the layers) is added "
+            "to every layer's attention logits. The tokenizer wraps the text in '<s> ... </s>'. "
+            "transformers runs MPNet's attention in the model's own code (eager; no sdpa, no "
+            "attention-function registry), so capture reads it through its fallback, which folds "
+            "the position bias into the logits. The offline asset is the original checkpoint."
+        ),
+    ),
+    ModelEntry(
         name="gpt-oss-20b",
         hub_id="openai/gpt-oss-20b",
         family="gpt_oss",
@@ -786,6 +811,21 @@ _TWINS: dict[str, _TwinSpec] = {
         },
         bos_id=101,  # [CLS], as in bert-base-uncased's vocabulary
         eos_id=102,  # [SEP]
+    ),
+    "mpnet": _TwinSpec(
+        "MPNetConfig",
+        "AutoModel",
+        {
+            **_ROPE,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "relative_attention_num_buckets": 32,
+            "pad_token_id": 1,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+        },
+        bos_id=0,  # <s>, as in all-mpnet-base-v2's vocabulary
+        eos_id=2,  # </s>
     ),
 }
 
