@@ -55,6 +55,7 @@ def test_registry_names_kinds_and_order():
         "smollm2-135m",
         "gemma3-270m",
         "minilm-l6",
+        "mpnet-base",
         "qwen2.5-coder-0.5b",
         "qwen2.5-coder-1.5b",
         "austen",
@@ -62,8 +63,8 @@ def test_registry_names_kinds_and_order():
         "wikipedia",
         "web",
     ]
-    assert [a.name for a in assets.list_assets("model")] == names[:5]
-    assert [a.name for a in assets.list_assets("corpus")] == names[5:]
+    assert [a.name for a in assets.list_assets("model")] == names[:6]
+    assert [a.name for a in assets.list_assets("corpus")] == names[6:]
     # every asset is in `attncoda fetch --all` except the 1.5B model (too large for CI's budget)
     assert [a.name for a in assets.list_assets() if not a.in_all] == ["qwen2.5-coder-1.5b"]
     assert all(assets.ASSETS[n].name == n for n in assets.ASSETS)
@@ -97,6 +98,14 @@ def test_registry_entry_is_consistent(asset: Asset):
             assert HEX64.match(asset.details["gguf_sha256"])
             for member in asset.details["gguf_members"]:  # every chunk is in some package
                 assert any(member.startswith(_archives._wheel_top(p)) for p in asset.packages)
+        if "zip_sha256" in asset.details:  # a split zip: one chunk per package, in order
+            assert HEX64.match(asset.details["zip_sha256"])
+            members = asset.details["zip_members"]
+            assert len(members) == len(asset.packages) == len(asset.details["zip_member_bytes"])
+            for member, p in zip(members, asset.packages, strict=True):
+                assert _gguf._member_package(asset, member) is p
+            for size, sha in asset.details["folder_files"].values():
+                assert size > 0 and HEX64.match(sha)
 
 
 def test_registry_pins_match_offline_assets_doc():
@@ -133,6 +142,13 @@ def _pins_table() -> str:
                 f"| `{a.name}` | GGUF once assembled | `{a.details['gguf_file']}` | "
                 f"{a.details['gguf_size']:,} | `{a.details['gguf_sha256']}` |"
             )
+        if "zip_sha256" in a.details:
+            lines.append(
+                f"| `{a.name}` | zip once assembled | `{a.details['zip_file']}` | "
+                f"{a.details['zip_size']:,} | `{a.details['zip_sha256']}` |"
+            )
+            for rel, (size, sha) in a.details["folder_files"].items():
+                lines.append(f"| `{a.name}` | file of the zip | `{rel}` | {size:,} | `{sha}` |")
     return "\n".join(lines) + "\n"
 
 

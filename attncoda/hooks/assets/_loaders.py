@@ -64,8 +64,8 @@ def load_model(
     Parameters
     ----------
     name
-        ``"smollm2-135m"``, ``"gemma3-270m"``, ``"minilm-l6"``, ``"qwen2.5-coder-0.5b"`` or
-        ``"qwen2.5-coder-1.5b"``.
+        ``"smollm2-135m"``, ``"gemma3-270m"``, ``"minilm-l6"``, ``"mpnet-base"``,
+        ``"qwen2.5-coder-0.5b"`` or ``"qwen2.5-coder-1.5b"``.
     dtype
         Weight dtype, a ``torch.dtype`` or its name; default fp32 (the cached weights are fp32).
     device
@@ -79,8 +79,8 @@ def load_model(
     Returns
     -------
     model : transformers.PreTrainedModel
-        In eval mode: ``LlamaForCausalLM``, ``Gemma3ForCausalLM``, ``BertModel`` or
-        ``Qwen2ForCausalLM``.
+        In eval mode: ``LlamaForCausalLM``, ``Gemma3ForCausalLM``, ``BertModel``,
+        ``MPNetModel`` or ``Qwen2ForCausalLM``.
     tokenizer : transformers.PreTrainedTokenizerBase
 
     Raises

