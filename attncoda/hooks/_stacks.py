@@ -94,6 +94,21 @@ def stacks_of(model: Any) -> dict[str, Stack]:
                 "state-space or recurrent model); attncoda captures attention rows only"
             )
         n_layers, n_heads = n_layers_heads(model)
+        text = text_config(model)
+        if n_heads is None and not any(
+            hasattr(text, name) for name in ("num_attention_heads", "n_head", "num_heads")
+        ):
+            raise CaptureError(
+                f"{type(model).__name__} has no softmax attention ({type(modules[0]).__name__} "
+                "is a recurrent mixer and its config names no attention heads); attncoda "
+                "captures attention rows only"
+            )
+        per_stage = getattr(text, "num_heads", None)
+        if n_heads is None and isinstance(per_stage, (list, tuple)):
+            raise CaptureError(
+                f"{type(model).__name__}'s stages have different head counts (num_heads="
+                f"{list(per_stage)}); attncoda's datasets hold one head count per stack"
+            )
         if n_layers is None or n_heads is None:
             raise CaptureError(
                 f"cannot read the number of layers/heads from {type(config).__name__}; this "
