@@ -86,6 +86,11 @@ def stacks_of(model: Any) -> dict[str, Stack]:
     ['self']
     """
     config = getattr(model, "config", None)
+    if getattr(config, "attention_window", None) is not None:  # Longformer, LED
+        raise CaptureError(
+            f"{type(model).__name__} computes attention by its own sliding-chunk route "
+            "(attention_window, with global tokens); attncoda cannot rebuild its rows"
+        )
     if not getattr(config, "is_encoder_decoder", False):
         modules = attention_modules(model)
         if not modules:
