@@ -1080,8 +1080,8 @@ def weights_sha256(model: Any) -> str:
     if not digest:
         h = hashlib.sha256()
         for name, tensor in sorted(model.state_dict().items()):
-            t = tensor.detach().cpu().contiguous()
-            h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+            t = tensor.detach().cpu().contiguous().reshape(-1)  # 0-dim: view() needs a dim
+            h.update(f"{name}:{t.dtype}:{tuple(tensor.shape)}".encode())
             h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         digest = "state_dict:" + h.hexdigest()
     _WEIGHTS_SHA[model] = digest

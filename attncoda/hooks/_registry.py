@@ -121,6 +121,8 @@ def n_layers_heads(model: Any) -> tuple[int | None, int | None]:
     text = text_config(model)
     n_layers = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
     n_heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    if isinstance(n_heads, (list, tuple)):  # one count per stage (Swin): one count or none
+        n_heads = n_heads[0] if len(set(n_heads)) == 1 else None
     return (
         int(n_layers) if n_layers is not None else None,
         int(n_heads) if n_heads is not None else None,

@@ -86,6 +86,11 @@ def stacks_of(model: Any) -> dict[str, Stack]:
     ['self']
     """
     config = getattr(model, "config", None)
+    if getattr(config, "attention_window", None) is not None:  # Longformer, LED
+        raise CaptureError(
+            f"{type(model).__name__} computes attention by its own sliding-chunk route "
+            "(attention_window, with global tokens); attncoda cannot rebuild its rows"
+        )
     if not getattr(config, "is_encoder_decoder", False):
         modules = attention_modules(model)
         if not modules:
@@ -94,6 +99,21 @@ def stacks_of(model: Any) -> dict[str, Stack]:
                 "state-space or recurrent model); attncoda captures attention rows only"
             )
         n_layers, n_heads = n_layers_heads(model)
+        text = text_config(model)
+        if n_heads is None and not any(
+            hasattr(text, name) for name in ("num_attention_heads", "n_head", "num_heads")
+        ):
+            raise CaptureError(
+                f"{type(model).__name__} has no softmax attention ({type(modules[0]).__name__} "
+                "is a recurrent mixer and its config names no attention heads); attncoda "
+                "captures attention rows only"
+            )
+        per_stage = getattr(text, "num_heads", None)
+        if n_heads is None and isinstance(per_stage, (list, tuple)):
+            raise CaptureError(
+                f"{type(model).__name__}'s stages have different head counts (num_heads="
+                f"{list(per_stage)}); attncoda's datasets hold one head count per stack"
+            )
         if n_layers is None or n_heads is None:
             raise CaptureError(
                 f"cannot read the number of layers/heads from {type(config).__name__}; this "
