@@ -211,7 +211,7 @@ def fetch_all(
     --------
     >>> paths = fetch_all(kind="corpus")  # doctest: +SKIP
     >>> list(paths)  # doctest: +SKIP
-    ['austen', 'mobydick', 'wikipedia', 'web']
+    ['austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
     """
     return {
         a.name: fetch(a.name, cache_dir=cache_dir, force=force, progress=progress)
