@@ -42,7 +42,9 @@ def run() -> dict[str, Any]:
     for name, (audio, text) in clips.items():
         hyp = transcribe(model, processor, audio)
         feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
-        ids = processor.tokenizer(PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt")
+        ids = processor.tokenizer(
+            PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
+        )
         dec = ids.input_ids
         with torch.no_grad(), capture(model, what="summaries") as cap:
             model(input_features=feats, decoder_input_ids=dec)
@@ -56,8 +58,10 @@ def run() -> dict[str, Any]:
             model(input_features=feats, decoder_input_ids=dec)
         rows = np.exp(cap.datasets["cross"].log_attn.values[0])  # layer, head, query, key
         seconds = len(audio) / 16_000
-        frames = int(round(seconds / 0.02))  # 20 ms an encoder position
-        peaks.append([int(np.argmax(rows[layer].mean(axis=(0, 1)))) for layer in range(rows.shape[0])])
+        frames = round(seconds / 0.02)  # 20 ms an encoder position
+        peaks.append(
+            [int(np.argmax(rows[layer].mean(axis=(0, 1)))) for layer in range(rows.shape[0])]
+        )
         per_clip.append(
             {
                 "name": name,
@@ -92,7 +96,10 @@ def run() -> dict[str, Any]:
 
 
 def tables(result: dict[str, Any]) -> dict[str, str]:
-    sinks = ["| layer | encoder (frame 0) | decoder (`<\\|startoftranscript\\|>`) | cross (frame 0) | cross: key with most attention, per clip |", "|---|---|---|---|---|"]
+    sinks = [
+        "| layer | encoder (frame 0) | decoder (`<\\|startoftranscript\\|>`) | cross (frame 0) | cross: key with most attention, per clip |",
+        "|---|---|---|---|---|",
+    ]
     s = result["sink_share"]
     for layer in range(len(s["encoder"])):
         peak = ", ".join(str(k) for k in result["cross_peak_key"][layer])

@@ -1153,7 +1153,9 @@ def _speech_batch(
     gen = torch.Generator().manual_seed(seed)
     frames = 2 * int(config.max_source_positions)
     feats = torch.randn(batch, int(config.num_mel_bins), frames, generator=gen)
-    ids = torch.randint(_TOKEN_LOW, min(_TOKEN_HIGH, int(config.vocab_size)), (batch, length), generator=gen)
+    ids = torch.randint(
+        _TOKEN_LOW, min(_TOKEN_HIGH, int(config.vocab_size)), (batch, length), generator=gen
+    )
     ids[:, 0] = int(config.decoder_start_token_id)
     device = getattr(model, "device", torch.device("cpu"))
     return {"input_features": feats.to(device), "decoder_input_ids": ids.to(device)}

@@ -43,7 +43,10 @@ class CT2Model:
 
     def get(self, name: str) -> np.ndarray:
         """The variable ``name``, following an alias."""
-        return self.variables[self.aliases.get(name, name)]
+        try:
+            return self.variables[self.aliases.get(name, name)]
+        except KeyError:
+            raise AssetBuildError(f"the CTranslate2 {self.spec} has no variable {name!r}") from None
 
 
 class _Reader:
@@ -68,7 +71,9 @@ class _Reader:
         n = self.uint("H")
         raw = bytes(self.take(n))
         if n == 0 or raw[-1] != 0:
-            raise AssetBuildError(f"{self.where}: a string at byte {self.offset - n:,} lacks its NUL")
+            raise AssetBuildError(
+                f"{self.where}: a string at byte {self.offset - n:,} lacks its NUL"
+            )
         return raw[:-1].decode("utf-8")
 
 

@@ -49,7 +49,9 @@ def _load_folder(
         kwargs["attn_implementation"] = attn_implementation
     model = auto.from_pretrained(str(folder), **kwargs).eval()
     # speech models come with their processor (feature extractor and tokenizer)
-    reader = transformers.AutoProcessor if asset.details.get("processor") else transformers.AutoTokenizer
+    reader = (
+        transformers.AutoProcessor if asset.details.get("processor") else transformers.AutoTokenizer
+    )
     tokenizer = reader.from_pretrained(str(folder), local_files_only=True)
     return model, tokenizer
 

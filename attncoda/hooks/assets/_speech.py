@@ -43,9 +43,7 @@ def _check_tools(asset: Asset) -> None:
 
 def espeak_version() -> str:
     """The version of the installed espeak-ng, e.g. ``"1.51"``."""
-    proc = subprocess.run(
-        ["espeak-ng", "--version"], capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=False)
     m = re.search(r"text-to-speech:\s*(\S+)", proc.stdout)
     if proc.returncode != 0 or m is None:
         raise AssetBuildError(f"espeak-ng --version failed: {proc.stderr.strip()[:200]}")
