@@ -147,14 +147,14 @@ def _build_austen_speech(
     docs, recordings = [], []
     for chapter, text in openings.items():
         name = f"{novel}-ch{chapter.lower()}"
-        data = (text + "\n").encode("utf-8")  # the text file: one line
-        digest = hashlib.sha256(data).hexdigest()
+        line = (text + "\n").encode("utf-8")  # the text file: one line
+        digest = hashlib.sha256(line).hexdigest()
         if digest != pinned[name]:
             raise AssetBuildError(
                 f"{pkg.filename}: the opening of {novel} chapter {chapter} is not the pinned text "
                 f"(sha256 {digest})"
             )
-        (out / "text" / f"{name}.txt").write_bytes(data)
+        (out / "text" / f"{name}.txt").write_bytes(line)
         report(f"speaking {name} ({len(text.split())} words)")
         seconds = speak(text, out / "audio" / f"{name}.wav")
         docs.append(
@@ -162,7 +162,7 @@ def _build_austen_speech(
                 "name": name,
                 "file": f"text/{name}.txt",
                 "chapter": chapter,
-                "bytes": len(data),
+                "bytes": len(line),
                 "chars": len(text) + 1,
                 "lines": 1,
                 "words": len(text.split()),
