@@ -57,13 +57,15 @@ def test_registry_names_kinds_and_order():
         "minilm-l6",
         "qwen2.5-coder-0.5b",
         "qwen2.5-coder-1.5b",
+        "whisper-base",
         "austen",
+        "austen-speech",
         "mobydick",
         "wikipedia",
         "web",
     ]
-    assert [a.name for a in assets.list_assets("model")] == names[:5]
-    assert [a.name for a in assets.list_assets("corpus")] == names[5:]
+    assert [a.name for a in assets.list_assets("model")] == names[:6]
+    assert [a.name for a in assets.list_assets("corpus")] == names[6:]
     # every asset is in `attncoda fetch --all` except the 1.5B model (too large for CI's budget)
     assert [a.name for a in assets.list_assets() if not a.in_all] == ["qwen2.5-coder-1.5b"]
     assert all(assets.ASSETS[n].name == n for n in assets.ASSETS)
@@ -92,7 +94,11 @@ def test_registry_entry_is_consistent(asset: Asset):
     assert asset.fetch_command == f"attncoda fetch {asset.name}"
     if asset.kind == "model":
         assert asset.details["architecture"] and asset.details["num_layers"] > 0
-        assert asset.details["auto_class"] in ("AutoModelForCausalLM", "AutoModel")
+        assert asset.details["auto_class"] in (
+            "AutoModelForCausalLM",
+            "AutoModel",
+            "AutoModelForSpeechSeq2Seq",
+        )
         if "gguf_sha256" in asset.details:
             assert HEX64.match(asset.details["gguf_sha256"])
             for member in asset.details["gguf_members"]:  # every chunk is in some package

@@ -140,6 +140,8 @@ class Asset:
             "build": _BUILD_VERSIONS.get(self.name, 0),
             "packages": [(p.registry, p.name, p.version, p.sha256) for p in self.packages],
         }
+        if self.requires:  # a recipe that runs system tools (austen-speech: austen's package)
+            spec["requires"] = [self.name, *self.requires]
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
