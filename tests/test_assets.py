@@ -58,7 +58,9 @@ def test_registry_names_kinds_and_order():
         "mpnet-base",
         "qwen2.5-coder-0.5b",
         "qwen2.5-coder-1.5b",
+        "whisper-base",
         "austen",
+        "austen-speech",
         "mobydick",
         "wikipedia",
         "web",
@@ -93,7 +95,11 @@ def test_registry_entry_is_consistent(asset: Asset):
     assert asset.fetch_command == f"attncoda fetch {asset.name}"
     if asset.kind == "model":
         assert asset.details["architecture"] and asset.details["num_layers"] > 0
-        assert asset.details["auto_class"] in ("AutoModelForCausalLM", "AutoModel")
+        assert asset.details["auto_class"] in (
+            "AutoModelForCausalLM",
+            "AutoModel",
+            "AutoModelForSpeechSeq2Seq",
+        )
         if "gguf_sha256" in asset.details:
             assert HEX64.match(asset.details["gguf_sha256"])
             for member in asset.details["gguf_members"]:  # every chunk is in some package

@@ -320,7 +320,8 @@ def _count_kernel_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("family", list(zoo.FAMILIES))
+# the encoder-decoder twin (whisper) reads audio: tests/test_capture_stacks.py covers it
+@pytest.mark.parametrize("family", [f for f in zoo.FAMILIES if f != "whisper"])
 @pytest.mark.parametrize("left_padding", [False, True])
 def test_rows_of_every_head_and_query_give_the_layer_output_without_the_models_kernel(
     family, left_padding, monkeypatch

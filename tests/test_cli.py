@@ -242,6 +242,8 @@ def test_capture_selection_and_queries(tmp_path: Path, text_file: Path) -> None:
         (["capture", "no-such-model", "{text}"], "unknown model 'no-such-model'"),
         (["capture", "twin:no-such-family", "{text}"], "no-such-family"),
         (["capture", "twin:llama", "{tmp}/missing.txt"], "no such text file"),
+        (["capture", "whisper-base", "{text}"], "is a speech model and `attncoda capture`"),
+        (["capture", "twin:whisper", "{text}"], "is a speech model"),
         (["capture", "twin:llama", "{text}", "--layers", "9"], "out of range"),
         (["capture", "twin:llama", "{text}", "--out", "{tmp}/x.csv"], "must end in .nc or .zarr"),
         (["capture", "twin:llama"], "give text files"),

@@ -16,6 +16,8 @@ ATOL = 1e-5
 FAMILIES = zoo.twin_families()
 ENCODERS = ("bert", "mpnet")  # bidirectional twins: every key visible to every query
 SLIDING = ("gemma3_text", "gemma2", "gpt_oss")
+# twins over token ids; the encoder-decoder over audio (whisper) has its own tests below
+TEXT = [f for f in FAMILIES if f != "whisper"]
 
 
 def main_output(out):
@@ -47,7 +49,10 @@ def test_registry_size_names_and_families():
         assert re.fullmatch(r"[a-z0-9][a-z0-9.\-]*", e.name), e.name
         assert re.fullmatch(r"[\w.\-]+/[\w.\-]+", e.hub_id), e.hub_id
         assert e.kv_heads <= e.heads and e.heads % e.kv_heads == 0
-        assert e.auto_class == ("AutoModelForCausalLM" if e.causal else "AutoModel")
+        if e.family == "whisper":  # encoder-decoder over audio
+            assert e.auto_class == "AutoModelForSpeechSeq2Seq"
+        else:
+            assert e.auto_class == ("AutoModelForCausalLM" if e.causal else "AutoModel")
         assert e.notes
 
 
@@ -72,6 +77,7 @@ def test_registry_facts():
         "mpnet-base",
         "qwen2.5-coder-0.5b",
         "qwen2.5-coder-1.5b",
+        "whisper-base",
     }
     small, large = get("qwen2.5-coder-0.5b"), get("Qwen/Qwen2.5-Coder-1.5B-Instruct")
     assert small.family == large.family == "qwen2" and small.gqa and large.gqa
@@ -190,7 +196,7 @@ def test_all_families_have_twins():
     assert set(FAMILIES) == set(zoo.FAMILIES)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT)
 def test_twin_forward_and_eager_attentions(twins, family):
     model = twins[family]
     cfg = model.config
@@ -219,7 +225,7 @@ def test_twin_forward_and_eager_attentions(twins, family):
             assert (a.triu(1) == 0).all()  # causal
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT)
 @pytest.mark.parametrize("left_padding", [False, True])
 def test_twin_sdpa_matches_eager(family, left_padding):
     if not zoo.supports_sdpa(family):
@@ -380,7 +386,7 @@ def test_twin_runtime_switch_to_registered_function():
 
     AttentionInterface.register("zoo_test_eager", plain_eager)
     AttentionMaskInterface.register("zoo_test_eager", eager_mask)
-    for family in FAMILIES:
+    for family in TEXT:
         model = zoo.tiny_twin(family, attn_implementation="eager")
         if family == "mpnet":  # its attention never reaches the registry (capture's fallback)
             assert not model._can_set_attn_implementation()
@@ -397,6 +403,27 @@ def test_twin_runtime_switch_to_registered_function():
 # ---------------------------------------------------------------------------------------------
 # tiny_batch
 # ---------------------------------------------------------------------------------------------
+
+
+def test_whisper_twin_reads_audio_and_has_three_attention_stacks(twins):
+    model = twins["whisper"]
+    assert model.config.is_encoder_decoder and type(model).__name__.startswith("Whisper")
+    batch = zoo.tiny_batch(model, batch=2, length=5)
+    assert batch["input_features"].shape == (2, 8, 32)
+    assert (batch["decoder_input_ids"][:, 0] == model.config.decoder_start_token_id).all()
+    with torch.no_grad():
+        out = model(**batch, output_attentions=True)
+    assert out.logits.shape == (2, 5, 128)
+    for name, shape in (
+        ("encoder_attentions", (2, 4, 16, 16)),
+        ("decoder_attentions", (2, 4, 5, 5)),
+        ("cross_attentions", (2, 4, 5, 16)),
+    ):
+        att = getattr(out, name)
+        assert len(att) == 2 and all(a.shape == shape for a in att), name
+    assert (out.decoder_attentions[0].triu(1) == 0).all()  # the decoder is causal
+    with pytest.raises(ValueError, match="no padding"):
+        zoo.tiny_batch(model, left_padding=True)
 
 
 @pytest.mark.parametrize("family", ["llama", "opt", "gemma3_text", "bert", "mpnet"])
@@ -427,6 +454,8 @@ def test_tiny_batch_left_padding(twins, family):
 
 def test_tiny_batch_ids_in_vocab(twins):
     for family, model in twins.items():
+        if family == "whisper":
+            continue  # no input_ids (decoder ids: test_whisper_twin_reads_audio...)
         ids = zoo.tiny_batch(model, batch=3, length=20, left_padding=True)["input_ids"]
         assert 0 <= ids.min() and ids.max() < model.config.vocab_size, family
 

@@ -131,10 +131,28 @@ def _check_queries(queries: Any, max_tokens: int) -> None:
         raise usage("--queries lists a position twice")
 
 
+def _refuse_speech(model: str) -> None:
+    """Speech models read audio, which this command does not feed: one line, exit code 2."""
+    from attncoda.hooks import zoo  # the registry imports neither torch nor transformers
+
+    name = model.split(":", 1)[1] if model.startswith("twin:") else model
+    try:
+        family = zoo.resolve_family(name)
+    except KeyError:
+        return
+    if family == "whisper":
+        raise usage(
+            f"{model} is a speech model and `attncoda capture` feeds text; capture it in Python "
+            "over the speech corpus (attncoda.hooks.capture with assets.load_speech"
+            "('austen-speech'), see docs/whisper.md)"
+        )
+
+
 def _cmd_capture(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".nc", ".zarr"):
         raise usage(f"--out must end in .nc or .zarr, got {args.out!r}")
+    _refuse_speech(args.model)
     ac.check_save(out, overwrite=args.force)  # before any work: exists? writable?
     device = check_device(args.device)
     # the model's config, not its weights: layers, heads and tokens are checked before the load

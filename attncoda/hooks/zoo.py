@@ -130,7 +130,7 @@ PYTHIA_REVISIONS: tuple[str, ...] = (
 # Registry
 # --------------------------------------------------------------------------------------------
 
-AutoClassName = Literal["AutoModelForCausalLM", "AutoModel"]
+AutoClassName = Literal["AutoModelForCausalLM", "AutoModel", "AutoModelForSpeechSeq2Seq"]
 
 
 @dataclass(frozen=True)
@@ -467,6 +467,31 @@ MODELS: tuple[ModelEntry, ...] = (
             "transformers runs MPNet's attention in the model's own code (eager; no sdpa, no "
             "attention-function registry), so capture reads it through its fallback, which folds "
             "the position bias into the logits. The offline asset is the original checkpoint."
+        ),
+    ),
+    ModelEntry(
+        name="whisper-base",
+        hub_id="openai/whisper-base",
+        family="whisper",
+        causal=False,
+        bos_sink=True,
+        layers=6,
+        heads=8,
+        kv_heads=8,
+        hidden=512,
+        auto_class="AutoModelForSpeechSeq2Seq",
+        asset="whisper-base",
+        provenance=(
+            "Whisper base: multilingual speech recogniser (encoder-decoder); offline weights are "
+            "Systran's CTranslate2 fp16 conversion, converted back to fp32"
+        ),
+        notes=(
+            "Encoder-decoder over audio: a 6-layer bidirectional encoder over 1500 audio frames "
+            "(30 s of 80-bin log-mel features, 20 ms a frame), a 6-layer causal decoder over text "
+            "tokens, and cross-attention from every decoder token to the frames; a capture gives "
+            "three datasets (encoder, decoder, cross). load() returns (model, WhisperProcessor). "
+            "The decoder's sink is <|startoftranscript|>, its first token. fp16 weights converted "
+            "to fp32, so close to but not bit-identical with the hub checkpoint."
         ),
     ),
     ModelEntry(
@@ -828,6 +853,32 @@ _TWINS: dict[str, _TwinSpec] = {
         bos_id=0,  # <s>, as in all-mpnet-base-v2's vocabulary
         eos_id=2,  # </s>
     ),
+    # encoder-decoder over audio: 8 mel bins, 16 encoder positions (32 input frames, halved by
+    # the second convolution); its capture gives three datasets (tests/test_capture_stacks.py)
+    "whisper": _TwinSpec(
+        "WhisperConfig",
+        "AutoModelForSpeechSeq2Seq",
+        {
+            "vocab_size": _V,
+            "d_model": 32,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 64,
+            "decoder_ffn_dim": 64,
+            "num_mel_bins": 8,
+            "max_source_positions": 16,
+            "max_target_positions": 64,
+            "init_std": 0.2,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 1,
+            "decoder_start_token_id": 2,
+            "suppress_tokens": None,
+            "begin_suppress_tokens": None,
+        },
+    ),
 }
 
 #: Every family with a tiny twin (transformers ``model_type`` names).
@@ -844,6 +895,9 @@ _ALIASES = {
     "qwen": "qwen2",
     "minilm": "bert",
 }
+
+#: Families whose twin reads audio, not token ids (:func:`tiny_batch` does not serve them).
+_SPEECH = ("whisper",)
 
 
 def resolve_family(family_or_name: str) -> str:
@@ -1094,6 +1148,8 @@ def tiny_batch(
     import torch
 
     config = model.config
+    if getattr(config, "model_type", "") in _SPEECH:
+        return _speech_batch(model, batch, length, seed, left_padding)
     spec = _TWINS.get(str(getattr(config, "model_type", "")))
     bos = spec.bos_id if spec is not None else None
     eos = spec.eos_id if spec is not None else None
@@ -1123,6 +1179,27 @@ def tiny_batch(
             ids[i, -1] = eos
     device = getattr(model, "device", torch.device("cpu"))
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+
+
+def _speech_batch(
+    model: PreTrainedModel, batch: int, length: int, seed: int, left_padding: bool
+) -> dict[str, torch.Tensor]:
+    """Whisper's batch: random log-mel ``input_features`` filling every encoder position, and
+    ``decoder_input_ids`` of ``length`` tokens starting with the decoder start token."""
+    import torch
+
+    if left_padding:
+        raise ValueError("a speech model's batch has no padding: audio fills all its frames")
+    config = model.config
+    gen = torch.Generator().manual_seed(seed)
+    frames = 2 * int(config.max_source_positions)
+    feats = torch.randn(batch, int(config.num_mel_bins), frames, generator=gen)
+    ids = torch.randint(
+        _TOKEN_LOW, min(_TOKEN_HIGH, int(config.vocab_size)), (batch, length), generator=gen
+    )
+    ids[:, 0] = int(config.decoder_start_token_id)
+    device = getattr(model, "device", torch.device("cpu"))
+    return {"input_features": feats.to(device), "decoder_input_ids": ids.to(device)}
 
 
 # --------------------------------------------------------------------------------------------

