@@ -1,4 +1,4 @@
-"""The model registry: fourteen real models over ten families, and a tiny twin for every family.
+"""The model registry: fifteen real models over eleven families, and a tiny twin for every family.
 
 Each :class:`ModelEntry` records what attention analysis needs to know about a model before
 loading it: its hub id, its family (the transformers ``model_type``), whether it is causal, whether
