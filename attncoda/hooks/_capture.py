@@ -70,7 +70,9 @@ from ._session import (
     _sink_mask,
     _Snapshot,
     _summaries_from_logits,
+    check_call_shape,
     check_finite_rows,
+    stack_note,
 )
 from ._spec import (
     CaptureError,
@@ -120,6 +122,7 @@ def _capture_layer(
     session.calls[layer] = call + 1
     batch, n_heads, q_len, head_dim = query.shape
     kv_len = key.shape[-2]
+    check_call_shape(session, module, layer, n_heads, q_len, kv_len)
     shift = 0  # from a query's position in its stack to its place in the call's coordinates
     if session.stack == "cross":  # queries are decoder positions, keys the encoder's
         fwd = session.forward
@@ -279,16 +282,12 @@ def _check_against_eager(
     tol = 1e-4 + 4 * torch.finfo(query.dtype).eps
     if not diff <= tol:  # NaN too
         raise CaptureError(
-            f"{type(module).__name__} (layer {layer}{_stack_note(session)}) computes attention "
+            f"{type(module).__name__} (layer {layer}{stack_note(session)}) computes attention "
             f"by a route attncoda does not rebuild: its eager weights differ from the captured "
             f"rows by {diff:.2g}; attncoda refuses rather than return rows of another model "
             "(please report the model class)"
         )
     return True
-
-
-def _stack_note(session: _Session) -> str:
-    return "" if session.stack == "self" else f" of the {session.stack} attention"
 
 
 def _own_output_applies(
@@ -822,12 +821,12 @@ class Capture:
             if current is not None and current.records:
                 parts.append(_assemble(s, current, s.info, fallback=self.fallback))
             if not parts:
-                raise CaptureError(_NOTHING)
+                raise CaptureError(_nothing(s))
             dataset = _combine(parts)
         else:
             segments = [seg for seg in s.segments if seg.records]
             if not segments:
-                raise CaptureError(_NOTHING)
+                raise CaptureError(_nothing(s))
             dataset = _combine(
                 [_assemble(s, seg, s.info, fallback=self.fallback) for seg in segments]
             )
@@ -839,6 +838,21 @@ _NOTHING = (
     "the capture recorded nothing: no forward pass ran inside the block, or the selected "
     "layers/queries were never computed (check layers=, queries=)"
 )
+
+
+def _nothing(s: _Session) -> str:
+    """Why a capture holds nothing: no pass ran, or passes ran whose attention never reached
+    attncoda (a model that computes it by its own code in this configuration)."""
+    passes = sum(len(seg.inputs) for seg in s.segments)
+    if passes and not any(seg.calls for seg in s.segments):
+        stack = "" if s.stack == "self" else f" {s.stack}"
+        return (
+            f"{type(s.model).__name__} ran {passes} forward pass{'es' if passes > 1 else ''} but "
+            f"none of its{stack} attention calls reached attncoda: in this configuration it "
+            "computes attention by its own code (local, block-sparse or another route), which "
+            "attncoda cannot capture"
+        )
+    return _NOTHING
 
 
 def _flush(s: _Session, *, everything: bool) -> None:
@@ -1415,7 +1429,7 @@ def capture(
         session = _Session(model, specs[name], layer_list, head_list, stacks[name].n_heads)
         session.store, session.fallback = store, not switch
         session.info = dict(info, attention_stack=name) if several else info
-        session.stack = name
+        session.stack, session.shared = name, stacks[name].shared
         if tokenizer is not None:
             session.tokenizer = tokenizer
             session.special_ids = special_token_ids(tokenizer, model)
@@ -1631,7 +1645,7 @@ def _before_forward(session: _Session) -> Callable[..., None]:
             seg.rows_buf,
         )
         session.forward = _Forward(
-            independent=not continued, cache_given=past is not None, past=past_len
+            independent=not continued, cache_given=past is not None, past=past_len, tokens=tokens
         )
         if cross:  # keys are the encoder's positions: its tokens and its padding
             seg.query_ids.append(ids)

@@ -25,6 +25,7 @@ from ._session import (
     _sink_index,
     _sink_mask,
     _summaries_from_logits,
+    check_call_shape,
     check_finite_rows,
 )
 from ._spec import CaptureError
@@ -67,16 +68,17 @@ def _hook(session: _Session, layer: int) -> Any:
                 "output_attentions=True; this model cannot be captured"
             )
         with torch.no_grad():
-            _record(session, layer, weights)
+            _record(session, module, layer, weights)
 
     return hook
 
 
-def _record(session: _Session, layer: int, weights: torch.Tensor) -> None:
+def _record(session: _Session, module: Any, layer: int, weights: torch.Tensor) -> None:
     spec = session.spec
     call = session.calls.get(layer, 0)
     session.calls[layer] = call + 1
-    batch, _, q_len, kv_len = weights.shape
+    batch, n_heads, q_len, kv_len = weights.shape
+    check_call_shape(session, module, layer, n_heads, q_len, kv_len)
     positions = _call_positions(session, layer, q_len, kv_len)
     if not positions:
         return

@@ -71,11 +71,36 @@ def attention_modules(model: Any) -> list[Any]:
 class _Activation:
     previous: str
     modules: dict[int, int]  # id(attention module) -> layer index
+    configs: set[int] = field(default_factory=set)  # ids of configs whose masks are built in full
     users: int = 0
 
 
 _ACTIVATIONS: dict[int, _Activation] = {}  # id(model) -> activation
 _MODULE_MODEL: dict[int, int] = {}  # id(attention module) -> id(model)
+#: ids of the configs of activated models that ran eager attention before: their masks are
+#: built in full, as eager builds them, never skipped for an ``is_causal`` flag
+_EAGER_CONFIGS: dict[int, int] = {}  # id(config) -> users
+
+
+def _mask_fn(*args: Any, config: Any = None, **kwargs: Any) -> Any:
+    """transformers' SDPA mask, built in full for a model that ran eager attention.
+
+    SDPA's mask may be skipped ("causal, no mask needed") where the attention call then decides
+    causality by ``is_causal``; eager always builds the mask. A model whose attention modules
+    say ``is_causal = False`` in a causal stack (NLLB-MoE's decoder) is causal under eager only
+    through its mask, so a capture of it must keep the mask its own eager path would see.
+    """
+    from transformers.masking_utils import sdpa_mask
+
+    if config is not None and id(config) in _EAGER_CONFIGS:
+        kwargs["allow_is_causal_skip"] = False
+        kwargs["allow_is_bidirectional_skip"] = False
+    return sdpa_mask(*args, config=config, **kwargs)
+
+
+def _configs_of(model: Any) -> set[int]:
+    """ids of the configs of ``model`` and of its submodules (a composite's sub-configs)."""
+    return {id(m.config) for m in model.modules() if getattr(m, "config", None) is not None}
 
 
 def layer_index(module: Any) -> int:
@@ -167,12 +192,14 @@ def activated(model: Any) -> Iterator[str]:
                 f"{type(model).__name__} computes attention in its own code, not through "
                 "transformers' attention registry, so attncoda cannot switch it"
             )
-        from transformers.masking_utils import sdpa_mask
-
-        register_attention(ATTENTION_NAME, _attention_fn, sdpa_mask)
+        register_attention(ATTENTION_NAME, _attention_fn, _mask_fn)
         previous = str(model.config._attn_implementation)
         modules = {id(m): i for i, m in enumerate(attention_modules(model))}
         act = _Activation(previous=previous, modules=modules)
+        if previous == "eager":
+            act.configs = _configs_of(model)
+            for cid in act.configs:
+                _EAGER_CONFIGS[cid] = _EAGER_CONFIGS.get(cid, 0) + 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model.set_attn_implementation(ATTENTION_NAME)
@@ -188,6 +215,10 @@ def activated(model: Any) -> Iterator[str]:
             del _ACTIVATIONS[key]
             for mid in act.modules:
                 _MODULE_MODEL.pop(mid, None)
+            for cid in act.configs:
+                _EAGER_CONFIGS[cid] -= 1
+                if not _EAGER_CONFIGS[cid]:
+                    del _EAGER_CONFIGS[cid]
             model.set_attn_implementation(act.previous)
 
 

@@ -131,6 +131,8 @@ class _Forward:
     independent: bool  # not continuing a cache that holds earlier positions
     cache_given: bool  # a cache object was passed: later cached steps may continue this pass
     past: int | None  # positions already in the cache (None: unknown)
+    tokens: int | None = None  # input positions the pass was given (None: unknown)
+    layers: set[int] = field(default_factory=set)  # layers whose attention ran in this pass
 
 
 @dataclass
@@ -170,6 +172,7 @@ class _Session:
     head_hooked: bool = False  # the output head releases the free heap before the logits
     stack: str = "self"  # which attention of the model: self, encoder, decoder or cross
     ordinal: int = 0  # calls of a shared-layer stack so far in the pass (the next layer)
+    shared: bool = False  # one module serves several layers (ALBERT): layers by call order
     source: _Session | None = None  # cross attention: the encoder's session (its tokens)
     probed: set[int] = field(default_factory=set)  # layers checked against eager weights
 
@@ -201,6 +204,48 @@ class _Session:
     @sink_index.setter
     def sink_index(self, value: torch.Tensor | None) -> None:
         self.current().sink_index = value
+
+
+def check_call_shape(
+    session: _Session, module: Any, layer: int, n_heads: int, q_len: int, kv_len: int
+) -> None:
+    """Refuse, at a layer's call, the attention attncoda could not label: more or fewer heads
+    than the config says (ConvBERT's reduced heads), a layer whose attention runs twice in one
+    pass (differential attention), or positions the model adds to the input's (CPM-Ant's
+    prompt tokens)."""
+    name = f"{type(module).__name__} (layer {layer}{stack_note(session)})"
+    if n_heads != session.n_heads:
+        raise CaptureError(
+            f"{name} attends with {n_heads} heads where the model's config gives "
+            f"{session.n_heads}, so attncoda cannot label its heads (please report the model class)"
+        )
+    fwd = session.forward
+    if fwd is None:
+        return
+    if not session.shared and layer in fwd.layers:
+        raise CaptureError(
+            f"{name} computed attention twice in one forward pass (e.g. differential "
+            "attention, two softmaxes a layer); attncoda captures one softmax per layer and "
+            "cannot say which is the layer's"
+        )
+    fwd.layers.add(layer)
+    if (  # the fallback reads weights alone (the registered path also sees plug-ins' keys)
+        session.fallback
+        and session.stack != "cross"
+        and fwd.tokens is not None
+        and fwd.past == 0
+        and q_len == kv_len
+        and kv_len != fwd.tokens
+    ):
+        raise CaptureError(
+            f"{name} attends over {kv_len} positions for {fwd.tokens} input tokens: the model "
+            "adds positions of its own (prompt or memory tokens), which attncoda cannot label"
+        )
+
+
+def stack_note(session: _Session) -> str:
+    """`` of the cross attention`` (etc.) for a message about a layer of a named stack."""
+    return "" if session.stack == "self" else f" of the {session.stack} attention"
 
 
 def _call_positions(session: _Session, layer: int, q_len: int, kv_len: int) -> list[int]:
