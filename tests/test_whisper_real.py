@@ -15,7 +15,7 @@ from conftest import need
 
 torch = pytest.importorskip("torch")
 from attncoda.hooks import assets, capture, zoo  # noqa: E402
-from attncoda.hooks.assets._models import transcribe  # noqa: E402
+from attncoda.hooks.assets import transcribe  # noqa: E402
 from attncoda.hooks.evaluate import word_error_rate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ MAX_WER, MAX_MEAN_WER = 0.5, 0.3
 
 def test_the_docs_tables_are_those_of_the_committed_results():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "docs" / "whisper_sinks.py"), "table", "--check"],
+        [sys.executable, "-m", "case_studies.whisper_sinks", "table", "--check"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -106,3 +107,36 @@ def test_generate_captures_cross_attention_of_every_step(whisper):
     # tests/test_capture_stacks.py)
     assert ds.sizes["query"] >= out.shape[1] and ds.sizes["key"] == 1500
     assert np.isfinite(ds.sink_share.values).all()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.xdist_group("whisper-base")
+def test_the_cli_captures_every_stack_of_a_clip_and_explores_its_cross_attention(tmp_path):
+    """`attncoda capture whisper-base --corpus austen-speech` writes one file per stack; the
+    explorer of the cross-attention file shows the transcript down the side and the audio
+    frames, labelled by their time, along the top."""
+    import re
+
+    import attncoda as ac
+    from attncoda.cli import main
+
+    need("whisper-base", "austen-speech")
+    out = tmp_path / "w.nc"
+    argv = ["capture", "whisper-base", "--corpus", "austen-speech:emma-chi", "--what", "rows"]
+    argv += ["--layers", "5", "--heads", "0", "--out", str(out), "-q"]
+    assert main(argv) == 0
+    files = {s: tmp_path / f"w.{s}.nc" for s in ("encoder", "decoder", "cross")}
+    got = {s: ac.load(p) for s, p in files.items()}
+    assert {s: ds.attrs["attention_stack"] for s, ds in got.items()} == {s: s for s in files}
+    cross = got["cross"]
+    assert cross.sizes["key"] == 1500 and cross.sizes["query"] == got["decoder"].sizes["query"]
+    assert cross["token"].values[0, :2].tolist() == ["0.00s", "0.02s"]
+    words = "".join(cross["query_token"].values[0].tolist())
+    assert words.startswith("<|startoftranscript|>") and "Emma Woodhouse" in words
+    page = tmp_path / "cross.html"
+    assert main(["explore", str(files["cross"]), "--out", str(page)]) == 0
+    block = re.search(r'id="acx-data">(.*?)</script>', page.read_text(encoding="utf-8"), re.S)
+    meta = json.loads(block.group(1))  # type: ignore[union-attr]
+    assert meta["cross"] is True and meta["tokens"][0][1] == "0.02s"
+    assert meta["query_tokens"][0][4:7] == ["Em", "ma", " Wood"]

@@ -22,6 +22,7 @@ from ._common import (
     add_threads,
     analysis_folder,
     check_device,
+    check_model,
     check_model_options,
     command_line,
     load_model,
@@ -88,6 +89,14 @@ def register(subparsers: Any) -> None:
         help="first (the first valid key), learned (GPT-OSS style learned sinks), or key "
         "positions 0 or 0,1 (default: %(default)s)",
     )
+    p.add_argument(
+        "--stack",
+        choices=("all", "encoder", "decoder", "cross"),
+        default=None,
+        help="an encoder-decoder's attention to capture: its encoder, decoder or cross "
+        "attention, or all three, each into a file of its own (OUT's name with .encoder, "
+        ".decoder, .cross before the suffix; default: all)",
+    )
     add_out(p, "output dataset, .nc or .zarr", metavar="PATH", default="capture.nc")
     add_force(p)
     add_device(p)
@@ -131,28 +140,66 @@ def _check_queries(queries: Any, max_tokens: int) -> None:
         raise usage("--queries lists a position twice")
 
 
-def _refuse_speech(model: str) -> None:
-    """Speech models read audio, which this command does not feed: one line, exit code 2."""
+#: The corpus a speech model is captured over, and the decoder prompt its transcripts follow.
+SPEECH_CORPUS = "austen-speech"
+SPEECH_PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+STACKS = ("encoder", "decoder", "cross")
+
+
+def _kind_of(model: str) -> str:
+    """``"speech"`` (Whisper: audio in, three stacks), ``"encoder-decoder"`` (text in, three
+    stacks) or ``"text"``, from the model's config (read without its weights)."""
     from attncoda.hooks import zoo  # the registry imports neither torch nor transformers
 
-    name = model.split(":", 1)[1] if model.startswith("twin:") else model
-    try:
-        family = zoo.resolve_family(name)
-    except KeyError:
-        return
-    if family == "whisper":
+    check_model(model)  # an unknown name in one line, before its config is looked for
+    config = zoo.load_config(model)
+    if getattr(config, "model_type", None) == "whisper":
+        return "speech"
+    return "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "text"
+
+
+def stack_paths(out: Path, stack: str | None) -> dict[str, Path]:
+    """The file of each stack an encoder-decoder capture writes: ``OUT`` with ``.encoder``,
+    ``.decoder``, ``.cross`` before its suffix (one file for one stack named).
+
+    Examples
+    --------
+    >>> {k: str(v) for k, v in stack_paths(Path("w.nc"), "all").items()}
+    {'encoder': 'w.encoder.nc', 'decoder': 'w.decoder.nc', 'cross': 'w.cross.nc'}
+    """
+    names = STACKS if stack in (None, "all") else (stack,)
+    return {n: out.with_name(f"{out.stem}.{n}{out.suffix}") for n in names}
+
+
+def _check_speech_options(args: argparse.Namespace, kind: str) -> None:
+    if kind == "encoder-decoder":
         raise usage(
-            f"{model} is a speech model and `attncoda capture` feeds text; capture it in Python "
-            "over the speech corpus (attncoda.hooks.capture with assets.load_speech"
-            "('austen-speech'), see docs/whisper.md)"
+            f"{args.model} is a text encoder-decoder: `attncoda capture` feeds one text to "
+            "decoder-only and encoder models; capture it in Python (attncoda.hooks.capture gives "
+            "encoder, decoder and cross attention, see docs/capture.md)"
         )
+    if kind == "text" and args.stack is not None:
+        raise usage(f"--stack is for encoder-decoders; {args.model} has one stack of attention")
+    if kind != "speech":
+        return
+    if args.texts or (args.corpus or "").split(":", 1)[0] != SPEECH_CORPUS:
+        raise usage(
+            f"{args.model} is a speech model: it reads audio, so pass --corpus {SPEECH_CORPUS} "
+            "(passages of Austen spoken by espeak-ng; `attncoda fetch austen-speech`) and no "
+            "text files"
+        )
+    if args.queries is not None:
+        raise usage("--queries is not taken for a speech model: every stack keeps its queries")
 
 
 def _cmd_capture(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".nc", ".zarr"):
         raise usage(f"--out must end in .nc or .zarr, got {args.out!r}")
-    _refuse_speech(args.model)
+    kind = _kind_of(args.model)
+    _check_speech_options(args, kind)
+    if kind == "speech":
+        return _capture_speech(args, out)
     ac.check_save(out, overwrite=args.force)  # before any work: exists? writable?
     device = check_device(args.device)
     # the model's config, not its weights: layers, heads and tokens are checked before the load
@@ -209,3 +256,78 @@ def _cmd_capture(args: argparse.Namespace) -> int:
             f"{shlex.quote(str(path))} (the analysis and its HTML page)"
         )
     return 0
+
+
+def _capture_speech(args: argparse.Namespace, out: Path) -> int:
+    """Whisper over the speech corpus: each clip's audio in the encoder, its text (after the
+    transcription prompt) in the decoder, teacher-forced; one dataset per stack."""
+    paths = stack_paths(out, args.stack)
+    for path in paths.values():
+        ac.check_save(path, overwrite=args.force)  # before any work: exists? writable?
+    device = check_device(args.device)
+    check_model_options(args.model, layers=args.layers, heads=args.heads)
+    sink = _parse_sink(args.sink, 1500)  # a cross-attention sink is one of the 1500 frames
+    from attncoda.hooks import CaptureError, assets, capture
+
+    clips = assets.load_speech(SPEECH_CORPUS)
+    wanted = (args.corpus or "").split(":", 1)[1:] or None
+    names = [n for n in clips if wanted is None or n == wanted[0]]
+    if not names:
+        raise usage(f"--corpus {args.corpus}: no such clip; clips: {', '.join(clips)}")
+    names = names[: args.passages]
+    set_threads(args.threads)
+    started = time.perf_counter()
+    model, processor = load_model(args.model, device, args.dtype)
+    import torch
+
+    layers = {n: args.layers for n in paths}
+    heads = {n: args.heads for n in paths}
+    max_tokens = args.max_tokens or MAX_TOKENS
+    try:
+        with torch.no_grad(), capture(
+            model, what=args.what, layers=layers, heads=heads, sink=sink,
+            tokenizer=processor.tokenizer,
+        ) as cap:  # fmt: skip
+            for name in names:
+                audio, text = clips[name]
+                feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
+                ids = processor.tokenizer(
+                    SPEECH_PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
+                ).input_ids[:, :max_tokens]
+                model(input_features=feats.to(device), decoder_input_ids=ids.to(device))
+        datasets = cap.datasets
+    except CaptureError as exc:
+        raise usage(str(exc)) from exc
+    for stack, path in paths.items():
+        ds = datasets[stack]
+        if stack != "decoder":  # the keys are audio frames: label each by its time
+            ds = _frame_labels(ds)
+        ds.attrs["command"] = command_line(args)
+        ds.attrs["texts"] = ", ".join(names)
+        written = ac.save(ds, path, overwrite=args.force)
+        sizes = ", ".join(f"{k} {v}" for k, v in ds.sizes.items())
+        print(f"wrote {written} ({stack} attention; {sizes})")
+    print(
+        f"{len(names)} clip{'s' if len(names) > 1 else ''} in {time.perf_counter() - started:.0f} s"
+    )
+    if not args.quiet:
+        first = next(iter(paths.values()))
+        print(
+            f"next: attncoda explore {shlex.quote(str(first))} (with --what rows), or attncoda "
+            f"analyze {shlex.quote(str(first))}"
+        )
+    return 0
+
+
+#: Seconds of audio a Whisper encoder position covers (30 s in 1500 positions).
+FRAME_SECONDS = 0.02
+
+
+def _frame_labels(ds: Any) -> Any:
+    """``token`` labels ``"1.24s"`` for the audio frames along ``position``: what the explorer,
+    the head view and the report show for a key that is a moment of the clip, not a token."""
+    import numpy as np
+
+    times = [f"{int(p) * FRAME_SECONDS:.2f}s" for p in ds["position"].values]
+    labels = np.array([times] * ds.sizes["sample"], dtype=str)
+    return ds.assign_coords(token=(("sample", "position"), labels))

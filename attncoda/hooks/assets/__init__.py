@@ -83,6 +83,7 @@ from ._errors import (
 from ._fetch import fetch, fetch_all, fetch_with_status
 from ._loaders import load_corpus, load_model, load_speech, load_text, paragraphs
 from ._locking import list_leftovers
+from ._models import transcribe
 from ._registry import Asset, Package, get_asset, list_assets
 from ._wikitext import clean_wikitext
 
@@ -117,6 +118,7 @@ __all__ = [
     "load_text",
     "paragraphs",
     "resolve_cache_dir",
+    "transcribe",
 ]
 
 # The public data, bound here with their documentation comments so that the API page shows them.

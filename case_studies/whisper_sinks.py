@@ -1,12 +1,12 @@
 """Where Whisper base puts its attention sinks: measure (``run``) and render the docs' tables.
 
-``python docs/whisper_sinks.py run`` speaks nothing itself: it reads the ``austen-speech``
+``python -m case_studies.whisper_sinks run`` speaks nothing itself: it reads the ``austen-speech``
 corpus (``attncoda fetch austen-speech whisper-base``), transcribes each clip greedily, then runs
 the decoder teacher-forced on the prompt ``<|startoftranscript|><|en|><|transcribe|>
 <|notimestamps|>`` and the reference text, captures summaries of every stack (sink = the first
 key: audio frame 0 for the encoder and cross-attention, ``<|startoftranscript|>`` for the
 decoder) and cross-attention rows, and writes ``docs/results/whisper-sinks.json``.
-``python docs/whisper_sinks.py table [--check]`` renders the tables of ``docs/whisper.md`` from
+``python -m case_studies.whisper_sinks table [--check]`` renders the tables of ``docs/whisper.md`` from
 that file (``--check`` exits 1 when the page differs; ``tests/test_whisper_real.py`` runs it).
 """
 
@@ -18,21 +18,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULT = HERE / "results" / "whisper-sinks.json"
-PAGE = HERE / "whisper.md"
+from case_studies._study import ROOT, Provenance, write_text
+
+RESULT = ROOT / "docs" / "results" / "whisper-sinks.json"
+PAGE = ROOT / "docs" / "whisper.md"
 PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 
 
 def run() -> dict[str, Any]:
     import numpy as np
     import torch
-    import transformers
 
-    import attncoda
     from attncoda.hooks import assets, capture
-    from attncoda.hooks.assets._models import transcribe
+    from attncoda.hooks.assets import transcribe
     from attncoda.hooks.evaluate import word_error_rate
+
+    prov = Provenance("whisper-sinks", "run", command="python -m case_studies.whisper_sinks run")
+    prov.asset("whisper-base")
+    prov.asset("austen-speech")
 
     torch.manual_seed(0)
     model, processor = assets.load_model("whisper-base")
@@ -46,6 +49,7 @@ def run() -> dict[str, Any]:
             PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
         )
         dec = ids.input_ids
+        prov.tokens(f"whisper-base/{name}", dec)
         with torch.no_grad(), capture(model, what="summaries") as cap:
             model(input_features=feats, decoder_input_ids=dec)
         for stack, ds in cap.datasets.items():
@@ -78,11 +82,6 @@ def run() -> dict[str, Any]:
         "model": "whisper-base",
         "corpus": "austen-speech",
         "measured": time.strftime("%Y-%m-%d", time.gmtime()),
-        "versions": {
-            "attncoda": attncoda.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
         "clips": per_clip,
         "sink_share": {
             stack: [round(float(np.mean([v[layer] for v in vals])), 4) for layer in range(layers)]
@@ -90,8 +89,9 @@ def run() -> dict[str, Any]:
         },
         "cross_peak_key": [[p[layer] for p in peaks] for layer in range(layers)],
     }
+    result["provenance"] = prov.as_dict()
     RESULT.parent.mkdir(exist_ok=True)
-    RESULT.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_text(RESULT, json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -129,14 +129,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["run"]:
         run()
     elif argv[:1] != ["table"]:
-        print("usage: python docs/whisper_sinks.py run | table [--check]", file=sys.stderr)
+        print("usage: python -m case_studies.whisper_sinks run | table [--check]", file=sys.stderr)
         return 2
     result = json.loads(RESULT.read_text(encoding="utf-8"))
     page = PAGE.read_text(encoding="utf-8")
     new = render(page, result)
     if "--check" in argv:
         if new != page:
-            print(f"{PAGE} differs from {RESULT}: run `python docs/whisper_sinks.py table`")
+            print(f"{PAGE} differs from {RESULT}: run `python -m case_studies.whisper_sinks table`")
             return 1
         return 0
     if new != page:
