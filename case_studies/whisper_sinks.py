@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from case_studies._study import ROOT, Provenance, write_text
