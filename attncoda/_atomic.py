@@ -1068,33 +1068,29 @@ def atomic_output(
     existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep(path)
-    box: Path | None = None
+    work: StagingFolder | None = None
     try:
-        with deferred_interrupt():  # no Ctrl-C between creating the box and owning it
-            box = Path(tempfile.mkdtemp(prefix=_staging_name(path), dir=path.parent))
-        with open(box / _MARKER, "w+b") as marker:  # locked for the whole write
-            _lock(marker, blocking=True)
-            marker.write(f"{os.getpid()} attncoda staging for {path.name}\n".encode())
-            marker.flush()
-            staging = box / path.name
-            if kind == "folder":
-                staging.mkdir()
-            yield staging
-            with target_lock(path, what=what), deferred_interrupt() as interrupt:
-                if kind == "folder" and stamp is not None:
-                    record_files(staging, stamp)
-                if not interrupt.pending:
-                    if path.exists() and not existed:  # appeared while we were working
-                        raise OutputExistsError(
-                            f"{what} {str(path)!r} appeared while attncoda was writing it; "
-                            "nothing was replaced"
-                        )
-                    if existed:  # still replaceable? (a user may have added files meanwhile)
-                        check_output(
-                            path, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what
-                        )
-                    _install(staging, path, box)
-                shutil.rmtree(box, ignore_errors=True)
+        # the box is marked and locked as ours, and removed on an exception, Ctrl-C, and a
+        # SIGTERM/SIGHUP left at their default (staging_folder): a kill leaves no debris
+        work = staging_folder(path)
+        box = work.path
+        staging = box / path.name
+        if kind == "folder":
+            staging.mkdir()
+        yield staging
+        with target_lock(path, what=what), deferred_interrupt() as interrupt:
+            if kind == "folder" and stamp is not None:
+                record_files(staging, stamp)
+            if not interrupt.pending:
+                if path.exists() and not existed:  # appeared while we were working
+                    raise OutputExistsError(
+                        f"{what} {str(path)!r} appeared while attncoda was writing it; "
+                        "nothing was replaced"
+                    )
+                if existed:  # still replaceable? (a user may have added files meanwhile)
+                    check_output(path, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what)
+                _install(staging, path, box)
+            work.remove()
     finally:
-        if box is not None:
-            shutil.rmtree(box, ignore_errors=True)
+        if work is not None:
+            work.remove()
