@@ -938,13 +938,15 @@ def staging_folder(beside: str | os.PathLike[str], label: str = "") -> StagingFo
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep(target)
     prefix = _staging_name(target) + (f"{label}-" if label else "")
-    with deferred_interrupt():  # no Ctrl-C between creating the folder and marking it
+    _arm_kill()  # first: a SIGTERM held back below then removes the folder when delivered
+    with deferred_interrupt():  # no signal between creating the folder and marking it
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
         marker = open(path / _MARKER, "w+b")  # held open (locked) while the folder lives
         _lock(marker, blocking=True)
         marker.write(f"{os.getpid()} attncoda staging for {target.name}\n".encode())
         marker.flush()
-    return StagingFolder(path, marker)  # after the block: its handlers are restored by then
+        folder = StagingFolder(path, marker)
+    return folder
 
 
 #: The staging folders of this process to remove before a SIGTERM/SIGHUP ends it, and the
@@ -963,6 +965,11 @@ def _on_kill(signum: int, frame: Any) -> None:
 
 def _register_for_kill(folder: StagingFolder) -> None:
     _LIVE.add(folder)
+    _arm_kill()
+
+
+def _arm_kill() -> None:
+    """Install :func:`_on_kill` for SIGTERM/SIGHUP where they are at their default action."""
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can only be set from the main thread: the next sweep removes it
     for sig in _KILL_SIGNALS:

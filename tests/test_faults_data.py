@@ -812,7 +812,9 @@ def test_replacing_a_zarr_store_keeps_what_the_user_added_inside_it(tmp_path, ds
         (store / added / "mine.txt").write_text("mine")
     else:
         (store / added).write_text("mine")
-    with pytest.raises(ac.OutputExistsError, match=r"attncoda did not write \(" + added.rstrip("/")):
+    with pytest.raises(
+        ac.OutputExistsError, match=r"attncoda did not write \(" + added.rstrip("/")
+    ):
         ac.save(ds, store, overwrite=True)
     assert (store / added).exists()
     assert _debris(tmp_path) == []
