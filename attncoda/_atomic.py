@@ -226,9 +226,9 @@ def replace_file(target: str | os.PathLike[str], data: bytes | str) -> Path:
     Examples
     --------
     >>> import pathlib, tempfile
-    >>> p = replace_file(pathlib.Path(tempfile.mkdtemp()) / "a.txt", "hi\n")
+    >>> p = replace_file(pathlib.Path(tempfile.mkdtemp()) / "a.txt", "hi\\n")
     >>> p.read_text()
-    'hi\n'
+    'hi\\n'
     """
     path = Path(target)
     raw = data.encode("utf-8") if isinstance(data, str) else data
