@@ -112,11 +112,44 @@ def folder_is_ours(folder: Path) -> str | None:
         listed = set()  # no stamp: nothing in it is known to be attncoda's
     foreign = [p for p in present if p != STAMP and p not in listed]
     if foreign:
-        shown = ", ".join(foreign[:3]) + (
-            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        return f"it holds files attncoda did not write ({_shown(foreign)})"
+    # what attncoda wrote is replaced only if it is provably unchanged: its sha256 in the stamp
+    hashes = own_files(folder)
+    changed = []
+    for name in present:
+        if name == STAMP:
+            continue
+        want = hashes.get(name)
+        try:
+            same = want is not None and _digest_own(folder, name) == want
+        except OSError:
+            same = False
+        if not same:
+            changed.append(name)
+    if changed:
+        return (
+            f"it holds files changed since attncoda wrote them, or that it cannot prove "
+            f"unchanged ({_shown(changed)})"
         )
-        return f"it holds files attncoda did not write ({shown})"
     return None
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _digest_own(folder: Path, name: str) -> str:
+    """The sha256 of ``folder/name`` read with no symlink on the way (:func:`open_own`)."""
+    fd = _open_own_fd(folder, name)
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
@@ -164,9 +197,52 @@ def record_files(folder: Path, kind: str, names: list[str] | None = None) -> Non
         attncoda_version=__version__,
         written=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
-    tmp = folder / f".{STAMP}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, stamp)
+    replace_file(stamp, json.dumps(data, indent=1) + "\n")
+
+
+def _umask() -> int:
+    """The process's umask (read from /proc where it can be, without changing it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # pragma: no cover - no /proc: read it by setting it back
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover
+
+
+def replace_file(target: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Write ``data`` to ``target`` through a private temporary file, then rename it into place.
+
+    The one way attncoda writes a small file in place: the temporary file beside ``target`` is
+    created exclusively under a random name (``tempfile.mkstemp``: ``O_CREAT | O_EXCL |
+    O_NOFOLLOW``), so a file or symlink someone placed under a guessable name is never written
+    through; it gets the usual permissions (``0o666`` less the umask) before the rename, and it
+    is removed if anything fails. A symlink at ``target`` is replaced, not followed.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> p = replace_file(pathlib.Path(tempfile.mkdtemp()) / "a.txt", "hi\\n")
+    >>> p.read_text()
+    'hi\\n'
+    """
+    path = Path(target)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".attncoda-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 #: The largest file :func:`read_own_file` and :func:`file_is_ours` read (a page, table or figure).
@@ -243,14 +319,11 @@ def read_own_file(folder: str | os.PathLike[str], name: object) -> bytes:
             f"{name!r} is not listed with its sha256 in {STAMP} of {str(root)!r}: attncoda did "
             "not write it there (or wrote it before files were hashed; re-run the analysis)"
         )
-    here = root
-    for part in name.split("/"):
-        here = here / part
-        if here.is_symlink():
-            raise ForeignFileError(f"{name!r} passes through a symlink; it is not read")
     try:
-        data = _read_regular(here, MAX_OWN_BYTES)
+        data = open_own(root, name)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ForeignFileError(f"{name!r} passes through a symlink; it is not read") from exc
         raise ForeignFileError(f"{name!r} cannot be read ({exc.strerror or exc})") from exc
     if hashlib.sha256(data).hexdigest() != want:
         raise ForeignFileError(
@@ -260,10 +333,48 @@ def read_own_file(folder: str | os.PathLike[str], name: object) -> bytes:
     return data
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_own(folder: str | os.PathLike[str], name: str, limit: int = MAX_OWN_BYTES) -> bytes:
+    """The bytes of ``folder/name`` read through one chain of descriptors: no symlink anywhere.
+
+    Every folder on the way is opened relative to the one before it with ``O_NOFOLLOW |
+    O_DIRECTORY`` and the file with ``O_NOFOLLOW``; the opened file is checked with ``fstat``
+    (a regular file) and read from that descriptor. A symlink swapped in at any step between
+    a check and a read (a race) makes the open fail (``ELOOP``/``ENOTDIR``) instead of reading
+    what it points to. ``name`` must be a plain relative path (see :func:`read_own_file`).
+    """
+    return _read_fd(_open_own_fd(folder, name), name, limit)
+
+
+def _open_own_fd(folder: str | os.PathLike[str], name: str) -> int:
+    """An open descriptor of ``folder/name`` (see :func:`open_own`), or OSError."""
+    problem = _name_problem(name)
+    if problem is not None:
+        raise OSError(errno.EINVAL, problem, name)
+    parts = name.split("/")
+    dflags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+    dir_fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, dflags, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = nxt
+        fd = os.open(parts[-1], os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return fd
+
+
 def _read_regular(path: Path, limit: int) -> bytes:
     """The bytes of a regular file, not following a final symlink, at most ``limit`` bytes."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags)
+    flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    return _read_fd(os.open(path, flags), str(path), limit)
+
+
+def _read_fd(fd: int, path: str, limit: int) -> bytes:
+    """Read at most ``limit`` bytes from the open descriptor ``fd`` of a regular file; closes it."""
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fd)
         import stat
@@ -827,13 +938,15 @@ def staging_folder(beside: str | os.PathLike[str], label: str = "") -> StagingFo
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep(target)
     prefix = _staging_name(target) + (f"{label}-" if label else "")
-    with deferred_interrupt():  # no Ctrl-C between creating the folder and marking it
+    _arm_kill()  # first: a SIGTERM held back below then removes the folder when delivered
+    with deferred_interrupt():  # no signal between creating the folder and marking it
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
         marker = open(path / _MARKER, "w+b")  # held open (locked) while the folder lives
         _lock(marker, blocking=True)
         marker.write(f"{os.getpid()} attncoda staging for {target.name}\n".encode())
         marker.flush()
-    return StagingFolder(path, marker)  # after the block: its handlers are restored by then
+        folder = StagingFolder(path, marker)
+    return folder
 
 
 #: The staging folders of this process to remove before a SIGTERM/SIGHUP ends it, and the
@@ -852,6 +965,11 @@ def _on_kill(signum: int, frame: Any) -> None:
 
 def _register_for_kill(folder: StagingFolder) -> None:
     _LIVE.add(folder)
+    _arm_kill()
+
+
+def _arm_kill() -> None:
+    """Install :func:`_on_kill` for SIGTERM/SIGHUP where they are at their default action."""
     if threading.current_thread() is not threading.main_thread():
         return  # handlers can only be set from the main thread: the next sweep removes it
     for sig in _KILL_SIGNALS:
@@ -957,33 +1075,29 @@ def atomic_output(
     existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep(path)
-    box: Path | None = None
+    work: StagingFolder | None = None
     try:
-        with deferred_interrupt():  # no Ctrl-C between creating the box and owning it
-            box = Path(tempfile.mkdtemp(prefix=_staging_name(path), dir=path.parent))
-        with open(box / _MARKER, "w+b") as marker:  # locked for the whole write
-            _lock(marker, blocking=True)
-            marker.write(f"{os.getpid()} attncoda staging for {path.name}\n".encode())
-            marker.flush()
-            staging = box / path.name
-            if kind == "folder":
-                staging.mkdir()
-            yield staging
-            with target_lock(path, what=what), deferred_interrupt() as interrupt:
-                if kind == "folder" and stamp is not None:
-                    record_files(staging, stamp)
-                if not interrupt.pending:
-                    if path.exists() and not existed:  # appeared while we were working
-                        raise OutputExistsError(
-                            f"{what} {str(path)!r} appeared while attncoda was writing it; "
-                            "nothing was replaced"
-                        )
-                    if existed:  # still replaceable? (a user may have added files meanwhile)
-                        check_output(
-                            path, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what
-                        )
-                    _install(staging, path, box)
-                shutil.rmtree(box, ignore_errors=True)
+        # the box is marked and locked as ours, and removed on an exception, Ctrl-C, and a
+        # SIGTERM/SIGHUP left at their default (staging_folder): a kill leaves no debris
+        work = staging_folder(path)
+        box = work.path
+        staging = box / path.name
+        if kind == "folder":
+            staging.mkdir()
+        yield staging
+        with target_lock(path, what=what), deferred_interrupt() as interrupt:
+            if kind == "folder" and stamp is not None:
+                record_files(staging, stamp)
+            if not interrupt.pending:
+                if path.exists() and not existed:  # appeared while we were working
+                    raise OutputExistsError(
+                        f"{what} {str(path)!r} appeared while attncoda was writing it; "
+                        "nothing was replaced"
+                    )
+                if existed:  # still replaceable? (a user may have added files meanwhile)
+                    check_output(path, overwrite=overwrite, kind=kind, is_ours=is_ours, what=what)
+                _install(staging, path, box)
+            work.remove()
     finally:
-        if box is not None:
-            shutil.rmtree(box, ignore_errors=True)
+        if work is not None:
+            work.remove()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -465,8 +466,78 @@ def _format(path: Path, fmt: str | None) -> str:
 _ALL_CHUNKS = "attncoda_all_chunks"
 
 
+def _outside(path: Path, what: str) -> SchemaError:
+    return SchemaError(
+        f"{str(path)!r} is refused: {what}; a capture's data must come from the file or store "
+        "alone (re-create it with ac.save)"
+    )
+
+
+def _check_netcdf_contained(path: Path) -> None:
+    """Refuse a netCDF/HDF5 file that names other files as its data: external storage, virtual
+    datasets, external or soft links (checked on every object, before any value is read)."""
+    import h5py
+
+    try:
+        fh = h5py.File(path, "r")
+    except OSError:
+        return  # not HDF5 at all: the reader says why
+    with fh:
+        todo: list[h5py.Group] = [fh]
+        while todo:
+            group = todo.pop()
+            for name in group:
+                link = group.get(name, getlink=True)
+                where = f"{group.name.rstrip('/')}/{name}"
+                if not isinstance(link, h5py.HardLink):
+                    kind = type(link).__name__
+                    raise _outside(path, f"{where} is a link ({kind}) to data elsewhere")
+                obj = group[name]
+                if isinstance(obj, h5py.Group):
+                    todo.append(obj)
+                elif isinstance(obj, h5py.Dataset):
+                    if obj.external:
+                        raise _outside(path, f"variable {where} keeps its bytes in another file")
+                    if obj.is_virtual:
+                        raise _outside(path, f"variable {where} is a virtual dataset")
+
+
+def _check_zarr_contained(path: Path) -> None:
+    """Refuse a zarr store holding a symlink (a chunk or metadata file that reads another
+    file), or anything but plain files and folders, or metadata naming a path outside it."""
+    root = os.path.realpath(path)
+    for here, dirs, files in os.walk(root, followlinks=False):
+        for name in [*dirs, *files]:
+            entry = os.path.join(here, name)
+            st = os.lstat(entry)
+            rel = os.path.relpath(entry, root)
+            if stat.S_ISLNK(st.st_mode):
+                raise _outside(path, f"{rel} is a symlink")
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise _outside(path, f"{rel} is not a regular file")
+    consolidated = path / ".zmetadata"
+    if consolidated.is_file():
+        try:
+            keys = list(json.loads(consolidated.read_text(encoding="utf-8"))["metadata"])
+        except (ValueError, KeyError, TypeError):
+            return  # unreadable: the reader says why
+        for key in keys:
+            parts = str(key).split("/")
+            if str(key).startswith(("/", "~")) or any(p in ("", ".", "..") for p in parts):
+                raise _outside(path, f"its metadata names {str(key)[:80]!r}, outside the store")
+
+
+def _check_contained(path: Path, fmt: str) -> None:
+    """A capture's data come from its own file or store: nothing it names elsewhere is read."""
+    if fmt == "netcdf" and path.is_file():
+        _check_netcdf_contained(path)
+    elif fmt == "zarr" and path.is_dir():
+        _check_zarr_contained(path)
+
+
 def _open(path: Path, fmt: str) -> xr.Dataset:
     """Open a capture; a file or store that cannot be read raises :class:`SchemaError`."""
+    _check_contained(path, fmt)
     try:
         if fmt == "netcdf":
             if not path.is_file():
@@ -572,7 +643,48 @@ def _is_ours(path: Path, fmt: str) -> str | None:
             ds.close()
     except SchemaError as exc:
         return f"it is not an attncoda capture ({exc})"
+    if fmt == "zarr":
+        foreign = _foreign_in_store(path)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (
+                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            )
+            return f"it holds files attncoda did not write ({shown})"
     return None
+
+
+_ZARR_META = (".zarray", ".zattrs", ".zgroup", ".zmetadata")
+
+
+def _foreign_in_store(path: Path) -> list[str]:
+    """Files and folders of a zarr store that are not zarr's (a user's ``notes.txt``,
+    ``mydir/``): replacing the store would delete them."""
+    meta = _zarr_metadata(path)
+    arrays: dict[str, str] = {}
+    for key, zarray in meta.items():
+        if key.endswith("/.zarray"):
+            sep = (zarray.get("dimension_separator") or ".") if isinstance(zarray, dict) else "."
+            arrays[key[: -len("/.zarray")]] = sep
+    foreign: list[str] = []
+    for entry in sorted(path.iterdir()):
+        name = entry.name
+        if name in (".zattrs", ".zgroup", ".zmetadata") and entry.is_file():
+            continue
+        if name not in arrays or not entry.is_dir() or entry.is_symlink():
+            foreign.append(name + ("/" if entry.is_dir() else ""))
+            continue
+        sep = arrays[name]
+        for inner in sorted(entry.rglob("*")):
+            rel = inner.relative_to(entry).as_posix()
+            if inner.is_dir() and sep == "/" and rel.replace("/", "").isdigit():
+                continue
+            chunk = rel.replace("/", sep) if sep == "/" else rel
+            ok = inner.is_file() and (
+                rel in _ZARR_META or all(p.isdigit() for p in chunk.split(sep))
+            )
+            if not ok:
+                foreign.append(f"{name}/{rel}")
+    return foreign
 
 
 _APPEND_ATTRS = ("model_id", "family", "weights_sha256", "capture_spec", "dtype")
@@ -779,6 +891,9 @@ def _verify_zarr_chunks(path: Path) -> None:
         for chunk in sorted((path / name).rglob("*")):
             if chunk.name.startswith(".") or not chunk.is_file():
                 continue
+            key = chunk.relative_to(path / name).as_posix().replace("/", ".")
+            if not all(part.isdigit() for part in key.split(".")):
+                continue  # not a chunk (a user's note): zarr never reads it
             try:
                 data: Any = chunk.read_bytes()
                 if compressor is not None:
@@ -989,6 +1104,7 @@ def load(
         raise FileNotFoundError(f"no capture at {str(target)!r}")
     fmt = _format(target, format)
     if fmt == "zarr" and check_values and target.is_dir():
+        _check_contained(target, fmt)  # before any chunk is read (again in _open: cheap)
         _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
     out = _open(target, fmt)
     validate_dataset(out, values=check_values)  # a newer schema version is refused here

@@ -140,10 +140,9 @@ class Analysis:
     def write(self, folder: str | os.PathLike[str]) -> Path:
         """Write this manifest as ``folder/analysis.json`` (atomically) and return its path."""
         path = Path(folder) / MANIFEST
-        tmp = path.with_name(f".{MANIFEST}.tmp{os.getpid()}")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        from ._atomic import replace_file
+
+        return replace_file(path, self.to_json())
 
     @classmethod
     def from_json(cls, text: str) -> Analysis:
@@ -256,14 +255,24 @@ def load_analysis(folder: str | os.PathLike[str]) -> Analysis:
         If the folder has no manifest (it was not written by ``attncoda analyze`` or
         ``attncoda demo``) or the manifest is unreadable.
     """
+    from ._atomic import open_own
+
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise ReportError(
             f"{str(folder)!r} is not an analysis folder (no {MANIFEST}); write one with "
             "`attncoda analyze DATASET --out DIR`"
         )
+    try:  # one descriptor, no symlink on the way: the manifest of this folder, nothing else
+        text = open_own(folder, MANIFEST, 64 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ReportError(
+            f"{path} cannot be read as this folder's own manifest ({why}); it must be a regular "
+            "file in the folder, not a symlink; re-run the analysis"
+        ) from exc
     try:
-        return Analysis.from_json(path.read_text(encoding="utf-8"))
+        return Analysis.from_json(text)
     except (ValueError, KeyError, TypeError) as exc:
         raise ReportError(f"{path} is not a valid analysis manifest: {exc}") from exc
 
@@ -753,9 +762,9 @@ def _write_view(folder: Path, name: str, svg: str) -> str:
     """Write an inline-SVG figure as a file of its own (it opens in a browser) and return
     its name; the report inlines it."""
     text = svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
-    tmp = folder / f".{name}.tmp"
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, folder / name)
+    from ._atomic import replace_file
+
+    replace_file(folder / name, text + "\n")
     return name
 
 

@@ -68,14 +68,10 @@ def write_table(
         frame = pd.DataFrame.from_records(rows, columns=order)
     if columns is not None:
         frame = frame.loc[:, list(columns)]
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    try:
-        frame.to_csv(tmp, index=frame.index.name is not None, lineterminator="\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    from ._atomic import replace_file
+
+    text = frame.to_csv(index=frame.index.name is not None, lineterminator="\n")
+    return replace_file(Path(path), text)
 
 
 def read_table(path: str | os.PathLike[str]) -> Any:

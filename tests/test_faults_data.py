@@ -678,3 +678,183 @@ def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
     with pytest.warns(UserWarning, match="outside attncoda's schema: notes"):
         back = ac.load(path)
     assert "notes" in back.data_vars
+
+
+# --------------------------------------------------------------------------------------------
+# a capture's data come from the capture alone (issue #48, family 1)
+
+OUTSIDE = "OUTSIDE-SECRET-5e1a"
+
+
+def _outside_file(tmp_path: Path) -> Path:
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes((OUTSIDE * 64).encode())
+    return secret
+
+
+def _relink_netcdf(src: Path, dst: Path, change) -> None:
+    """Copy netCDF ``src`` to ``dst`` with h5py, letting ``change(name, dset, out)`` write a
+    hostile replacement for a dataset (returns True when it did)."""
+    import h5py
+
+    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
+        for key, value in fin.attrs.items():
+            fout.attrs[key] = value
+        for name in fin:
+            if not change(name, fin[name], fout):
+                fin.copy(name, fout)
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative", "etc_passwd"])
+@pytest.mark.parametrize("variable", ["token", "log_attn"])
+def test_a_netcdf_whose_variable_lives_in_another_file_is_refused(tmp_path, ds, how, variable):
+    src = ac.save(ds, tmp_path / "a.nc")
+    secret = _outside_file(tmp_path)
+    if how == "etc_passwd":
+        if not Path("/etc/passwd").is_file():
+            pytest.skip("no /etc/passwd")
+        where = "/etc/passwd"
+    else:
+        where = str(secret) if how == "absolute" else os.path.relpath(secret, tmp_path)
+    hostile = tmp_path / "hostile.nc"
+
+    def external(name, dset, out):
+        if name != variable:
+            return False
+        dtype = np.dtype("S4") if dset.dtype.kind == "O" else dset.dtype  # strings: fixed width
+        size = int(np.prod(dset.shape)) * dtype.itemsize
+        new = out.create_dataset(name, dset.shape, dtype, external=[(where, 0, size)])
+        for k, v in dset.attrs.items():
+            if k not in ("DIMENSION_LIST", "REFERENCE_LIST"):
+                new.attrs[k] = v
+        return True
+
+    if how == "etc_passwd" and Path(where).stat().st_size < 4 * ds["token"].size:
+        pytest.skip("/etc/passwd is too short for the tokens")
+    _relink_netcdf(src, hostile, external)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # relative external paths resolve against the reader's directory
+    try:
+        with pytest.raises(ac.SchemaError, match="keeps its bytes in another file"):
+            ac.load(hostile)
+        with pytest.raises(ac.OutputExistsError, match="another file"):
+            ac.save(ds, hostile, overwrite=True)  # nor replaced as if it were a capture
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("link", ["external", "soft", "virtual"])
+def test_a_netcdf_with_links_or_virtual_data_is_refused(tmp_path, ds, link):
+    import h5py
+
+    src = ac.save(ds, tmp_path / "a.nc")
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["data"] = np.frombuffer((OUTSIDE * 8).encode(), np.uint8)
+    hostile = tmp_path / "hostile.nc"
+    _relink_netcdf(src, hostile, lambda *a: False)
+    with h5py.File(hostile, "a") as f:
+        if link == "external":
+            f["notes"] = h5py.ExternalLink(str(other), "/data")
+        elif link == "soft":
+            f["notes"] = h5py.SoftLink("/log_attn")
+        else:
+            layout = h5py.VirtualLayout(shape=(len(OUTSIDE) * 8,), dtype=np.uint8)
+            layout[:] = h5py.VirtualSource(str(other), "data", shape=(len(OUTSIDE) * 8,))
+            f.create_virtual_dataset("notes", layout)
+    with pytest.raises(ac.SchemaError, match=r"refused: (variable )?/notes"):
+        ac.load(hostile)
+
+
+@pytest.mark.parametrize("what", ["chunk", "metadata", "folder"])
+def test_a_zarr_store_with_a_symlink_is_refused_before_any_read(tmp_path, ds, what):
+    store = ac.save(ds, tmp_path / "cap.zarr")
+    secret = _outside_file(tmp_path)
+    if what == "chunk":
+        chunk = next(p for p in sorted((store / "token").iterdir()) if not p.name.startswith("."))
+        chunk.unlink()
+        chunk.symlink_to(secret)
+    elif what == "metadata":
+        (store / "token" / ".zattrs").unlink()
+        (store / "token" / ".zattrs").symlink_to(secret)
+    else:
+        moved = tmp_path / "elsewhere" / "log_attn"
+        shutil.move(store / "log_attn", moved)
+        (store / "log_attn").symlink_to(moved)
+    for check_values in (True, False):
+        with (
+            mock.patch("attncoda._data._verify_zarr_chunks") as verify,
+            pytest.raises(ac.SchemaError, match="is a symlink"),
+        ):
+            ac.load(store, check_values=check_values)
+        verify.assert_not_called()  # refused before any chunk was read
+
+
+def test_zarr_metadata_naming_a_path_outside_the_store_is_refused(tmp_path, ds):
+    store = ac.save(ds, tmp_path / "cap.zarr")
+    meta = json.loads((store / ".zmetadata").read_text())
+    meta["metadata"]["../elsewhere/.zarray"] = meta["metadata"]["token/.zarray"]
+    (store / ".zmetadata").write_text(json.dumps(meta))
+    with pytest.raises(ac.SchemaError, match="outside the store"):
+        ac.load(store)
+
+
+# --------------------------------------------------------------------------------------------
+# replacing a store deletes nothing the user added (issue #48, family 4)
+
+
+@pytest.mark.parametrize("added", ["notes.txt", "mydir/", "log_attn/notes.txt"])
+def test_replacing_a_zarr_store_keeps_what_the_user_added_inside_it(tmp_path, ds, added):
+    store = ac.save(ds, tmp_path / "cap.zarr")
+    if added.endswith("/"):
+        (store / added).mkdir()
+        (store / added / "mine.txt").write_text("mine")
+    else:
+        (store / added).write_text("mine")
+    with pytest.raises(
+        ac.OutputExistsError, match=r"attncoda did not write \(" + added.rstrip("/")
+    ):
+        ac.save(ds, store, overwrite=True)
+    assert (store / added).exists()
+    assert _debris(tmp_path) == []
+    ac.load(store)  # still a capture that loads
+
+
+def test_replacing_an_analysis_folder_keeps_the_users_edits(tmp_path):
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    out = tmp_path / "analysis"
+    ac.analyze(rows, out, n_boot=0, progress=False, figures=False)
+    ac.write_report(out)
+    table = next(p for p in sorted(out.glob("*.csv")))
+    for edited in (table, out / "report.html"):
+        before = edited.read_bytes()
+        edited.write_bytes(before + b"my edit\n")
+        with pytest.raises(ac.OutputExistsError, match=r"changed since attncoda wrote them.*\("):
+            ac.analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)
+        assert edited.read_bytes().endswith(b"my edit\n")
+        edited.write_bytes(before)
+    ac.analyze(rows, out, n_boot=0, progress=False, figures=False, overwrite=True)  # unchanged
+    assert _debris(tmp_path) == []
+
+
+# --------------------------------------------------------------------------------------------
+# a kill during a save leaves no debris (issue #48, family 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("name", ["rows.zarr", "rows.nc"])
+def test_sigterm_during_a_library_save_keeps_the_old_data_and_leaves_nothing(tmp_path, name, sig):
+    target = tmp_path / name
+    first = _start_writer(target, 64, "old")
+    assert first.wait(timeout=300) == 0
+    proc = _start_writer(target, 512, "new")  # ~100 MB of rows
+    hit = _wait_for_staging(tmp_path, proc)
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=300)
+    assert hit, "the save finished before it could be ended"
+    assert proc.returncode == -getattr(signal, sig), (out, err)  # ended by that signal
+    assert "saved" not in out
+    assert ac.load(target).attrs["tag"] == "old"
+    assert _debris(tmp_path) == []

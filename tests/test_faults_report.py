@@ -24,6 +24,7 @@ from browser import needs_chromium, open_page
 
 import attncoda as ac
 from attncoda import _atomic
+from attncoda._errors import ForeignFileError
 from attncoda._report import MANIFEST, REPORT
 
 pytest.importorskip("matplotlib")
@@ -343,3 +344,77 @@ def test_attncodas_own_pages_are_replaced_with_overwrite(tmp_path, good) -> None
     # a view page and a report are both attncoda's pages: either may replace the other
     view.save(report, overwrite=True)
     assert _atomic.file_is_ours(report) is None
+
+
+# --------------------------------------------------------------------------------------------
+# issue #48: reads that cannot be raced, temp files that cannot be planted
+
+
+_TOGGLER = """
+import os, sys, time
+folder, outside, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real = os.path.join(folder, "sub"), os.path.join(folder, "sub.real")
+print("go", flush=True)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    os.rename(sub, real)
+    os.symlink(outside, sub)
+    os.unlink(sub)
+    os.rename(real, sub)
+"""
+
+
+def test_a_symlink_swapped_in_mid_read_never_yields_the_outside_file(tmp_path):
+    folder, outside = tmp_path / "analysis", tmp_path / "outside"
+    (folder / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "t.csv").write_text(SECRET)
+    _atomic.record_files(folder, "analysis")
+    stamp = json.loads((folder / _atomic.STAMP).read_text())
+    stamp["files"].append("sub/t.csv")  # forged: it lists the secret with its hash
+    stamp["sha256"]["sub/t.csv"] = hashlib.sha256(SECRET.encode()).hexdigest()
+    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TOGGLER, str(folder), str(outside), "3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+    leaked = reads = 0
+    try:
+        while proc.poll() is None:
+            reads += 1
+            try:
+                data = _atomic.read_own_file(folder, "sub/t.csv")
+            except ForeignFileError:
+                continue
+            leaked += SECRET.encode() in data
+    finally:
+        proc.wait(timeout=60)
+    assert reads > 100
+    assert leaked == 0, f"{leaked} of {reads} reads returned the outside file"
+
+
+def test_no_writer_uses_a_guessable_temporary_name():
+    source = "\n".join(p.read_text() for p in (ROOT / "attncoda").rglob("*.py"))
+    assert "tmp{os.getpid()}" not in source
+    assert 'f".{name}.tmp"' not in source
+
+
+def test_a_symlink_planted_at_a_temporary_name_is_never_written_through(tmp_path, monkeypatch):
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=1, n_heads=3, length=6)
+    folder = tmp_path / "analysis"
+    ac.analyze(rows, folder, n_boot=0, progress=False, figures=False)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    pid = os.getpid()
+    names = [f".{_atomic.STAMP}.tmp{pid}", f".{MANIFEST}.tmp{pid}", f".{REPORT}.tmp{pid}"]
+    names += [f".{p.name}.tmp{pid}" for p in folder.glob("*.csv")]
+    for name in names:  # every name the old writers used
+        (folder / name).symlink_to(victim)
+    ac.write_report(folder, overwrite=True)
+    ac.write_table([{"a": 1}], folder / "t.csv")
+    ac.Analysis(title="x").write(folder)
+    assert victim.read_text() == "the user's file"
+    assert all((folder / n).is_symlink() for n in names)  # never touched either
+    assert not [p for p in folder.iterdir() if p.name.endswith(".attncoda-tmp")]
