@@ -41,6 +41,7 @@ def run() -> dict[str, Any]:
     clips = assets.load_speech("austen-speech")
     per_clip, shares = [], {"encoder": [], "decoder": [], "cross": []}
     peaks: list[list[int]] = []
+    tops: list[list[bool]] = []  # per clip, per decoder layer
     for name, (audio, text) in clips.items():
         hyp = transcribe(model, processor, audio)
         feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
@@ -57,9 +58,14 @@ def run() -> dict[str, Any]:
             if stack == "decoder":
                 s = s[:, :, 1:]
             shares[stack].append(s.mean(axis=(1, 2)))
-        with torch.no_grad(), capture(model, what="rows", layers={"cross": None}) as cap:
+        with torch.no_grad(), capture(
+            model, what="rows", layers={"decoder": None, "cross": None}
+        ) as cap:  # fmt: skip
             model(input_features=feats, decoder_input_ids=dec)
         rows = np.exp(cap.datasets["cross"].log_attn.values[0])  # layer, head, query, key
+        own = np.exp(cap.datasets["decoder"].log_attn.values[0].astype(np.float64))
+        half = own.shape[-1] // 2  # the later queries' mean over heads: is the sink their top key?
+        tops.append((own[:, :, half:, :half].mean(axis=(1, 2)).argmax(-1) == 0).tolist())
         seconds = len(audio) / 16_000
         frames = round(seconds / 0.02)  # 20 ms an encoder position
         peaks.append(
@@ -87,6 +93,11 @@ def run() -> dict[str, Any]:
             for stack, vals in shares.items()
         },
         "cross_peak_key": [[p[layer] for p in peaks] for layer in range(layers)],
+        # decoder layers whose later queries' top key is <|startoftranscript|> in most clips
+        "decoder_sink_top": [
+            int(sum(t[layer] for t in tops) * 2 > len(tops)) for layer in range(layers)
+        ],
+        "parameters": int(sum(p.numel() for p in model.parameters())),
     }
     result["provenance"] = prov.as_dict()
     RESULT.parent.mkdir(exist_ok=True)
@@ -115,6 +126,37 @@ def tables(result: dict[str, Any]) -> dict[str, str]:
     return {"whisper-sinks": "\n".join(sinks), "whisper-transcriptions": "\n".join(clips)}
 
 
+README = ROOT / "README.md"
+
+
+def readme_row(result: dict[str, Any]) -> str:
+    """Whisper's row of the README's real-models table: its decoder's sink, the first token."""
+    from attncoda.hooks import assets, zoo
+
+    entry, asset = zoo.get_entry("whisper-base"), assets.get_asset("whisper-base")
+    share = result["sink_share"]["decoder"]
+    n = len(share)
+    size = (
+        f"{result['parameters'] / 1e6:.0f}M params, {entry.layers}+{entry.layers} layers "
+        f"(encoder + decoder), {entry.heads} heads ({entry.kv_heads} KV)"
+    )
+    sink = (
+        f"`<\\|startoftranscript\\|>` (decoder position 0; top key in "
+        f"{sum(result['decoder_sink_top'])}/{n} layers)"
+    )
+    summary = f"{sum(share) / n:.2f} / {sum(share[n // 2 :]) / (n - n // 2):.2f} / {max(share):.2f}"
+    fetch = f"`{asset.fetch_command}` ({asset.download_size / 1e6:,.0f} MB)"
+    return f"| `whisper-base` | {entry.family} | {size} | {sink} | {summary} | {fetch} |"
+
+
+def render_readme(text: str, result: dict[str, Any]) -> str:
+    """The README with Whisper's row last in its real-models block (written or replaced)."""
+    start = text.index("<!-- table: real-models -->")
+    end = text.index("<!-- /table -->", start)
+    lines = [ln for ln in text[start:end].splitlines() if not ln.startswith("| `whisper-base` |")]
+    return text[:start] + "\n".join([*lines, readme_row(result)]) + "\n" + text[end:]
+
+
 def render(page: str, result: dict[str, Any]) -> str:
     for name, body in tables(result).items():
         start, end = f"<!-- table: {name} -->", "<!-- /table -->"
@@ -131,15 +173,19 @@ def main(argv: list[str]) -> int:
         print("usage: python -m case_studies.whisper_sinks run | table [--check]", file=sys.stderr)
         return 2
     result = json.loads(RESULT.read_text(encoding="utf-8"))
-    page = PAGE.read_text(encoding="utf-8")
-    new = render(page, result)
-    if "--check" in argv:
-        if new != page:
-            print(f"{PAGE} differs from {RESULT}: run `python -m case_studies.whisper_sinks table`")
-            return 1
-        return 0
-    if new != page:
-        PAGE.write_text(new, encoding="utf-8")
+    stale = []
+    for path, make in ((PAGE, render), (README, render_readme)):
+        old = path.read_text(encoding="utf-8")
+        new = make(old, result)
+        if new != old:
+            stale.append(path.name)
+            if "--check" not in argv:
+                write_text(path, new)
+    if stale and "--check" in argv:
+        print(
+            f"{', '.join(stale)} differ from {RESULT}: run `python -m case_studies.whisper_sinks table`"
+        )
+        return 1
     return 0
 
 
