@@ -56,6 +56,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pools a plugin may have started bef
 #: first. Only the order depends on these numbers; a test not listed counts as 10 s if marked
 #: ``slow``, 2 s if ``real``, else nothing.
 CPU_SECONDS = {
+    "tests/test_whisper_real.py::test_transcription_of_the_speech_corpus_is_close_to_the_text": 50.0,
+    "tests/test_whisper_real.py::test_capture_of_every_stack_equals_eager_and_outputs_do_not_move": 40.0,
+    "tests/test_whisper_real.py::test_generate_captures_cross_attention_of_every_step": 30.0,
+    "tests/test_whisper_real.py::test_the_cli_captures_every_stack_of_a_clip_and_explores_its_cross_attention": 20.0,
     "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[conventions]": 113.0,
     "tests/test_studies.py::test_quick_mode_reproduces_the_golden_results[pruning]": 89.0,
     "tests/test_pruning_real.py::test_quick_prune_on_smollm2": 61.0,
