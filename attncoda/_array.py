@@ -773,6 +773,12 @@ def log_composition(
         # give NaN/-inf where they are invalid, silently, as the caller asked
         if isinstance(x, np.ndarray):
             log = log_into(x)
+        elif bool(getattr(x, "requires_grad", False)):
+            # log(0) = -inf has an infinite derivative; times the zero gradient of the terms
+            # that ignore it (0 log 0 = 0) it is NaN, which would reach every part: the log
+            # of the positive parts only, constants elsewhere (the double ``where``)
+            pos = x > 0
+            log = xp.where(pos, xp.log(xp.where(pos, x, xp.ones_like(x))), _log_of_non_positive(x))
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 log = xp.log(x)
@@ -781,6 +787,13 @@ def log_composition(
         with np.errstate(divide="ignore", invalid="ignore"):
             log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
     return LogComposition(xp, log, visible, ax, owned=True)
+
+
+def _log_of_non_positive(x: Any) -> Any:
+    """``log`` of a tensor's non-positive parts as constants: ``-inf`` at 0, NaN below."""
+    import torch
+
+    return torch.where(x == 0, -math.inf, math.nan).to(x.dtype).detach()
 
 
 # Large numpy inputs are processed in blocks of rows, so that the temporaries of each block stay

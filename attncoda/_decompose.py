@@ -189,8 +189,12 @@ def _channel(xp: Any, log: Array, keep: Array) -> tuple[Array, Array, Array]:
     safe = xp.where(has, total, xp.ones_like(total))
     comp = np.divide(e, safe, out=e) if numpy else e / safe
     log_t = xp.log(safe)
-    # c w is 0 x (-inf) outside ``keep``: those terms are 0
-    cw = xp.where(keep, comp * w, xp.zeros_like(w))
+    # c w is 0 x (-inf) outside ``keep`` and at a zero part: those terms are 0. ``w`` is made
+    # finite there before the product (the double ``where``): the masked branch's gradient
+    # (0 x -inf = NaN) would otherwise leak into every part's gradient through autograd
+    finite = w > -math.inf
+    w_safe = xp.where(finite, w, xp.zeros_like(w))
+    cw = xp.where(finite, comp * w_safe, xp.zeros_like(w))
     entropy = log_t[..., 0] - xp.sum(cw, axis=-1)
     lse = xp.where(has[..., 0], log_t[..., 0] + m[..., 0], xp.full_like(entropy, -math.inf))
     return lse, comp, entropy

@@ -1164,3 +1164,106 @@ def test_long_float32_rows_are_closed_and_open_ones_refused():
     _refused(lambda: ac.entropy(rows * np.float32(1.01)), ac.NotClosedError, "sum to 1")
     _refused(lambda: ac.entropy(np.array([[0.5, 0.5 + 2e-4]], np.float32)), ac.NotClosedError, "")
     _refused(lambda: ac.entropy(np.array([[0.5, 0.5 + 2e-3]], np.float16)), ac.NotClosedError, "")
+
+
+# ------------------------------------------------------------------------ gradients (issue #48)
+# Every differentiable output has a finite gradient equal to finite differences wherever its
+# value is finite, rows with zeros (masked or exact) included: a masked branch's NaN gradient
+# (``torch.where(p > 0, p * log(p), 0)``: 0 x -inf) must never leak into the others.
+
+P4 = [[0.2, 0.3, 0.1, 0.4], [0.7, 0.1, 0.15, 0.05]]
+P_ZERO = [[0.2, 0.0, 0.3, 0.5], [0.6, 0.1, 0.0, 0.3]]  # exact zeros where the value is finite
+MASK = [[True, False, True, True], [True, True, True, False]]
+LOGITS = [[1.0, -0.5, 0.25, 2.0], [0.3, -float("inf"), 1.5, -2.0]]
+
+
+def _decompose_outputs(**kw):
+    fields = ("sink_share", "sink_logodds", "balance", "content", "entropy")
+    fields += ("content_entropy", "sink_entropy", "binary_entropy")
+    return [(f"decompose.{f}", lambda x, f=f: getattr(ac.decompose(x, **kw), f)) for f in fields]
+
+
+def _on_closed(fn, mask=None):
+    """``fn`` of the rows closed over their visible parts in torch (functions that require
+    closed rows: finite differences move one part, which would open the row)."""
+
+    def closed(x):
+        visible = x if mask is None else x * _t(MASK)
+        return fn(x / visible.sum(-1, keepdim=True))
+
+    return closed
+
+
+# (case, function of one float64 tensor, input rows)
+GRADIENTS = [
+    ("closure", ac.closure, P4),
+    ("closure-zero", ac.closure, P_ZERO),
+    ("closure-mask", lambda x: ac.closure(x, mask=_t(MASK)), P4),
+    ("clr", ac.clr, P4),
+    ("clr-mask", lambda x: ac.clr(x, mask=_t(MASK)), P4),
+    ("clr-logits", lambda x: ac.clr(x, from_logits=True), LOGITS),
+    ("clr_inv", ac.clr_inv, [[0.1, -0.3, 0.5, -0.3]]),
+    ("alr", ac.alr, P4),
+    ("alr_inv", ac.alr_inv, [[0.1, -0.3, 0.5]]),
+    ("ilr", ac.ilr, P4),
+    ("ilr-mask", lambda x: ac.ilr(x, mask=_t(MASK)), P4),
+    ("ilr_inv", ac.ilr_inv, [[0.1, -0.3, 0.5]]),
+    ("entropy", _on_closed(ac.entropy), P4),
+    ("entropy-zero", _on_closed(ac.entropy), P_ZERO),
+    ("entropy-mask", _on_closed(lambda x: ac.entropy(x, mask=_t(MASK)), MASK), P4),
+    ("entropy-logits", lambda x: ac.entropy(x, from_logits=True), LOGITS),
+    ("binary_entropy", ac.binary_entropy, [0.2, 0.5, 0.9]),
+    (
+        "binary_entropy_from_logs",
+        lambda x: ac.binary_entropy_from_logs(x, torch_log1mexp(x)),
+        [-1.6, -0.7],
+    ),
+    ("aitchison_norm", ac.aitchison_norm, P4),
+    ("aitchison_distance", lambda x: ac.aitchison_distance(x, _t(P4[::-1])), P4),
+    ("inner", lambda x: ac.inner(x, _t(P4[::-1])), P4),
+    ("perturb", lambda x: ac.perturb(x, _t(P4[::-1])), P4),
+    ("power", lambda x: ac.power(x, 0.7), P4),
+    (
+        "group_decompose",
+        _on_closed(lambda x: ac.group_decompose(x, [[0], [1, 2], [3]]).entropy),
+        P4,
+    ),
+    ("entropy_change", _on_closed(lambda x: ac.entropy_change(x, _t(P4[::-1])).total), P4),
+    *((name, _on_closed(fn), P4) for name, fn in _decompose_outputs()),
+    *((n + "-mask", _on_closed(fn, MASK), P4) for n, fn in _decompose_outputs(mask=_t(MASK))),
+    *((name + "-logits", fn, LOGITS) for name, fn in _decompose_outputs(from_logits=True)),
+    *((name + "-sink2", _on_closed(fn), P4) for name, fn in _decompose_outputs(sink=[0, 2])),
+]
+
+
+def torch_log1mexp(log_s):
+    torch = _torch()
+    return torch.log(-torch.expm1(log_s))
+
+
+@requires_torch
+@pytest.mark.parametrize(("case", "fn", "rows"), GRADIENTS, ids=[g[0] for g in GRADIENTS])
+def test_every_differentiable_output_has_the_finite_differences_gradient(case, fn, rows):
+    torch = _torch()
+    x = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
+    out = fn(x)
+    finite = torch.isfinite(out.detach())
+    assert bool(finite.any()), case
+
+    def values(x):  # the finite outputs only: the others have no gradient to check
+        return fn(x)[finite]
+
+    (grad,) = torch.autograd.grad(values(x).sum(), x, allow_unused=True)
+    if grad is not None:
+        assert bool(torch.isfinite(grad).all()), f"{case}: {grad}"
+    # gradcheck moves each input by 1e-6: inputs at an exact 0 or -inf stay where they are
+    movable = torch.isfinite(x.detach()) & (x.detach() != 0)
+    base = x.detach().clone()
+
+    def moved(free):
+        full = base.clone()
+        full[movable] = free
+        return values(full)
+
+    free = base[movable].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(moved, (free,), eps=1e-6, atol=1e-5, rtol=1e-4)
