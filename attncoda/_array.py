@@ -876,9 +876,10 @@ def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: boo
     ok = (data >= 0) & (data < math.inf) if allow_zeros else (data > 0) & (data < math.inf)
     if bool(xp.all(ok)):
         if allow_zeros:
-            total = xp.sum(
-                data if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1
-            )
+            with np.errstate(over="ignore"):  # an overflowing sum (inf) has mass too
+                total = xp.sum(
+                    data if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1
+                )
             if bool(xp.any(total <= 0)):
                 raise ZeroPartError(
                     "some rows have no positive visible part (all zeros, no parts, or every "

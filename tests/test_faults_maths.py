@@ -1267,3 +1267,63 @@ def test_every_differentiable_output_has_the_finite_differences_gradient(case, f
 
     free = base[movable].clone().requires_grad_(True)
     assert torch.autograd.gradcheck(moved, (free,), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------ overflowing row sums
+# Finite parts whose row sum overflows the dtype closed to zeros (x / inf), silently in bfloat16.
+# Those rows are scaled by a power of two first; results for ordinary rows are unchanged.
+
+OVERFLOWING = [
+    ("float64", np.float64, [1e308, 1e308], [0.5, 0.5]),
+    ("float32", np.float32, [3e38] * 3, [1 / 3] * 3),
+    ("float32-uneven", np.float32, [3e38, 1e38, 3e38, 1.0], [3 / 7, 1 / 7, 3 / 7, 0.0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "row", "want"), OVERFLOWING, ids=[c[0] for c in OVERFLOWING]
+)
+@pytest.mark.parametrize("validate", [True, False])
+def test_rows_whose_sum_overflows_close_to_their_shares(case, dtype, row, want, validate):
+    x = np.array([row, [1.0] * len(row)], dtype=dtype)
+    tol = 10 * np.finfo(dtype).eps
+    for got in (
+        ac.closure(x, validate=validate),
+        ac.closure(x, mask=np.ones(x.shape, bool), validate=validate),
+        ac.perturb(x, np.ones_like(x), validate=validate),
+    ):
+        np.testing.assert_allclose(got[0], want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got[1], 1 / len(row), rtol=tol)
+
+
+@requires_torch
+@pytest.mark.parametrize(
+    ("dtype", "row"),
+    [
+        ("float64", [1e308, 1e308]),
+        ("float32", [3e38] * 3),
+        ("bfloat16", [3e38] * 3),
+        ("float16", [4e4, 4e4]),
+    ],
+)
+def test_tensor_rows_whose_sum_overflows_close_to_their_shares(dtype, row):
+    torch = _torch()
+    got = ac.closure(torch.tensor(row, dtype=getattr(torch, dtype)))
+    np.testing.assert_allclose(got.double().numpy(), 1 / len(row), rtol=1e-2)
+
+
+def test_large_blocked_rows_whose_sum_overflows_close_to_their_shares():
+    x = np.full((20_000, 500), 1e306)  # 80 MB: the blocked path
+    for validate in (True, False):
+        got = ac.closure(x, validate=validate)
+        np.testing.assert_allclose(got[[0, -1]], 1 / 500, rtol=1e-12)
+
+
+@given(
+    hnp.arrays(np.float64, (3, 5), elements=st.floats(0.0, 1e300)).filter(
+        lambda a: (a.sum(-1) > 0).all()
+    )
+)
+@settings(max_examples=50, deadline=None)
+def test_ordinary_rows_close_exactly_as_by_their_sum(x):
+    np.testing.assert_array_equal(ac.closure(x), x / x.sum(-1, keepdims=True))
