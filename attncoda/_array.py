@@ -76,6 +76,7 @@ import importlib
 import inspect
 import math
 import numbers
+import reprlib
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -262,6 +263,24 @@ def as_float(x: Array, xp: Any, like: Array | None = None, *, what: str = "x") -
             return x.astype(np.float32)
         return x
     return xp.astype(x, xp.float64)
+
+
+def require_integer_sink(spec: Any, given: Any) -> None:
+    """The one rule for ``sink=`` given as key indices or positions (``decompose``, the
+    analyses, the explorer, the head view): integers only. A float (``1.99``, even ``2.0``) or a
+    bool is refused, never truncated to a key (``int(1.99)`` is key 1).
+
+    ``spec`` is ``given`` as an array (numpy or torch).
+    """
+    kind = str(spec.dtype).replace("torch.", "")
+    if kind == "bool" or not kind.startswith(("int", "uint")):
+        shown = repr(given) if spec.ndim == 0 or isinstance(given, (list, tuple)) else None
+        if shown is None or "\n" in shown or len(shown) > 80:
+            shown = f"{kind} values {reprlib.repr(spec.reshape(-1).tolist())}"
+        raise ShapeMismatchError(
+            f"sink must be an integer key index (or a list of them), got {shown}; a float or a "
+            "bool is never rounded to a key: pass int(...) of the key you mean"
+        )
 
 
 def as_bool(mask: Array, xp: Any, like: Array, what: str = "mask") -> Array:

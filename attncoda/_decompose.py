@@ -47,6 +47,7 @@ from ._array import (
     labelled,
     log_composition,
     parts_last,
+    require_integer_sink,
     sum_where,
     too_few_parts,
 )
@@ -137,7 +138,8 @@ def _sink_mask(
     else:
         if int(np.prod(spec.shape)) == 0:
             raise TooFewPartsError("sink= names no key; give at least one index")
-        if not kind.startswith(("int", "uint")) or spec.ndim > 1:
+        require_integer_sink(spec, sink)
+        if spec.ndim > 1:
             raise ShapeMismatchError(
                 f"sink must be an integer key index, a 1-d list of them, or a boolean array "
                 f"marking the sink keys (per row), got {sink!r}"

@@ -21,6 +21,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import attncoda as ac
 from attncoda import _atomic
@@ -678,3 +679,47 @@ def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
     with pytest.warns(UserWarning, match="outside attncoda's schema: notes"):
         back = ac.load(path)
     assert "notes" in back.data_vars
+
+
+# ------------------------------------------------------------------------ sink= (issue #48)
+# One rule for every sink= (decompose, the analyses, the explorer, the head view): integer key
+# indices only. A float was truncated (1.99 became key 1) everywhere but in decompose.
+
+SINK_USERS = {
+    "explore": lambda ds, sink: ac.explore(ds, sink=sink),
+    "head_view": lambda ds, sink: ac.head_view(ds, layer=0, head=0, sink=sink),
+    "sink_rate": lambda ds, sink: ac.sink_rate(ds, sink=sink),
+    "head_profiles": lambda ds, sink: ac.head_profiles(ds, sink=sink, progress=False),
+    "plot_rows": lambda ds, sink: ac.plot_rows(ds, sink=sink),
+    "decompose": lambda ds, sink: ac.decompose(np.array([0.2, 0.3, 0.5]), sink=sink),
+}
+BAD_SINKS = {
+    "1.99": 1.99,
+    "2.0": 2.0,
+    "np.float64": np.float64(1),
+    "True": True,
+    "list-with-float": [1, 1.5],
+    "DataArray-float": "dataarray",
+}
+
+
+@pytest.mark.parametrize("sink", list(BAD_SINKS), ids=str)
+@pytest.mark.parametrize("user", list(SINK_USERS), ids=str)
+def test_a_float_or_bool_sink_is_refused_everywhere_never_truncated(ds, user, sink):
+    value = BAD_SINKS[sink]
+    if value == "dataarray":
+        value = xr.DataArray(np.array([1.99, 1.0]), dims="sample")
+        if user == "decompose":
+            value = np.array([1.99])
+    if user == "decompose" and sink == "list-with-float":
+        value = [1, 1.5]
+    with pytest.raises(ac.ShapeMismatchError, match=r"(integer key index|not a key index)") as info:
+        SINK_USERS[user](ds, value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("user", [u for u in SINK_USERS if u != "decompose"], ids=str)
+def test_an_integer_sink_is_still_accepted(ds, user):
+    SINK_USERS[user](ds, 1)
+    SINK_USERS[user](ds, np.int32(0))
+    SINK_USERS[user](ds, xr.DataArray(np.array([1, 0]), dims="sample"))
