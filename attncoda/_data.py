@@ -317,6 +317,7 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             f"the dataset's schema version is {_plain(version)!r}; this attncoda "
             f"({_version()}) reads versions up to {SCHEMA_VERSION}: upgrade attncoda"
         )
+    _check_coordinates(ds)
     for dim in ds.dims:
         if dim in ds.indexes and not ds.indexes[dim].is_unique:
             dup = ds.indexes[dim][ds.indexes[dim].duplicated()][0]
@@ -336,6 +337,35 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             )
     if values:
         _check_values(ds)
+
+
+#: Coordinates of whole numbers (indices of samples, layers, heads and token positions).
+_INDEX_LIMIT = 2**31
+_INDEX_COORDS = ("sample", "layer", "head", "query", "key", "position", "sink_index", "token_id")
+
+
+def _check_coordinates(ds: xr.Dataset) -> None:
+    """Index coordinates hold whole numbers >= 0 in an integer dtype: a metadata edit (a zarr
+    ``.zarray`` dtype changed to a float) reinterprets the stored bytes as other numbers, which
+    would load as wrong layer or head labels."""
+    for name in _INDEX_COORDS:
+        if name not in ds.coords:
+            continue
+        values = np.asarray(ds[name].values)
+        if values.dtype.kind not in "iu":
+            raise SchemaError(
+                f"coordinate {name!r} holds {values.dtype}, not integers (its stored type was "
+                "changed?); re-create the dataset from its capture"
+            )
+        if name == "token_id" or not values.size:
+            continue
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= _INDEX_LIMIT:
+            raise SchemaError(
+                f"coordinate {name!r} holds {low if low < 0 else high}; indices count from 0 "
+                f"and stay below 2**31 (its stored type or bytes were changed?); re-create the "
+                "dataset from its capture"
+            )
 
 
 def _check_tokens(ds: xr.Dataset) -> None:

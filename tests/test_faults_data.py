@@ -723,3 +723,44 @@ def test_an_integer_sink_is_still_accepted(ds, user):
     SINK_USERS[user](ds, 1)
     SINK_USERS[user](ds, np.int32(0))
     SINK_USERS[user](ds, xr.DataArray(np.array([1, 0]), dims="sample"))
+
+
+# ------------------------------------------------------------------------ coordinates on load
+# A metadata edit of a zarr coordinate's dtype reinterprets its bytes: the layers loaded as
+# other numbers. Index coordinates are checked on load (integer dtype, from 0, below 2**31).
+
+
+def _edit_zarray(store, name, **changes):
+    for meta_file in (store / name / ".zarray", store / ".zmetadata"):
+        if not meta_file.is_file():
+            continue
+        meta = json.loads(meta_file.read_text())
+        target = meta if meta_file.name == ".zarray" else meta["metadata"][f"{name}/.zarray"]
+        target.update(changes)
+        meta_file.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "needle"),
+    [
+        ("layer", "<f8", "not integers"),
+        ("head", "<f8", "not integers"),
+        ("layer", ">i8", "below 2\\*\\*31"),
+        ("key", ">i8", "below 2\\*\\*31"),
+        ("sink_index", "<f8", "not integers"),
+    ],
+)
+def test_a_coordinate_whose_stored_type_was_edited_is_refused_on_load(
+    ds, tmp_path, name, dtype, needle
+):
+    store = ac.save(ds, tmp_path / "r.zarr")
+    _edit_zarray(store, name, dtype=dtype)
+    with pytest.raises(ac.SchemaError, match=needle) as info:
+        ac.load(store)
+    assert "\n" not in str(info.value) and repr(name) in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "values"), [("layer", [0.0, 1.5]), ("head", [-1, 0, 1])])
+def test_coordinates_outside_the_schema_are_refused(ds, name, values):
+    with pytest.raises(ac.SchemaError, match=repr(name)):
+        ac.validate_dataset(ds.assign_coords({name: values}), values=False)
