@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import zlib
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -553,7 +554,10 @@ def _check_zarr_complete(path: Path) -> None:
     if not (path / ".zgroup").is_file():
         raise SchemaError(f"{str(path)!r} is not a zarr store (no .zgroup); is it a capture?")
     meta = _zarr_metadata(path)
-    all_chunks = bool(meta.get(".zattrs", {}).get(_ALL_CHUNKS, 0))
+    root = meta.get(".zattrs", {})
+    # every chunk is written by save() and its appends (write_empty_chunks): a store that says
+    # so, or carries the schema version, has a file for every chunk and no other
+    all_chunks = bool(root.get(_ALL_CHUNKS, 0)) or SCHEMA_ATTR in root
     for key, zarray in meta.items():
         if not key.endswith("/.zarray"):
             continue
@@ -584,6 +588,13 @@ def _check_zarr_complete(path: Path) -> None:
                 if p.is_file() and not p.name.startswith(".")
             }
         missing = sorted(expected - have)
+        extra = sorted(have - expected)
+        if extra and not missing:
+            raise SchemaError(
+                f"zarr store {str(path)!r} is damaged: variable {name!r} has {len(extra)} "
+                f"chunk(s) beyond its shape (e.g. {extra[0]}); an interrupted or foreign "
+                "append? Re-create the store"
+            )
         if missing:
             raise SchemaError(
                 f"zarr store {str(path)!r} is damaged: variable {name!r} lacks "
@@ -759,6 +770,10 @@ def save(
         # strings have no fixed size for a lazy (dask) write: read them (sample x position)
         ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     if append:
+        # a new store in a folder that does not exist yet: made now, as save() without append
+        # does (its lock file lives beside the store)
+        if not target.exists() and not target.parent.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
         check_save(target, format=fmt, append=True)
         # one writer at a time: another process's append (or replacement) finishes first, so
         # the samples are numbered after it; a store created meanwhile is appended to
@@ -768,7 +783,14 @@ def save(
                 with load(target, check_values=False) as old:
                     _check_append(old, ds, target)
                     n_old = old.sizes["sample"]
+                    kept = dict(old.attrs)
                 ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
+                # xarray replaces the root attributes with the appended dataset's: keep the
+                # store's (the schema version and the every-chunk flag that makes load refuse a
+                # missing chunk among them)
+                ds = _with_token_checksums(ds).assign_attrs(
+                    {**kept, SCHEMA_ATTR: SCHEMA_VERSION, _ALL_CHUNKS: 1}
+                )
                 with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
                     ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
                 return target
@@ -791,6 +813,43 @@ def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
         for name, v in ds.variables.items()
         if v.dtype.kind in "biuf" and v.ndim > 0 and v.size > 0
     }
+
+
+#: Per-sample CRC32 of the token strings (a coordinate along ``sample``, so that appends
+#: carry their own): strings have no chunk checksums of the engines' (numeric arrays do).
+_TOKEN_CRC = "attncoda_token_crc32"
+
+
+def _token_crc32(tokens: np.ndarray) -> np.ndarray:
+    """CRC32 of each sample's tokens, as JSON (ASCII escapes: every string has one encoding)."""
+    return np.array(
+        [zlib.crc32(json.dumps([str(t) for t in row]).encode("ascii")) for row in tokens],
+        dtype=np.uint32,
+    )
+
+
+def _with_token_checksums(ds: xr.Dataset) -> xr.Dataset:
+    if "token" not in ds.coords or ds["token"].dims != ("sample", "position"):
+        return ds
+    crc = _token_crc32(np.asarray(ds["token"].values))
+    return ds.assign_coords({_TOKEN_CRC: ("sample", crc)})
+
+
+def _verify_tokens(ds: xr.Dataset, path: Path) -> xr.Dataset:
+    """Refuse tokens whose text changed since they were saved; drop the checksums."""
+    if _TOKEN_CRC not in ds.coords:
+        return ds  # saved before tokens had checksums
+    stored = np.asarray(ds[_TOKEN_CRC].values)
+    if "token" not in ds.coords or ds["token"].dims != ("sample", "position"):
+        raise SchemaError(f"{str(path)!r} is damaged: it has token checksums but no tokens")
+    bad = np.flatnonzero(stored != _token_crc32(np.asarray(ds["token"].values)))
+    if bad.size:
+        raise SchemaError(
+            f"{str(path)!r} is damaged: the token text of sample {int(bad[0])} "
+            f"({bad.size} sample(s) in all) fails its checksum; restore it from a copy or "
+            "re-create it"
+        )
+    return ds.drop_vars(_TOKEN_CRC)
 
 
 def _verify_zarr_chunks(path: Path) -> None:
@@ -963,7 +1022,7 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
-            ds = ds.assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
+            ds = _with_token_checksums(ds).assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
             encoding = _checksum_encoding(ds, fmt)
             if fmt == "netcdf" and need <= _memory_budget():
                 # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
@@ -1020,7 +1079,7 @@ def load(
     fmt = _format(target, format)
     if fmt == "zarr" and check_values and target.is_dir():
         _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
-    out = _open(target, fmt)
+    out = _verify_tokens(_open(target, fmt), target)
     validate_dataset(out, values=check_values)  # a newer schema version is refused here
     out.attrs.pop(SCHEMA_ATTR, None)
     known = {*SUMMARY_VARIABLES, "log_attn", "learned_sink_log_attn"}

@@ -764,3 +764,80 @@ def test_a_coordinate_whose_stored_type_was_edited_is_refused_on_load(
 def test_coordinates_outside_the_schema_are_refused(ds, name, values):
     with pytest.raises(ac.SchemaError, match=repr(name)):
         ac.validate_dataset(ds.assign_coords({name: values}), values=False)
+
+
+# ------------------------------------------------------------------------ token text checksums
+# Numeric chunks carry CRC32C / fletcher32; the token strings had none, so a changed byte in a
+# token loaded as other text. Each sample's tokens now carry a CRC32, verified on load.
+
+
+def _edit_token(path: Path, sample: int, position: int, text: str) -> None:
+    if path.suffix == ".nc":
+        import h5py
+
+        with h5py.File(path, "r+") as f:
+            f["token"][sample, position] = text.encode()
+        return
+    from numcodecs import get_codec
+
+    meta = json.loads((path / "token" / ".zarray").read_text())
+    compressor, (vlen,) = get_codec(meta["compressor"]), [get_codec(c) for c in meta["filters"]]
+    chunk = path / "token" / "0.0"
+    tokens = vlen.decode(compressor.decode(chunk.read_bytes())).reshape(meta["shape"])
+    tokens[sample, position] = text
+    chunk.write_bytes(compressor.encode(vlen.encode(tokens)))
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_changed_token_is_refused_on_load(ds, tmp_path, suffix):
+    path = ac.save(ds, tmp_path / f"r{suffix}")
+    assert ac.load(path).identical(ds)  # the checksums are not part of the loaded dataset
+    _edit_token(path, 1, 2, " thon")  # one byte changed
+    with pytest.raises(ac.SchemaError, match=r"token text of sample 1.*checksum") as info:
+        ac.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_appended_tokens_carry_their_own_checksums(ds, tmp_path):
+    store = ac.save(ds, tmp_path / "r.zarr")
+    ac.save(ds, store, append=True)
+    assert ac.load(store).sizes["sample"] == 4
+
+
+# ------------------------------------------------------------------------ streamed appends
+# Every append dropped the store's attncoda_all_chunks and attncoda_schema attributes, after
+# which a missing chunk loaded silently as NaN (0 for sink_index).
+
+
+def test_appends_keep_every_attribute_and_a_missing_chunk_is_still_refused(tmp_path):
+    rows = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    before = json.loads((store / ".zattrs").read_text())
+    for _ in range(2):
+        ac.save(rows, store, append=True)
+    after = json.loads((store / ".zattrs").read_text())
+    assert {k: after.get(k) for k in before} == before
+    assert ac.load(store).sizes["sample"] == 3
+    for variable in ("sink_share", "sink_index"):
+        chunks = sorted(p for p in (store / variable).iterdir() if not p.name.startswith("."))
+        moved = chunks[-1].rename(tmp_path / "aside")
+        with pytest.raises(ac.SchemaError, match=f"{variable!r} lacks"):
+            ac.load(store)
+        moved.rename(chunks[-1])
+
+
+def test_a_chunk_beyond_the_shape_is_refused(tmp_path):
+    rows = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows, store, append=True)
+    chunk = next(p for p in (store / "sink_index").iterdir() if not p.name.startswith("."))
+    shutil.copy(chunk, store / "sink_index" / "7")
+    with pytest.raises(ac.SchemaError, match="beyond its shape"):
+        ac.load(store)
+
+
+def test_an_append_into_a_folder_that_does_not_exist_creates_it(ds, tmp_path):
+    store = tmp_path / "new" / "sub" / "r.zarr"
+    ac.save(ds, store, append=True)
+    ac.save(ds, store, append=True)
+    assert ac.load(store).sizes["sample"] == 4
