@@ -791,11 +791,57 @@ def save(
                 ds = _with_token_checksums(ds).assign_attrs(
                     {**kept, SCHEMA_ATTR: SCHEMA_VERSION, _ALL_CHUNKS: 1}
                 )
-                with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
-                    ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
+                undo = _AppendUndo(target, n_old)
+                try:
+                    with deferred_interrupt():  # finished, not torn, by a first Ctrl-C
+                        ds.to_zarr(
+                            target, append_dim="sample", zarr_format=2, write_empty_chunks=True
+                        )
+                except BaseException:  # a full disk, a second Ctrl-C: all or nothing
+                    undo.restore()
+                    raise
                 return target
             return _save_new(ds, target, fmt, overwrite)
     return _save_new(ds, target, fmt, overwrite)
+
+
+class _AppendUndo:
+    """What an append to a zarr v2 store may change, kept so that a failed append (a full disk
+    mid-write) can be taken back: the store's metadata files, and every array's last chunk
+    along ``sample`` (rewritten when it is partial); files the append adds are removed.
+    The store then holds the samples it held before, loadable."""
+
+    def __init__(self, store: Path, n_old: int) -> None:
+        self.store = store
+        self.files = {p for p in store.rglob("*") if p.is_file()}
+        self.saved: dict[Path, bytes] = {}
+        for path in self.files:
+            if path.name.startswith("."):
+                self.saved[path] = path.read_bytes()
+        for zarray in store.glob("*/.zarray"):
+            folder = zarray.parent
+            try:
+                meta = json.loads(zarray.read_text())
+                dims = json.loads((folder / ".zattrs").read_text())["_ARRAY_DIMENSIONS"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if "sample" not in dims or not meta.get("chunks") or n_old == 0:
+                continue
+            axis = dims.index("sample")
+            last = str((n_old - 1) // int(meta["chunks"][axis]))
+            sep = meta.get("dimension_separator", ".") or "."
+            for chunk in folder.rglob("*"):
+                if chunk.is_file() and not chunk.name.startswith("."):
+                    key = chunk.relative_to(folder).as_posix().replace("/", sep).split(sep)
+                    if len(key) > axis and key[axis] == last:
+                        self.saved[chunk] = chunk.read_bytes()
+
+    def restore(self) -> None:
+        for path in sorted(self.store.rglob("*"), reverse=True):
+            if path.is_file() and path not in self.files:
+                path.unlink(missing_ok=True)
+        for path, data in self.saved.items():
+            path.write_bytes(data)
 
 
 def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:

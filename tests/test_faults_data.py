@@ -841,3 +841,30 @@ def test_an_append_into_a_folder_that_does_not_exist_creates_it(ds, tmp_path):
     ac.save(ds, store, append=True)
     ac.save(ds, store, append=True)
     assert ac.load(store).sizes["sample"] == 4
+
+
+@pytest.mark.parametrize("fail_at", [1, 5, 20])
+def test_a_full_disk_mid_append_leaves_the_store_as_before(tmp_path, monkeypatch, fail_at):
+    from zarr.storage import _local
+
+    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows.isel(sample=[0]), store, append=True)  # a partial last chunk along sample
+    before = ac.load(store)
+    real_put, calls = _local._put, []
+
+    def put(path, value, exclusive=False):
+        calls.append(path)
+        if len(calls) == fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_put(path, value, exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+    with pytest.raises(OSError) as info:
+        ac.save(rows, store, append=True)
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.setattr(_local, "_put", real_put)
+    after = ac.load(store)
+    assert after.identical(before)
+    ac.save(rows, store, append=True)  # and it takes the next append
+    assert ac.load(store).sizes["sample"] == 7
