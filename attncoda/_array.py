@@ -265,6 +265,16 @@ def as_float(x: Array, xp: Any, like: Array | None = None, *, what: str = "x") -
     return xp.astype(x, xp.float64)
 
 
+def sqrt0(xp: Any, a: Array) -> Array:
+    """``sqrt(a)`` of non-negative ``a`` whose gradient is 0 where ``a`` is 0 (a norm or a
+    distance at 0, as ``torch.linalg.norm`` gives), not NaN: a double ``where`` for tensors
+    that require gradients; the plain square root otherwise."""
+    if not bool(getattr(a, "requires_grad", False)):
+        return xp.sqrt(a)
+    pos = a > 0
+    return xp.where(pos, xp.sqrt(xp.where(pos, a, xp.ones_like(a))), xp.zeros_like(a))
+
+
 def require_integer_sink(spec: Any, given: Any) -> None:
     """The one rule for ``sink=`` given as key indices or positions (``decompose``, the
     analyses, the explorer, the head view): integers only. A float (``1.99``, even ``2.0``) or a
