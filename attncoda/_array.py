@@ -76,6 +76,7 @@ import importlib
 import inspect
 import math
 import numbers
+import reprlib
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -262,6 +263,34 @@ def as_float(x: Array, xp: Any, like: Array | None = None, *, what: str = "x") -
             return x.astype(np.float32)
         return x
     return xp.astype(x, xp.float64)
+
+
+def sqrt0(xp: Any, a: Array) -> Array:
+    """``sqrt(a)`` of non-negative ``a`` whose gradient is 0 where ``a`` is 0 (a norm or a
+    distance at 0, as ``torch.linalg.norm`` gives), not NaN: a double ``where`` for tensors
+    that require gradients; the plain square root otherwise."""
+    if not bool(getattr(a, "requires_grad", False)):
+        return xp.sqrt(a)
+    pos = a > 0
+    return xp.where(pos, xp.sqrt(xp.where(pos, a, xp.ones_like(a))), xp.zeros_like(a))
+
+
+def require_integer_sink(spec: Any, given: Any) -> None:
+    """The one rule for ``sink=`` given as key indices or positions (``decompose``, the
+    analyses, the explorer, the head view): integers only. A float (``1.99``, even ``2.0``) or a
+    bool is refused, never truncated to a key (``int(1.99)`` is key 1).
+
+    ``spec`` is ``given`` as an array (numpy or torch).
+    """
+    kind = str(spec.dtype).replace("torch.", "")
+    if kind == "bool" or not kind.startswith(("int", "uint")):
+        shown = repr(given) if spec.ndim == 0 or isinstance(given, (list, tuple)) else None
+        if shown is None or "\n" in shown or len(shown) > 80:
+            shown = f"{kind} values {reprlib.repr(spec.reshape(-1).tolist())}"
+        raise ShapeMismatchError(
+            f"sink must be an integer key index (or a list of them), got {shown}; a float or a "
+            "bool is never rounded to a key: pass int(...) of the key you mean"
+        )
 
 
 def as_bool(mask: Array, xp: Any, like: Array, what: str = "mask") -> Array:
@@ -773,6 +802,12 @@ def log_composition(
         # give NaN/-inf where they are invalid, silently, as the caller asked
         if isinstance(x, np.ndarray):
             log = log_into(x)
+        elif bool(getattr(x, "requires_grad", False)):
+            # log(0) = -inf has an infinite derivative; times the zero gradient of the terms
+            # that ignore it (0 log 0 = 0) it is NaN, which would reach every part: the log
+            # of the positive parts only, constants elsewhere (the double ``where``)
+            pos = x > 0
+            log = xp.where(pos, xp.log(xp.where(pos, x, xp.ones_like(x))), _log_of_non_positive(x))
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 log = xp.log(x)
@@ -781,6 +816,13 @@ def log_composition(
         with np.errstate(divide="ignore", invalid="ignore"):
             log = xp.where(visible, xp.log(safe), xp.full_like(x, -math.inf))
     return LogComposition(xp, log, visible, ax, owned=True)
+
+
+def _log_of_non_positive(x: Any) -> Any:
+    """``log`` of a tensor's non-positive parts as constants: ``-inf`` at 0, NaN below."""
+    import torch
+
+    return torch.where(x == 0, -math.inf, math.nan).to(x.dtype).detach()
 
 
 # Large numpy inputs are processed in blocks of rows, so that the temporaries of each block stay
@@ -863,9 +905,10 @@ def validate_parts(xp: Any, x: Array, visible: Array | None, *, allow_zeros: boo
     ok = (data >= 0) & (data < math.inf) if allow_zeros else (data > 0) & (data < math.inf)
     if bool(xp.all(ok)):
         if allow_zeros:
-            total = xp.sum(
-                data if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1
-            )
+            with np.errstate(over="ignore"):  # an overflowing sum (inf) has mass too
+                total = xp.sum(
+                    data if visible is None else xp.where(visible, x, xp.zeros_like(x)), axis=-1
+                )
             if bool(xp.any(total <= 0)):
                 raise ZeroPartError(
                     "some rows have no positive visible part (all zeros, no parts, or every "

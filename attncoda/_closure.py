@@ -91,14 +91,41 @@ def closure(x: Array, axis: int = -1, validate: bool = True, *, mask: Array | No
         if validate:
             validate_parts(xp, data, visible, allow_zeros=True)
         data = xp.where(visible, data, xp.zeros_like(data))
-        return xp.moveaxis(data / xp.sum(data, axis=-1, keepdims=True), -1, ax)
+        data, total = scaled_sums(xp, data)
+        return xp.moveaxis(data / total, -1, ax)
     blocks = _closure_blocks(data, validate)
     if blocks is not None:
         return xp.moveaxis(blocks, -1, ax)
-    total = xp.sum(data, axis=-1, keepdims=True)
+    data, total = scaled_sums(xp, data)
     if validate and not closable(xp, data, total):
         validate_parts(xp, data, None, allow_zeros=True)  # the precise refusal
     return xp.moveaxis(data / total, -1, ax)
+
+
+def scaled_sums(xp: Any, data: Array) -> tuple[Array, Array]:
+    """``data`` and its row sums (keepdims), the rows whose sum overflows scaled down first.
+
+    Finite parts can sum past the dtype's largest number (``[1e308, 1e308]`` in float64,
+    ``[3e38] * 3`` in float32 or bfloat16, ``[40000, 40000]`` in float16): ``x / inf`` would
+    close them to zeros. Those rows only are multiplied by ``2**-e``, ``e`` the binary exponent
+    of their largest part (exact: a power of two), so that their parts are at most 1 and the sum
+    at most the number of parts; every other row, and so every result for ordinary input, is the
+    same as dividing by the plain sum.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = xp.sum(data, axis=-1, keepdims=True)
+        over = xp.isinf(total) & xp.all(xp.isfinite(data), axis=-1, keepdims=True)
+        if math.prod(data.shape) == 0 or not bool(xp.any(over)):
+            return data, total
+        top = xp.max(xp.abs(data), axis=-1, keepdims=True)
+        if isinstance(data, np.ndarray):
+            exponent = np.where(over, np.frexp(top)[1], 0)
+            data = np.ldexp(data, -exponent)
+        else:
+            torch = torch_module()
+            exponent = torch.where(over, torch.frexp(top)[1], 0)
+            data = data * torch.pow(2.0, -exponent.to(torch.float64)).to(data.dtype)
+        return data, xp.sum(data, axis=-1, keepdims=True)
 
 
 def closable(xp: Any, data: Array, total: Array, smallest: float | None = None) -> bool:
@@ -141,6 +168,8 @@ def _closure_blocks(x: Array, validate: bool) -> Array | None:
         # (the smallest part through numpy: its minimum of a whole block is faster than torch's)
         if validate and not closable(np, rows[part], total):
             return None
+        if not validate and not np.isfinite(total).all():
+            return None  # an overflowing sum (or NaN): the general path scales those rows
         if views is None:
             np.divide(rows[part], total, out=out[part])
         else:
@@ -258,4 +287,6 @@ def closed_product(x: Array, y: Array, validate: bool, *, divide: bool = False) 
         ok = result_low >= 0 and (factor_worst < inf_bits if divide else factor_worst >= 0)
         if not (ok and bool(np.all((total > 0) & (total < math.inf)))):
             return None
+    elif not bool(np.all(total < math.inf)):
+        return None  # a product row whose sum overflowed: closure scales it (or NaN there)
     return out.reshape(x.shape)

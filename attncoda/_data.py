@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import stat
+import zlib
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -318,6 +319,7 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             f"the dataset's schema version is {_plain(version)!r}; this attncoda "
             f"({_version()}) reads versions up to {SCHEMA_VERSION}: upgrade attncoda"
         )
+    _check_coordinates(ds)
     for dim in ds.dims:
         if dim in ds.indexes and not ds.indexes[dim].is_unique:
             dup = ds.indexes[dim][ds.indexes[dim].duplicated()][0]
@@ -337,6 +339,35 @@ def validate_dataset(ds: xr.Dataset, *, values: bool = True) -> None:
             )
     if values:
         _check_values(ds)
+
+
+#: Coordinates of whole numbers (indices of samples, layers, heads and token positions).
+_INDEX_LIMIT = 2**31
+_INDEX_COORDS = ("sample", "layer", "head", "query", "key", "position", "sink_index", "token_id")
+
+
+def _check_coordinates(ds: xr.Dataset) -> None:
+    """Index coordinates hold whole numbers >= 0 in an integer dtype: a metadata edit (a zarr
+    ``.zarray`` dtype changed to a float) reinterprets the stored bytes as other numbers, which
+    would load as wrong layer or head labels."""
+    for name in _INDEX_COORDS:
+        if name not in ds.coords:
+            continue
+        values = np.asarray(ds[name].values)
+        if values.dtype.kind not in "iu":
+            raise SchemaError(
+                f"coordinate {name!r} holds {values.dtype}, not integers (its stored type was "
+                "changed?); re-create the dataset from its capture"
+            )
+        if name == "token_id" or not values.size:
+            continue
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= _INDEX_LIMIT:
+            raise SchemaError(
+                f"coordinate {name!r} holds {low if low < 0 else high}; indices count from 0 "
+                f"and stay below 2**31 (its stored type or bytes were changed?); re-create the "
+                "dataset from its capture"
+            )
 
 
 def _check_tokens(ds: xr.Dataset) -> None:
@@ -594,7 +625,10 @@ def _check_zarr_complete(path: Path) -> None:
     if not (path / ".zgroup").is_file():
         raise SchemaError(f"{str(path)!r} is not a zarr store (no .zgroup); is it a capture?")
     meta = _zarr_metadata(path)
-    all_chunks = bool(meta.get(".zattrs", {}).get(_ALL_CHUNKS, 0))
+    root = meta.get(".zattrs", {})
+    # every chunk is written by save() and its appends (write_empty_chunks): a store that says
+    # so, or carries the schema version, has a file for every chunk and no other
+    all_chunks = bool(root.get(_ALL_CHUNKS, 0)) or SCHEMA_ATTR in root
     for key, zarray in meta.items():
         if not key.endswith("/.zarray"):
             continue
@@ -625,6 +659,13 @@ def _check_zarr_complete(path: Path) -> None:
                 if p.is_file() and not p.name.startswith(".")
             }
         missing = sorted(expected - have)
+        extra = sorted(have - expected)
+        if extra and not missing:
+            raise SchemaError(
+                f"zarr store {str(path)!r} is damaged: variable {name!r} has {len(extra)} "
+                f"chunk(s) beyond its shape (e.g. {extra[0]}); an interrupted or foreign "
+                "append? Re-create the store"
+            )
         if missing:
             raise SchemaError(
                 f"zarr store {str(path)!r} is damaged: variable {name!r} lacks "
@@ -841,6 +882,10 @@ def save(
         # strings have no fixed size for a lazy (dask) write: read them (sample x position)
         ds = ds.assign_coords(token=(ds["token"].dims, _token_array(ds["token"].values)))
     if append:
+        # a new store in a folder that does not exist yet: made now, as save() without append
+        # does (its lock file lives beside the store)
+        if not target.exists() and not target.parent.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
         check_save(target, format=fmt, append=True)
         # one writer at a time: another process's append (or replacement) finishes first, so
         # the samples are numbered after it; a store created meanwhile is appended to
@@ -850,12 +895,65 @@ def save(
                 with load(target, check_values=False) as old:
                     _check_append(old, ds, target)
                     n_old = old.sizes["sample"]
+                    kept = dict(old.attrs)
                 ds = ds.assign_coords(sample=np.arange(n_old, n_old + ds.sizes["sample"]))
-                with deferred_interrupt():  # an append is finished, not torn, by a first Ctrl-C
-                    ds.to_zarr(target, append_dim="sample", zarr_format=2, write_empty_chunks=True)
+                # xarray replaces the root attributes with the appended dataset's: keep the
+                # store's (the schema version and the every-chunk flag that makes load refuse a
+                # missing chunk among them)
+                ds = _with_token_checksums(ds).assign_attrs(
+                    {**kept, SCHEMA_ATTR: SCHEMA_VERSION, _ALL_CHUNKS: 1}
+                )
+                undo = _AppendUndo(target, n_old)
+                try:
+                    with deferred_interrupt():  # finished, not torn, by a first Ctrl-C
+                        ds.to_zarr(
+                            target, append_dim="sample", zarr_format=2, write_empty_chunks=True
+                        )
+                except BaseException:  # a full disk, a second Ctrl-C: all or nothing
+                    undo.restore()
+                    raise
                 return target
             return _save_new(ds, target, fmt, overwrite)
     return _save_new(ds, target, fmt, overwrite)
+
+
+class _AppendUndo:
+    """What an append to a zarr v2 store may change, kept so that a failed append (a full disk
+    mid-write) can be taken back: the store's metadata files, and every array's last chunk
+    along ``sample`` (rewritten when it is partial); files the append adds are removed.
+    The store then holds the samples it held before, loadable."""
+
+    def __init__(self, store: Path, n_old: int) -> None:
+        self.store = store
+        self.files = {p for p in store.rglob("*") if p.is_file()}
+        self.saved: dict[Path, bytes] = {}
+        for path in self.files:
+            if path.name.startswith("."):
+                self.saved[path] = path.read_bytes()
+        for zarray in store.glob("*/.zarray"):
+            folder = zarray.parent
+            try:
+                meta = json.loads(zarray.read_text())
+                dims = json.loads((folder / ".zattrs").read_text())["_ARRAY_DIMENSIONS"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if "sample" not in dims or not meta.get("chunks") or n_old == 0:
+                continue
+            axis = dims.index("sample")
+            last = str((n_old - 1) // int(meta["chunks"][axis]))
+            sep = meta.get("dimension_separator", ".") or "."
+            for chunk in folder.rglob("*"):
+                if chunk.is_file() and not chunk.name.startswith("."):
+                    key = chunk.relative_to(folder).as_posix().replace("/", sep).split(sep)
+                    if len(key) > axis and key[axis] == last:
+                        self.saved[chunk] = chunk.read_bytes()
+
+    def restore(self) -> None:
+        for path in sorted(self.store.rglob("*"), reverse=True):
+            if path.is_file() and path not in self.files:
+                path.unlink(missing_ok=True)
+        for path, data in self.saved.items():
+            path.write_bytes(data)
 
 
 def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
@@ -873,6 +971,43 @@ def _checksum_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
         for name, v in ds.variables.items()
         if v.dtype.kind in "biuf" and v.ndim > 0 and v.size > 0
     }
+
+
+#: Per-sample CRC32 of the token strings (a coordinate along ``sample``, so that appends
+#: carry their own): strings have no chunk checksums of the engines' (numeric arrays do).
+_TOKEN_CRC = "attncoda_token_crc32"
+
+
+def _token_crc32(tokens: np.ndarray) -> np.ndarray:
+    """CRC32 of each sample's tokens, as JSON (ASCII escapes: every string has one encoding)."""
+    return np.array(
+        [zlib.crc32(json.dumps([str(t) for t in row]).encode("ascii")) for row in tokens],
+        dtype=np.uint32,
+    )
+
+
+def _with_token_checksums(ds: xr.Dataset) -> xr.Dataset:
+    if "token" not in ds.coords or ds["token"].dims != ("sample", "position"):
+        return ds
+    crc = _token_crc32(np.asarray(ds["token"].values))
+    return ds.assign_coords({_TOKEN_CRC: ("sample", crc)})
+
+
+def _verify_tokens(ds: xr.Dataset, path: Path) -> xr.Dataset:
+    """Refuse tokens whose text changed since they were saved; drop the checksums."""
+    if _TOKEN_CRC not in ds.coords:
+        return ds  # saved before tokens had checksums
+    stored = np.asarray(ds[_TOKEN_CRC].values)
+    if "token" not in ds.coords or ds["token"].dims != ("sample", "position"):
+        raise SchemaError(f"{str(path)!r} is damaged: it has token checksums but no tokens")
+    bad = np.flatnonzero(stored != _token_crc32(np.asarray(ds["token"].values)))
+    if bad.size:
+        raise SchemaError(
+            f"{str(path)!r} is damaged: the token text of sample {int(bad[0])} "
+            f"({bad.size} sample(s) in all) fails its checksum; restore it from a copy or "
+            "re-create it"
+        )
+    return ds.drop_vars(_TOKEN_CRC)
 
 
 def _verify_zarr_chunks(path: Path) -> None:
@@ -1048,7 +1183,7 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
         # zarr writes from background threads: a Ctrl-C mid-write would leave them writing
         # into the staging folder after its removal, so the write call is finished first
         with deferred_interrupt():
-            ds = ds.assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
+            ds = _with_token_checksums(ds).assign_attrs({SCHEMA_ATTR: SCHEMA_VERSION})
             encoding = _checksum_encoding(ds, fmt)
             if fmt == "netcdf" and need <= _memory_budget():
                 # HDF5 writes into memory, Python writes the file: a disk that fills meanwhile
@@ -1106,7 +1241,7 @@ def load(
     if fmt == "zarr" and check_values and target.is_dir():
         _check_contained(target, fmt)  # before any chunk is read (again in _open: cheap)
         _verify_zarr_chunks(target)  # every chunk's checksum, naming a damaged one
-    out = _open(target, fmt)
+    out = _verify_tokens(_open(target, fmt), target)
     validate_dataset(out, values=check_values)  # a newer schema version is refused here
     out.attrs.pop(SCHEMA_ATTR, None)
     known = {*SUMMARY_VARIABLES, "log_attn", "learned_sink_log_attn"}

@@ -47,6 +47,7 @@ from ._array import (
     labelled,
     log_composition,
     parts_last,
+    require_integer_sink,
     sum_where,
     too_few_parts,
 )
@@ -137,7 +138,8 @@ def _sink_mask(
     else:
         if int(np.prod(spec.shape)) == 0:
             raise TooFewPartsError("sink= names no key; give at least one index")
-        if not kind.startswith(("int", "uint")) or spec.ndim > 1:
+        require_integer_sink(spec, sink)
+        if spec.ndim > 1:
             raise ShapeMismatchError(
                 f"sink must be an integer key index, a 1-d list of them, or a boolean array "
                 f"marking the sink keys (per row), got {sink!r}"
@@ -189,8 +191,12 @@ def _channel(xp: Any, log: Array, keep: Array) -> tuple[Array, Array, Array]:
     safe = xp.where(has, total, xp.ones_like(total))
     comp = np.divide(e, safe, out=e) if numpy else e / safe
     log_t = xp.log(safe)
-    # c w is 0 x (-inf) outside ``keep``: those terms are 0
-    cw = xp.where(keep, comp * w, xp.zeros_like(w))
+    # c w is 0 x (-inf) outside ``keep`` and at a zero part: those terms are 0. ``w`` is made
+    # finite there before the product (the double ``where``): the masked branch's gradient
+    # (0 x -inf = NaN) would otherwise leak into every part's gradient through autograd
+    finite = w > -math.inf
+    w_safe = xp.where(finite, w, xp.zeros_like(w))
+    cw = xp.where(finite, comp * w_safe, xp.zeros_like(w))
     entropy = log_t[..., 0] - xp.sum(cw, axis=-1)
     lse = xp.where(has[..., 0], log_t[..., 0] + m[..., 0], xp.full_like(entropy, -math.inf))
     return lse, comp, entropy

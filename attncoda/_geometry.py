@@ -29,6 +29,7 @@ from ._array import (
     normalize_axis,
     pair_shape,
     parts_last,
+    sqrt0,
     to_kind,
     torch_module,
     torch_views,
@@ -381,7 +382,7 @@ def aitchison_norm(
     """
     c = clr(x, axis, validate, mask=mask, from_logits=from_logits, degenerate=degenerate)
     xp = namespace(c)
-    return xp.sqrt(_row_dot(xp, c, c, normalize_axis(axis, c.ndim)))
+    return sqrt0(xp, _row_dot(xp, c, c, normalize_axis(axis, c.ndim)))
 
 
 @labelled(Spec(parts=("x", "y", "mask")))
@@ -423,7 +424,7 @@ def aitchison_distance(
         d = np.subtract(cx, cy, out=cx)  # clr's own result: no second full-size temporary
     else:
         d = cx - cy
-    return xp.sqrt(_row_dot(xp, d, d, normalize_axis(axis, d.ndim)))
+    return sqrt0(xp, _row_dot(xp, d, d, normalize_axis(axis, d.ndim)))
 
 
 def _fresh(c: Array, fits: bool, *inputs: Array) -> bool:

@@ -29,6 +29,7 @@ from ._array import (
     labelled,
     namespace,
     normalize_axis,
+    sqrt0,
     to_kind,
     torch_views,
 )
@@ -270,7 +271,7 @@ def gram_distances(
     if same:
         n = int(d2.shape[-1])
         d2 = xp.where(xp.eye(n, dtype=xp.bool, device=device_of(d2)), xp.zeros_like(d2), d2)
-    return d2 if squared else xp.sqrt(d2)
+    return d2 if squared else sqrt0(xp, d2)
 
 
 def _distances_from_gram(d2: Array, na: Array, nb: Array, *, same: bool, squared: bool) -> Array:

@@ -158,7 +158,16 @@ class Analysis:
         ValueError, KeyError, TypeError
             A field is missing or of the wrong type.
         """
-        raw = json.loads(text)
+        try:
+            raw = json.loads(text)
+        except RecursionError:  # json's decoder recurses once per nested list or object
+            raise ValueError("it is nested too deeply to be a manifest attncoda wrote") from None
+        try:  # a lone surrogate ("\\ud800") is valid JSON but no text a page can hold
+            json.dumps(raw, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"it holds a lone surrogate ({exc.object[exc.start : exc.end]!a}), not text"
+            ) from None
         if not isinstance(raw, dict):
             raise TypeError("the manifest is not a JSON object")
         sections = [

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import xarray as xr
 
+from ._array import _as_numpy, require_integer_sink
 from ._conventions import AnalysisError, RowsRequiredError
 from ._data import DIMS, SchemaError
 from ._errors import ShapeMismatchError
@@ -78,9 +79,13 @@ def _sink_positions(ds: xr.Dataset, sink: Any) -> np.ndarray:
             else np.zeros(n, np.int64)
         )
     elif isinstance(sink, xr.DataArray):
-        pos = np.asarray(sink.transpose("sample").values, np.int64)
+        given = np.asarray(sink.transpose("sample").values)
+        require_integer_sink(given, sink)
+        pos = given.astype(np.int64)
     else:
-        pos = np.broadcast_to(np.asarray(sink, np.int64), (n,)).copy()
+        given = _as_numpy(sink, "sink")
+        require_integer_sink(given, sink)
+        pos = np.broadcast_to(given.astype(np.int64), (n,)).copy()
     if pos.shape != (n,):
         raise ShapeMismatchError(f"sink= needs one key position per sample ({n}), got {pos.shape}")
     keys = np.asarray(ds["key"].values) if "key" in ds.coords else np.arange(ds.sizes["key"])

@@ -733,3 +733,37 @@ def test_smollm2_refuses_positions_beyond_the_text_and_keeps_outputs():
         np.testing.assert_allclose(forward(model, batch).numpy(), before.numpy(), atol=1e-5)
     assert list(cap.dataset["query"].values) == [t - 1]
     assert list(cap.dataset["layer"].values) == [model.config.num_hidden_layers - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# streamed stores (issue #48)
+
+
+def test_stream_to_a_folder_that_does_not_exist_yet_is_made_before_the_model_runs(
+    llama, batch, tmp_path
+):
+    store = tmp_path / "new" / "sub" / "s.zarr"
+    with capture(llama, stream_to=store):
+        assert store.parent.is_dir()  # made at setup, not after the first pass
+        forward(llama, batch)
+        forward(llama, zoo.tiny_batch(llama, length=8, seed=1))
+    assert ac.load(store).sizes["sample"] == 4
+    assert [p.name for p in store.parent.iterdir()] == ["s.zarr"]  # no lock file left
+
+
+def test_a_second_capture_streaming_to_the_same_new_store_is_refused_at_setup(
+    llama, batch, tmp_path
+):
+    other = zoo.tiny_twin("llama")
+    store = tmp_path / "s.zarr"
+    with capture(llama, stream_to=store):
+        message = refused(other, batch, match="another capture is streaming", stream_to=store)
+        assert "\n" not in message
+        forward(llama, batch)
+    assert ac.load(store).sizes["sample"] == 2  # the first capture's samples only
+    # once the first is done, the store is its: a new capture is refused, an explicit append not
+    refused(other, batch, match="already exists", stream_to=store)
+    with capture(other) as cap:
+        forward(other, batch)
+    ac.save(cap.dataset, store, append=True)
+    assert ac.load(store).sizes["sample"] == 4

@@ -526,3 +526,64 @@ def test_an_n_boot_beyond_memory_is_refused_before_any_work(tmp_path, capsys, n_
     # the same through the API (a ReportError, exit code 2)
     with pytest.raises(ac.ReportError, match="choose a smaller n_boot"):
         ac.analyze(ac.load(data), out, n_boot=int(n_boot), progress=False)
+
+
+# --------------------------------------------------------------------------------------------
+# odd names, bytes and manifests (issue #48): one line and exit 2, never a traceback (exit 70)
+
+
+@pytest.mark.parametrize("command", ["explore", "analyze", "report"])
+def test_a_hidden_dataset_name_gets_a_hidden_analysis_folder(command, tmp_path, capsys):
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    hidden = ac.save(rows, tmp_path / ".hidden.nc")
+    extra = {"explore": [], "analyze": ["-q", "--n-boot", "0", "--no-figures"], "report": ["-q"]}
+    code, _, err = _run([command, str(hidden), *extra[command]], capsys)
+    assert code == 0, err
+    if command == "explore":
+        assert (tmp_path / ".hidden-explorer.html").is_file()
+    else:
+        assert (tmp_path / ".hidden").is_dir()
+
+
+@pytest.mark.parametrize("name", [".nc", "...zarr"])
+def test_a_dataset_name_that_is_all_suffix_asks_for_out(name, tmp_path, capsys):
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    path = ac.save(rows, tmp_path / name, format="zarr" if "zarr" in name else "netcdf")
+    for command in ("explore", "analyze"):
+        code, _, err = _run([command, str(path)], capsys)
+        assert code == 2
+        _one_line_error(err, "--out")
+
+
+@pytest.mark.parametrize("command", ["explore", "analyze", "report"])
+def test_an_argument_that_is_not_utf8_is_refused_in_one_line(command, tmp_path, summaries, capsys):
+    bad = b"caf\xff".decode("utf-8", "surrogateescape")  # how Python passes such bytes
+    argv = {
+        "explore": ["explore", str(summaries), "--title", bad],
+        "analyze": ["analyze", str(summaries), "--out", str(tmp_path / bad)],
+        "report": ["report", str(tmp_path / bad)],
+    }[command]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    _one_line_error(err, "not UTF-8")
+    assert [p.name for p in tmp_path.iterdir()] == ["summ.nc"]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "needle"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"title": "\\ud800", "sections": []}', "lone surrogate"),
+        ('{"title": "ok", "sections": [{"heading": "\\udfff x"}]}', "lone surrogate"),
+    ],
+    ids=["nested-100000", "surrogate-title", "surrogate-heading"],
+)
+def test_a_hostile_manifest_is_refused_in_one_line(manifest, needle, tmp_path, summaries, capsys):
+    out = tmp_path / "an"
+    argv = ["analyze", str(summaries), "--out", str(out), "--n-boot", "0", "-q", "--no-figures"]
+    assert _run(argv, capsys)[0] == 0
+    (out / "analysis.json").write_text(manifest, encoding="utf-8")
+    code, _, err = _run(["report", str(out), "-q"], capsys)
+    assert code == 2
+    _one_line_error(err, needle)
+    assert not (out / "report.html").exists()

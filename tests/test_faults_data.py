@@ -21,6 +21,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import attncoda as ac
 from attncoda import _atomic
@@ -858,3 +859,192 @@ def test_sigterm_during_a_library_save_keeps_the_old_data_and_leaves_nothing(tmp
     assert "saved" not in out
     assert ac.load(target).attrs["tag"] == "old"
     assert _debris(tmp_path) == []
+
+
+# ------------------------------------------------------------------------ sink= (issue #48)
+# One rule for every sink= (decompose, the analyses, the explorer, the head view): integer key
+# indices only. A float was truncated (1.99 became key 1) everywhere but in decompose.
+
+SINK_USERS = {
+    "explore": lambda ds, sink: ac.explore(ds, sink=sink),
+    "head_view": lambda ds, sink: ac.head_view(ds, layer=0, head=0, sink=sink),
+    "sink_rate": lambda ds, sink: ac.sink_rate(ds, sink=sink),
+    "head_profiles": lambda ds, sink: ac.head_profiles(ds, sink=sink, progress=False),
+    "plot_rows": lambda ds, sink: ac.plot_rows(ds, sink=sink),
+    "decompose": lambda ds, sink: ac.decompose(np.array([0.2, 0.3, 0.5]), sink=sink),
+}
+BAD_SINKS = {
+    "1.99": 1.99,
+    "2.0": 2.0,
+    "np.float64": np.float64(1),
+    "True": True,
+    "list-with-float": [1, 1.5],
+    "DataArray-float": "dataarray",
+}
+
+
+@pytest.mark.parametrize("sink", list(BAD_SINKS), ids=str)
+@pytest.mark.parametrize("user", list(SINK_USERS), ids=str)
+def test_a_float_or_bool_sink_is_refused_everywhere_never_truncated(ds, user, sink):
+    value = BAD_SINKS[sink]
+    if value == "dataarray":
+        value = xr.DataArray(np.array([1.99, 1.0]), dims="sample")
+        if user == "decompose":
+            value = np.array([1.99])
+    if user == "decompose" and sink == "list-with-float":
+        value = [1, 1.5]
+    with pytest.raises(ac.ShapeMismatchError, match=r"(integer key index|not a key index)") as info:
+        SINK_USERS[user](ds, value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("user", [u for u in SINK_USERS if u != "decompose"], ids=str)
+def test_an_integer_sink_is_still_accepted(ds, user):
+    SINK_USERS[user](ds, 1)
+    SINK_USERS[user](ds, np.int32(0))
+    SINK_USERS[user](ds, xr.DataArray(np.array([1, 0]), dims="sample"))
+
+
+# ------------------------------------------------------------------------ coordinates on load
+# A metadata edit of a zarr coordinate's dtype reinterprets its bytes: the layers loaded as
+# other numbers. Index coordinates are checked on load (integer dtype, from 0, below 2**31).
+
+
+def _edit_zarray(store, name, **changes):
+    for meta_file in (store / name / ".zarray", store / ".zmetadata"):
+        if not meta_file.is_file():
+            continue
+        meta = json.loads(meta_file.read_text())
+        target = meta if meta_file.name == ".zarray" else meta["metadata"][f"{name}/.zarray"]
+        target.update(changes)
+        meta_file.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "needle"),
+    [
+        ("layer", "<f8", "not integers"),
+        ("head", "<f8", "not integers"),
+        ("layer", ">i8", "below 2\\*\\*31"),
+        ("key", ">i8", "below 2\\*\\*31"),
+        ("sink_index", "<f8", "not integers"),
+    ],
+)
+def test_a_coordinate_whose_stored_type_was_edited_is_refused_on_load(
+    ds, tmp_path, name, dtype, needle
+):
+    store = ac.save(ds, tmp_path / "r.zarr")
+    _edit_zarray(store, name, dtype=dtype)
+    with pytest.raises(ac.SchemaError, match=needle) as info:
+        ac.load(store)
+    assert "\n" not in str(info.value) and repr(name) in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "values"), [("layer", [0.0, 1.5]), ("head", [-1, 0, 1])])
+def test_coordinates_outside_the_schema_are_refused(ds, name, values):
+    with pytest.raises(ac.SchemaError, match=repr(name)):
+        ac.validate_dataset(ds.assign_coords({name: values}), values=False)
+
+
+# ------------------------------------------------------------------------ token text checksums
+# Numeric chunks carry CRC32C / fletcher32; the token strings had none, so a changed byte in a
+# token loaded as other text. Each sample's tokens now carry a CRC32, verified on load.
+
+
+def _edit_token(path: Path, sample: int, position: int, text: str) -> None:
+    if path.suffix == ".nc":
+        import h5py
+
+        with h5py.File(path, "r+") as f:
+            f["token"][sample, position] = text.encode()
+        return
+    from numcodecs import get_codec
+
+    meta = json.loads((path / "token" / ".zarray").read_text())
+    compressor, (vlen,) = get_codec(meta["compressor"]), [get_codec(c) for c in meta["filters"]]
+    chunk = path / "token" / "0.0"
+    tokens = vlen.decode(compressor.decode(chunk.read_bytes())).reshape(meta["shape"])
+    tokens[sample, position] = text
+    chunk.write_bytes(compressor.encode(vlen.encode(tokens)))
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_changed_token_is_refused_on_load(ds, tmp_path, suffix):
+    path = ac.save(ds, tmp_path / f"r{suffix}")
+    assert ac.load(path).identical(ds)  # the checksums are not part of the loaded dataset
+    _edit_token(path, 1, 2, " thon")  # one byte changed
+    with pytest.raises(ac.SchemaError, match=r"token text of sample 1.*checksum") as info:
+        ac.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_appended_tokens_carry_their_own_checksums(ds, tmp_path):
+    store = ac.save(ds, tmp_path / "r.zarr")
+    ac.save(ds, store, append=True)
+    assert ac.load(store).sizes["sample"] == 4
+
+
+# ------------------------------------------------------------------------ streamed appends
+# Every append dropped the store's attncoda_all_chunks and attncoda_schema attributes, after
+# which a missing chunk loaded silently as NaN (0 for sink_index).
+
+
+def test_appends_keep_every_attribute_and_a_missing_chunk_is_still_refused(tmp_path):
+    rows = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    before = json.loads((store / ".zattrs").read_text())
+    for _ in range(2):
+        ac.save(rows, store, append=True)
+    after = json.loads((store / ".zattrs").read_text())
+    assert {k: after.get(k) for k in before} == before
+    assert ac.load(store).sizes["sample"] == 3
+    for variable in ("sink_share", "sink_index"):
+        chunks = sorted(p for p in (store / variable).iterdir() if not p.name.startswith("."))
+        moved = chunks[-1].rename(tmp_path / "aside")
+        with pytest.raises(ac.SchemaError, match=f"{variable!r} lacks"):
+            ac.load(store)
+        moved.rename(chunks[-1])
+
+
+def test_a_chunk_beyond_the_shape_is_refused(tmp_path):
+    rows = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows, store, append=True)
+    chunk = next(p for p in (store / "sink_index").iterdir() if not p.name.startswith("."))
+    shutil.copy(chunk, store / "sink_index" / "7")
+    with pytest.raises(ac.SchemaError, match="beyond its shape"):
+        ac.load(store)
+
+
+def test_an_append_into_a_folder_that_does_not_exist_creates_it(ds, tmp_path):
+    store = tmp_path / "new" / "sub" / "r.zarr"
+    ac.save(ds, store, append=True)
+    ac.save(ds, store, append=True)
+    assert ac.load(store).sizes["sample"] == 4
+
+
+@pytest.mark.parametrize("fail_at", [1, 5, 20])
+def test_a_full_disk_mid_append_leaves_the_store_as_before(tmp_path, monkeypatch, fail_at):
+    from zarr.storage import _local
+
+    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows.isel(sample=[0]), store, append=True)  # a partial last chunk along sample
+    before = ac.load(store)
+    real_put, calls = _local._put, []
+
+    def put(path, value, exclusive=False):
+        calls.append(path)
+        if len(calls) == fail_at:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_put(path, value, exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+    with pytest.raises(OSError) as info:
+        ac.save(rows, store, append=True)
+    assert info.value.errno == errno.ENOSPC
+    monkeypatch.setattr(_local, "_put", real_put)
+    after = ac.load(store)
+    assert after.identical(before)
+    ac.save(rows, store, append=True)  # and it takes the next append
+    assert ac.load(store).sizes["sample"] == 7

@@ -1164,3 +1164,188 @@ def test_long_float32_rows_are_closed_and_open_ones_refused():
     _refused(lambda: ac.entropy(rows * np.float32(1.01)), ac.NotClosedError, "sum to 1")
     _refused(lambda: ac.entropy(np.array([[0.5, 0.5 + 2e-4]], np.float32)), ac.NotClosedError, "")
     _refused(lambda: ac.entropy(np.array([[0.5, 0.5 + 2e-3]], np.float16)), ac.NotClosedError, "")
+
+
+# ------------------------------------------------------------------------ gradients (issue #48)
+# Every differentiable output has a finite gradient equal to finite differences wherever its
+# value is finite, rows with zeros (masked or exact) included: a masked branch's NaN gradient
+# (``torch.where(p > 0, p * log(p), 0)``: 0 x -inf) must never leak into the others.
+
+P4 = [[0.2, 0.3, 0.1, 0.4], [0.7, 0.1, 0.15, 0.05]]
+P_ZERO = [[0.2, 0.0, 0.3, 0.5], [0.6, 0.1, 0.0, 0.3]]  # exact zeros where the value is finite
+Q4 = [[0.1, 0.3, 0.2, 0.4], [0.5, 0.2, 0.15, 0.15]]
+MASK = [[True, False, True, True], [True, True, True, False]]
+LOGITS = [[1.0, -0.5, 0.25, 2.0], [0.3, -float("inf"), 1.5, -2.0]]
+
+
+def _decompose_outputs(**kw):
+    fields = ("sink_share", "sink_logodds", "balance", "content", "entropy")
+    fields += ("content_entropy", "sink_entropy", "binary_entropy")
+    return [(f"decompose.{f}", lambda x, f=f: getattr(ac.decompose(x, **kw), f)) for f in fields]
+
+
+def _on_closed(fn, mask=None):
+    """``fn`` of the rows closed over their visible parts in torch (functions that require
+    closed rows: finite differences move one part, which would open the row)."""
+
+    def closed(x):
+        visible = x if mask is None else x * _t(MASK)
+        return fn(x / visible.sum(-1, keepdim=True))
+
+    return closed
+
+
+# (case, function of one float64 tensor, input rows)
+GRADIENTS = [
+    ("closure", ac.closure, P4),
+    ("closure-zero", ac.closure, P_ZERO),
+    ("closure-mask", lambda x: ac.closure(x, mask=_t(MASK)), P4),
+    ("clr", ac.clr, P4),
+    ("clr-mask", lambda x: ac.clr(x, mask=_t(MASK)), P4),
+    ("clr-logits", lambda x: ac.clr(x, from_logits=True), LOGITS),
+    ("clr_inv", ac.clr_inv, [[0.1, -0.3, 0.5, -0.3]]),
+    ("alr", ac.alr, P4),
+    ("alr_inv", ac.alr_inv, [[0.1, -0.3, 0.5]]),
+    ("ilr", ac.ilr, P4),
+    ("ilr-mask", lambda x: ac.ilr(x, mask=_t(MASK)), P4),
+    ("ilr_inv", ac.ilr_inv, [[0.1, -0.3, 0.5]]),
+    ("entropy", _on_closed(ac.entropy), P4),
+    ("entropy-zero", _on_closed(ac.entropy), P_ZERO),
+    ("entropy-mask", _on_closed(lambda x: ac.entropy(x, mask=_t(MASK)), MASK), P4),
+    ("entropy-logits", lambda x: ac.entropy(x, from_logits=True), LOGITS),
+    ("binary_entropy", ac.binary_entropy, [0.2, 0.5, 0.9]),
+    (
+        "binary_entropy_from_logs",
+        lambda x: ac.binary_entropy_from_logs(x, torch_log1mexp(x)),
+        [-1.6, -0.7],
+    ),
+    ("aitchison_norm", ac.aitchison_norm, P4),
+    ("aitchison_distance", lambda x: ac.aitchison_distance(x, _t(P4[::-1])), P4),
+    ("inner", lambda x: ac.inner(x, _t(P4[::-1])), P4),
+    ("perturb", lambda x: ac.perturb(x, _t(P4[::-1])), P4),
+    ("power", lambda x: ac.power(x, 0.7), P4),
+    ("paired_inner", lambda x: ac.paired_inner(x, _t(P4[::-1])), P4),
+    ("pairwise_aitchison", lambda x: ac.pairwise_aitchison(x, _t(Q4)), P4),
+    ("pairwise_aitchison-0", lambda x: ac.pairwise_aitchison(x, _t(P4[::-1])), P4),
+    ("pairwise_aitchison-self", ac.pairwise_aitchison, P4),  # 0 on the diagonal: gradient 0
+    ("aitchison_distance-0", lambda x: ac.aitchison_distance(x, _t(P4)), P4),
+    ("aitchison_norm-0", ac.aitchison_norm, [[0.25] * 4, [0.1, 0.2, 0.3, 0.4]]),
+    *(
+        (f"aitchison_split.{f}", lambda x, f=f: getattr(ac.aitchison_split(x, _t(P4[::-1])), f), P4)
+        for f in ("sink", "content", "total")
+    ),
+    ("add_learned_sink", lambda x: ac.add_learned_sink(0.3 * x), P4),
+    ("multi_replace", ac.multi_replace, P_ZERO),
+    (
+        "attribute_entropy_change",
+        lambda x: ac.attribute_entropy_change(x[0, 0], x[0, 1], x[1, 0], x[1, 1]).total,
+        P4,
+    ),
+    (
+        "group_decompose",
+        _on_closed(lambda x: ac.group_decompose(x, [[0], [1, 2], [3]]).entropy),
+        P4,
+    ),
+    ("entropy_change", _on_closed(lambda x: ac.entropy_change(x, _t(P4[::-1])).total), P4),
+    *((name, _on_closed(fn), P4) for name, fn in _decompose_outputs()),
+    *((n + "-mask", _on_closed(fn, MASK), P4) for n, fn in _decompose_outputs(mask=_t(MASK))),
+    *((name + "-logits", fn, LOGITS) for name, fn in _decompose_outputs(from_logits=True)),
+    *((name + "-sink2", _on_closed(fn), P4) for name, fn in _decompose_outputs(sink=[0, 2])),
+]
+
+
+def torch_log1mexp(log_s):
+    torch = _torch()
+    return torch.log(-torch.expm1(log_s))
+
+
+@requires_torch
+@pytest.mark.parametrize(("case", "fn", "rows"), GRADIENTS, ids=[g[0] for g in GRADIENTS])
+def test_every_differentiable_output_has_the_finite_differences_gradient(case, fn, rows):
+    torch = _torch()
+    x = torch.tensor(rows, dtype=torch.float64, requires_grad=True)
+    out = fn(x)
+    finite = torch.isfinite(out.detach())
+    assert bool(finite.any()), case
+
+    def values(x):  # the finite outputs only: the others have no gradient to check
+        return fn(x)[finite]
+
+    (grad,) = torch.autograd.grad(values(x).sum(), x, allow_unused=True)
+    if grad is not None:
+        assert bool(torch.isfinite(grad).all()), f"{case}: {grad}"
+    if case.endswith(("-self", "-0")):
+        # a norm or distance at 0 has no derivative (its gradient there is 0, as torch's norm
+        # gives, checked finite above): finite differences are checked where it is positive
+        finite = finite & (out.detach() != 0)
+    # gradcheck moves each input by 1e-6: inputs at an exact 0 or -inf stay where they are
+    movable = torch.isfinite(x.detach()) & (x.detach() != 0)
+    base = x.detach().clone()
+
+    def moved(free):
+        full = base.clone()
+        full[movable] = free
+        return values(full)
+
+    free = base[movable].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(moved, (free,), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------ overflowing row sums
+# Finite parts whose row sum overflows the dtype closed to zeros (x / inf), silently in bfloat16.
+# Those rows are scaled by a power of two first; results for ordinary rows are unchanged.
+
+OVERFLOWING = [
+    ("float64", np.float64, [1e308, 1e308], [0.5, 0.5]),
+    ("float32", np.float32, [3e38] * 3, [1 / 3] * 3),
+    ("float32-uneven", np.float32, [3e38, 1e38, 3e38, 1.0], [3 / 7, 1 / 7, 3 / 7, 0.0]),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "row", "want"), OVERFLOWING, ids=[c[0] for c in OVERFLOWING]
+)
+@pytest.mark.parametrize("validate", [True, False])
+def test_rows_whose_sum_overflows_close_to_their_shares(case, dtype, row, want, validate):
+    x = np.array([row, [1.0] * len(row)], dtype=dtype)
+    tol = 10 * np.finfo(dtype).eps
+    for got in (
+        ac.closure(x, validate=validate),
+        ac.closure(x, mask=np.ones(x.shape, bool), validate=validate),
+        ac.perturb(x, np.ones_like(x), validate=validate),
+    ):
+        np.testing.assert_allclose(got[0], want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(got[1], 1 / len(row), rtol=tol)
+
+
+@requires_torch
+@pytest.mark.parametrize(
+    ("dtype", "row"),
+    [
+        ("float64", [1e308, 1e308]),
+        ("float32", [3e38] * 3),
+        ("bfloat16", [3e38] * 3),
+        ("float16", [4e4, 4e4]),
+    ],
+)
+def test_tensor_rows_whose_sum_overflows_close_to_their_shares(dtype, row):
+    torch = _torch()
+    got = ac.closure(torch.tensor(row, dtype=getattr(torch, dtype)))
+    np.testing.assert_allclose(got.double().numpy(), 1 / len(row), rtol=1e-2)
+
+
+def test_large_blocked_rows_whose_sum_overflows_close_to_their_shares():
+    x = np.full((20_000, 500), 1e306)  # 80 MB: the blocked path
+    for validate in (True, False):
+        got = ac.closure(x, validate=validate)
+        np.testing.assert_allclose(got[[0, -1]], 1 / 500, rtol=1e-12)
+
+
+@given(
+    hnp.arrays(np.float64, (3, 5), elements=st.floats(0.0, 1e300)).filter(
+        lambda a: (a.sum(-1) > 0).all()
+    )
+)
+@settings(max_examples=50, deadline=None)
+def test_ordinary_rows_close_exactly_as_by_their_sum(x):
+    np.testing.assert_array_equal(ac.closure(x), x / x.sum(-1, keepdims=True))

@@ -143,6 +143,27 @@ def _error_code(exc: BaseException) -> int | None:
     return None
 
 
+def _not_utf8(args: argparse.Namespace) -> str | None:
+    """The refusal of an argument that is not UTF-8 text, or None.
+
+    Python hands bytes that are not UTF-8 (``--title $'\\xff'``) to the program as lone
+    surrogates (``surrogateescape``); no page, file or store attncoda writes can hold them.
+    """
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, (list, tuple)) else [value]:
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                option = "--" + name.replace("_", "-")
+                return (
+                    f"{option} holds bytes that are not UTF-8 text ({text!a}); pass it in UTF-8 "
+                    "(a file name too: rename the file)"
+                )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``attncoda`` command and return its exit status.
 
@@ -172,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    undecodable = _not_utf8(args)
+    if undecodable is not None:
+        print_error(undecodable)
         return EXIT_USAGE
     try:
         with warnings.catch_warnings(), _terminate_as_interrupt():

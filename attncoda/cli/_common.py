@@ -203,9 +203,18 @@ def analysis_folder(dataset: str | Path) -> Path:
     --------
     >>> str(analysis_folder("runs/emma.nc")), str(analysis_folder("emma.zarr/"))
     ('runs/emma', 'emma')
+    >>> str(analysis_folder(".emma.nc"))
+    '.emma'
     """
     p = Path(str(dataset).rstrip("/"))
-    return p.with_name(p.name.split(".")[0])
+    hidden = p.name[: len(p.name) - len(p.name.lstrip("."))]  # ``.emma.nc`` -> ``.emma``
+    stem = hidden + p.name[len(hidden) :].split(".")[0]
+    if stem.strip(".") == "" or stem == p.name:
+        raise ac.InputError(
+            f"{str(dataset)!a} has no name to give its analysis folder once its suffix is "
+            "removed: name one with --out DIR"
+        )
+    return p.with_name(stem)
 
 
 def check_out_folder(path: str | Path, force: bool, what: str = "--out") -> Path:

@@ -53,8 +53,11 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_explore(args: argparse.Namespace) -> int:
-    folder = analysis_folder(args.dataset)  # the one rule for default outputs
-    out = Path(args.out) if args.out else folder.with_name(folder.name + SUFFIX)
+    if args.out:
+        out = Path(args.out)
+    else:
+        folder = analysis_folder(args.dataset)  # the one rule for default outputs
+        out = folder.with_name(folder.name + SUFFIX)
     if out.suffix.lower() not in (".html", ".htm"):
         raise usage(f"--out {args.out!r} must name an .html file")
     if not Path(args.dataset).exists():

@@ -25,6 +25,7 @@ exception.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -1485,7 +1486,10 @@ def capture(
         only = sessions[wanted[0]]
         hooks.append(head.register_forward_pre_hook(_before_head(only)))
         only.head_hooked = True
+    claim = None
     try:
+        if store is not None:  # before the model runs; released in ``finally``
+            claim = _claim_stream(store)
         if switch:
             own = what == "rows" and not exact_outputs
             with observed(model, observe, computes=own):
@@ -1512,6 +1516,8 @@ def capture(
             session.closed = True
             session.forward = None
         _CAPTURING.difference_update(module_ids)
+        if claim is not None:
+            claim.release()
 
 
 def _per_stack(value: Any, name: str, stacks: dict[str, Any]) -> dict[str, Any]:
@@ -1573,6 +1579,53 @@ def _stream_target(stream_to: Any, what: str) -> Path:
             "pip install 'attncoda[distributed]', or capture what='summaries'"
         )
     return path
+
+
+class _StreamClaim:
+    """The first capture streaming to a new store owns it for its whole block: an exclusive
+    ``fcntl.flock`` on ``.NAME.attncoda.stream.lock`` beside the store, taken before the model
+    runs and released (the file removed) when the block ends. A second capture given the same
+    ``stream_to=`` is refused at setup, instead of both appending into one store. The lock is
+    the kernel's: a killed capture leaves no claim (its file is taken over by the next one)."""
+
+    def __init__(self, store: Path) -> None:
+        # the store's folder is made now, before the model runs: its first append would fail
+        # there after the first pass (the parent was checked writable by _stream_target)
+        store.parent.mkdir(parents=True, exist_ok=True)
+        self.path = store.with_name(f".{store.name}.attncoda.stream.lock")
+        self.fh: Any = open(self.path, "a+b")  # held for the block
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no claim
+            return
+        try:
+            fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            self.fh = None
+            raise CaptureError(
+                f"another capture is streaming to {str(store)!r}; give this one its own "
+                "stream_to= (or, to add to that store once it is done, ac.save(ds, path, "
+                "append=True))"
+            ) from None
+        if store.exists():  # a capture that finished before this claim wrote it
+            self.release()
+            raise CaptureError(
+                f"{str(store)!r} already exists; choose a new store (attncoda never appends a "
+                "capture to an unrelated store)"
+            )
+
+    def release(self) -> None:
+        if self.fh is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        self.fh.close()  # closing drops the lock
+        self.fh = None
+
+
+def _claim_stream(store: Path) -> _StreamClaim:
+    return _StreamClaim(store)
 
 
 def _tokens_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int | None]:
