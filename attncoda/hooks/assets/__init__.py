@@ -45,8 +45,8 @@ Examples
 --------
 >>> from attncoda.hooks import assets
 >>> [a.name for a in assets.list_assets()]  # doctest: +NORMALIZE_WHITESPACE
-['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b',
- 'whisper-base', 'austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
+['smollm2-135m', 'gemma3-270m', 'minilm-l6', 'mpnet-base', 'qwen2.5-coder-0.5b',
+ 'qwen2.5-coder-1.5b', 'whisper-base', 'austen', 'austen-speech', 'mobydick', 'wikipedia', 'web']
 >>> assets.fetch("austen")  # doctest: +SKIP
 PosixPath('/home/me/.cache/attncoda/corpora/austen')
 >>> text = assets.load_text("austen", "prideprejudice")  # doctest: +SKIP
