@@ -659,7 +659,9 @@ def _check_zarr_complete(path: Path) -> None:
                 if p.is_file() and not p.name.startswith(".")
             }
         missing = sorted(expected - have)
-        extra = sorted(have - expected)
+        # only chunk-named files count: a user's notes.txt in a variable's folder is theirs
+        # (never read, never replaced), not a chunk beyond the shape
+        extra = sorted(k for k in have - expected if all(p.isdigit() for p in k.split(sep)))
         if extra and not missing:
             raise SchemaError(
                 f"zarr store {str(path)!r} is damaged: variable {name!r} has {len(extra)} "
@@ -675,7 +677,21 @@ def _check_zarr_complete(path: Path) -> None:
 
 
 def _is_ours(path: Path, fmt: str) -> str | None:
-    """None if ``path`` holds a capture in attncoda's schema (so it may be replaced)."""
+    """None if ``path`` holds a capture in attncoda's schema (so it may be replaced).
+
+    A zarr store's files are looked at first: a file of the user's inside a variable's folder
+    would otherwise read as a chunk beyond the shape, and the refusal should name it as theirs.
+    """
+    if fmt == "zarr":
+        try:
+            foreign = _foreign_in_store(path)
+        except (SchemaError, OSError, ValueError) as exc:
+            return f"it is not an attncoda capture ({exc})"
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (
+                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+            )
+            return f"it holds files attncoda did not write ({shown})"
     try:
         ds = _open(path, fmt)
         try:
@@ -684,13 +700,6 @@ def _is_ours(path: Path, fmt: str) -> str | None:
             ds.close()
     except SchemaError as exc:
         return f"it is not an attncoda capture ({exc})"
-    if fmt == "zarr":
-        foreign = _foreign_in_store(path)
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (
-                f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-            )
-            return f"it holds files attncoda did not write ({shown})"
     return None
 
 

@@ -65,8 +65,8 @@ def test_registry_names_kinds_and_order():
         "wikipedia",
         "web",
     ]
-    assert [a.name for a in assets.list_assets("model")] == names[:6]
-    assert [a.name for a in assets.list_assets("corpus")] == names[6:]
+    assert [a.name for a in assets.list_assets("model")] == names[:7]
+    assert [a.name for a in assets.list_assets("corpus")] == names[7:]
     # every asset is in `attncoda fetch --all` except the 1.5B model (too large for CI's budget)
     assert [a.name for a in assets.list_assets() if not a.in_all] == ["qwen2.5-coder-1.5b"]
     assert all(assets.ASSETS[n].name == n for n in assets.ASSETS)

@@ -92,10 +92,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--stack",
         choices=("all", "encoder", "decoder", "cross"),
-        default=None,
+        default="all",
         help="an encoder-decoder's attention to capture: its encoder, decoder or cross "
         "attention, or all three, each into a file of its own (OUT's name with .encoder, "
-        ".decoder, .cross before the suffix; default: all)",
+        ".decoder, .cross before the suffix) (default: %(default)s)",
     )
     add_out(p, "output dataset, .nc or .zarr", metavar="PATH", default="capture.nc")
     add_force(p)
@@ -167,7 +167,7 @@ def stack_paths(out: Path, stack: str | None) -> dict[str, Path]:
     >>> {k: str(v) for k, v in stack_paths(Path("w.nc"), "all").items()}
     {'encoder': 'w.encoder.nc', 'decoder': 'w.decoder.nc', 'cross': 'w.cross.nc'}
     """
-    names = STACKS if stack in (None, "all") else (stack,)
+    names = STACKS if stack == "all" else (stack,)
     return {n: out.with_name(f"{out.stem}.{n}{out.suffix}") for n in names}
 
 
@@ -178,7 +178,7 @@ def _check_speech_options(args: argparse.Namespace, kind: str) -> None:
             "decoder-only and encoder models; capture it in Python (attncoda.hooks.capture gives "
             "encoder, decoder and cross attention, see docs/capture.md)"
         )
-    if kind == "text" and args.stack is not None:
+    if kind == "text" and args.stack != "all":
         raise usage(f"--stack is for encoder-decoders; {args.model} has one stack of attention")
     if kind != "speech":
         return
