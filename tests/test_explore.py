@@ -334,7 +334,7 @@ def _click(tab: Any, x: float, y: float) -> None:
         )
 
 
-_CODES = {"ArrowUp": 38, "ArrowDown": 40, "ArrowLeft": 37, "ArrowRight": 39}
+_CODES = {"ArrowUp": 38, "ArrowDown": 40, "ArrowLeft": 37, "ArrowRight": 39, "Home": 36, "End": 35}
 
 
 def _press(tab: Any, key: str) -> None:
@@ -360,13 +360,16 @@ def _state(tab: Any) -> dict[str, str]:
 
 def _cell_point(tab: Any, query: int, key: int, panel: str = "#acx-pa") -> list[float]:
     """Where the page draws the cell (query position, key position) of a panel's view."""
-    geo = tab.evaluate("window.acxGeometry(0)")
+    geo = tab.evaluate(f"window.acxGeometry({1 if panel == '#acx-pb' else 0})")
     row = geo["rows"].index(query)
     col = next(c for c in geo["cols"] if c["k"] == key)
     x, y = col["x"] + geo["cs"] / 2, geo["top"] + row * geo["cs"] + geo["cs"] / 2
     # scroll the page so that the cell is in the viewport (a mouse can only point there)
+    # (the main column scrolls in a wide window, the page in a narrow one)
     expr = (
-        f"(() => {{ const o = document.querySelector('{panel} .acx-over');"
+        f"(() => {{ const o = document.querySelector('{panel} .acx-over'),"
+        " m = document.getElementById('acx-main');"
+        f" m.scrollTop += o.getBoundingClientRect().y + {y} - 300;"
         f" window.scrollTo(0, o.getBoundingClientRect().y + window.scrollY + {y} - 300);"
         " const c = o.getBoundingClientRect(); return [c.x, c.y]; })()"
     )
@@ -550,6 +553,123 @@ def test_smollm2_30x9x256_opens_small_and_right(tmp_path: Path) -> None:
         shown = float(re.search(r"p = ([0-9.]+)", tip).group(1))  # type: ignore[union-attr]
         assert abs(shown - want[0, 29, 0, 40, 17]) <= TOL + 5e-5
         assert tab.requests() == [page.resolve().as_uri()]
+
+
+def _padded(length: int = 40, n_layers: int = 3, n_heads: int = 4) -> xr.Dataset:
+    """Rows with padding: sample 0 right-padded (real tokens 0-19), sample 1 left-padded (real
+    tokens 10-39, its sink at 10). Padding keys are seen by no query, padded queries see none."""
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=n_layers, n_heads=n_heads, length=length)
+    z = ds["log_attn"].values.astype(np.float64)
+    real = np.zeros((2, length), bool)
+    real[0, :20] = True
+    real[1, 10:] = True
+    for s in range(2):
+        keep = real[s][None, None, :, None] & real[s][None, None, None, :]
+        zs = np.where(keep, z[s], -np.inf)
+        top = np.where(np.isfinite(zs).any(-1, keepdims=True), zs.max(-1, keepdims=True), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse = np.log(np.exp(zs - top).sum(-1, keepdims=True)) + top
+            z[s] = np.where(np.isfinite(zs), zs - lse, -np.inf)
+    out = ds[["log_attn"]].copy()
+    out["log_attn"] = (ds["log_attn"].dims, z.astype(np.float32))
+    return out.assign_coords(sink_index=("sample", np.array([0, 10])))
+
+
+def test_padding_is_left_out_of_the_data_block() -> None:
+    meta = _data(ac.explore(_padded()).html)
+    assert meta["real"] == [[0, 20], [10, 40]]
+    assert meta["real_queries"] == [[0, 20], [10, 40]]
+    assert meta["sink"] == [0, 10]
+
+
+def _set_window(tab: Any, n: int) -> None:
+    tab.evaluate(
+        f"(() => {{ const w = document.getElementById('acx-win'); w.value = '{n}';"
+        " w.dispatchEvent(new Event('change')); })()"
+    )
+
+
+@needs_chromium
+def test_padding_is_never_shown_as_keys(tmp_path: Path) -> None:
+    """Right padding (sample 0) and left padding (sample 1): the window, its keys and queries,
+    End / Home / ] / [ and the thumbnails' scale stop at the sample's real tokens."""
+    page = tmp_path / "padded.html"
+    ac.explore(_padded()).save(page)
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        for sample, (a, b) in ((0, (0, 20)), (1, (10, 40))):
+            if sample:
+                _press(tab, "n")
+            assert _state(tab)["sample"] == str(sample)
+            options = tab.evaluate(
+                "Array.from(document.querySelectorAll('#acx-win option')).map(o => o.textContent)"
+            )
+            assert options[-1] == f"all {b - a} tokens", options
+            geo = tab.evaluate("window.acxGeometry(0)")  # the default window: every real token
+            assert sorted(c["k"] for c in geo["cols"]) == list(range(a, b))
+            assert geo["rows"] == list(range(a, b))
+            _set_window(tab, 16)
+            for key in ("End", "]", "]", "Home", "[", "End"):
+                _press(tab, key)
+                geo = tab.evaluate("window.acxGeometry(0)")
+                keys = [c["k"] for c in geo["cols"]]  # split: the sink apart, then the window
+                assert len(set(keys) - {a}) in (15, 16) and len(keys) in (16, 17), (key, keys)
+                assert min(keys) >= a and max(keys) < b, (key, keys)
+                assert all(a <= q < b for q in geo["rows"]), (key, geo["rows"])
+            assert max(keys) == b - 1  # End: the last real token
+            _press(tab, "Home")
+            assert min(c["k"] for c in tab.evaluate("window.acxGeometry(0)")["cols"]) == a
+            # the thumbnails: one pixel column per real token (20 or 30, not 40)
+            size = tab.evaluate(
+                "(() => { const c = document.querySelector('#acx-grid canvas');"
+                " return [c.width, c.height]; })()"
+            )
+            assert size == [b - a, b - a]
+            assert "padding left out" in tab.evaluate(
+                "document.getElementById('acx-startv').textContent"
+            )
+            _set_window(tab, b - a)
+        assert tab.evaluate("window.acxViolations.length") == 0
+
+
+@needs_chromium
+def test_at_30_layers_the_selected_head_and_its_view_stay_in_sight(tmp_path: Path) -> None:
+    """30 x 9 heads in a 1400 x 1000 window: the grid beside the large view, the page itself
+    does not scroll, the selected thumbnail is scrolled into the grid's sight; in compare mode
+    both views keep their token labels and the tooltip covers no summary table."""
+    ds = ac.testing.synthetic_rows(n_samples=1, n_layers=30, n_heads=9, length=40)
+    page = tmp_path / "wide.html"
+    ac.explore(ds, layer=0, head=0).save(page)
+    rect = (
+        "(s => { const b = document.querySelector(s).getBoundingClientRect();"
+        " return [b.left, b.top, b.right, b.bottom]; })"
+    )
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        assert tab.evaluate("document.scrollingElement.scrollHeight") <= 1000
+        for layer in (0, 29, 14):
+            while int(_state(tab)["layer"]) != layer:
+                _press(tab, "ArrowDown" if int(_state(tab)["layer"]) < layer else "ArrowUp")
+            _press(tab, "ArrowRight")
+            sel = f'canvas[data-layer="{layer}"][data-head="1"]'
+            _, top, _, bottom = tab.evaluate(f"{rect}({json.dumps(sel)})")
+            box = tab.evaluate(f"{rect}('#acx-overview')")
+            assert box[1] <= top and bottom <= box[3] and bottom <= 1000, (layer, top, box)
+            view = tab.evaluate(f"{rect}('#acx-pa .acx-cells')")
+            assert view[1] < 500 and view[0] >= box[2], view  # beside the grid, near the top
+        assert tab.evaluate("window.acxGeometry(0).cs") >= 9  # token labels, not positions
+        _press(tab, "c")
+        for i, panel in ((0, "#acx-pa"), (1, "#acx-pb")):
+            geo = tab.evaluate(f"window.acxGeometry({i})")
+            assert geo["cs"] >= 9, geo["cs"]
+            for query, key in ((5, 3), (20, 1), (39, 38)):
+                tab.hover(*_cell_point(tab, query, key, panel))
+                tip = tab.evaluate(f"{rect}('#acx-tip')")
+                for t in ("#acx-pa table.acx-summ", "#acx-pb table.acx-summ"):
+                    b = tab.evaluate(f"{rect}({json.dumps(t)})")
+                    clear = tip[2] <= b[0] or tip[0] >= b[2] or tip[3] <= b[1] or tip[1] >= b[3]
+                    assert clear, (panel, query, key, tip, t, b)
+        assert tab.evaluate("window.acxViolations.length") == 0
 
 
 def _cross_capture() -> xr.Dataset:

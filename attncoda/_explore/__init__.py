@@ -227,6 +227,12 @@ def _content_codes(z: np.ndarray, sink: int) -> tuple[np.ndarray, np.ndarray, np
     return code[span], lo.astype(np.uint16), hi.astype(np.uint16)
 
 
+def _span(mask: np.ndarray) -> list[int]:
+    """``[first, last + 1)`` of the True entries of ``mask`` (``[0, 0]`` when there are none)."""
+    idx = np.flatnonzero(mask)
+    return [int(idx[0]), int(idx[-1]) + 1] if idx.size else [0, 0]
+
+
 def _coarse(x: np.ndarray) -> bytes:
     """float32 with the 12 low bits of the mantissa cleared (relative precision 5e-4): entropies
     shown to 3 decimals deflate to half their size."""
@@ -374,7 +380,15 @@ def explore(
     blob = base64.b64encode(zlib.compress(b"".join(parts), 6)).decode("ascii")
     q_pos = [int(q) for q in np.asarray(la["query"].values)]
     tokens, query_tokens = [], []
+    real, real_q = [], []
     for s_idx in picked:
+        # padding is not part of a sample: its real keys are those some query sees, its real
+        # queries those that see a key (left and right padding alike)
+        vis = np.isfinite(np.asarray(la.data[s_idx]))
+        keys_seen = vis.any(axis=(0, 1, 2))
+        queries_seeing = vis.any(axis=(0, 1, 3))
+        real.append(_span(keys_seen))
+        real_q.append(_span(queries_seeing))
         labels = vw.token_labels(ds, s_idx)
         tokens.append([labels.get(k, f"@{k}") for k in k_pos])
         q_labels = vw.query_labels(ds, s_idx)
@@ -399,6 +413,8 @@ def explore(
         "query_tokens": query_tokens,
         "cross": vw.is_cross(ds),
         "sink": [int(sinks[s]) for s in picked],
+        "real": real,
+        "real_queries": real_q,
         "start": {"layer": layers.index(layer_v), "head": heads.index(head_v)},
         "source": source,
         "summaries": summaries,
