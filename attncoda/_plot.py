@@ -1,9 +1,11 @@
 """Figures of attention analyses (matplotlib, headless).
 
 Every function draws into ``ax=`` when given (a matplotlib Axes of your figure, e.g. from
-``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure` built without
-:mod:`matplotlib.pyplot` (so no GUI backend is ever selected and nothing pops up). What they
-return, as pandas and seaborn do:
+``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure`: through pyplot in a
+Jupyter kernel or once you imported pyplot (so matplotlib's idioms hold: ``ax = ...;
+ax.set_title(...)`` shows at the cell's end under the inline backend, ``plt.show()`` shows it),
+and without pyplot anywhere else (a script, the CLI: no GUI backend is ever selected and
+nothing pops up). What they return, as pandas and seaborn do:
 
 - single-panel figures (:func:`plot_sink_grid`, :func:`plot_sink_vs_content`,
   :func:`plot_flip_table`, :func:`plot_entropy_attribution`) return the **Axes** drawn on (its
@@ -11,10 +13,8 @@ return, as pandas and seaborn do:
 - multi-panel figures (:func:`plot_rows`, :func:`plot_dendrograms`) return the **Figure**; their
   ``ax=`` takes one Axes per panel.
 
-In Jupyter a returned Axes or Figure shows as its picture, with no ``%matplotlib`` line: the
-figures attncoda creates are matplotlib's classes plus ``_repr_png_``. Drawn into axes of your
-pyplot figure (``ax=``), the figure is pyplot's to show, and is shown once.
-
+In Jupyter each figure shows once, with no ``%matplotlib`` line: pyplot's inline backend shows
+the figures it holds, and a figure made outside pyplot shows through its ``_repr_png_``.
 Heatmaps take ``norm=``: ``"linear"`` (default), ``"log"`` (attention weights and shares span
 orders of magnitude) or any :class:`matplotlib.colors.Normalize`. Token axes are labelled with
 the dataset's ``token`` coordinate when it has one (``tokens=`` overrides it).
@@ -49,11 +49,44 @@ __all__ = [
 ]
 
 
+def _pyplot_shows() -> bool:
+    """Whether pyplot should own new figures: in a Jupyter kernel (its inline backend shows
+    every figure of a cell, so ``ax = plot(); ax.set_title(...)`` and ``plt.show()`` work) or
+    where the user imported pyplot (its ``plt.show()`` is theirs to call)."""
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        return True
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None  # type: ignore[attr-defined]
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _figure(width: float, height: float) -> Any:
-    """A new figure that Jupyter shows inline (see :mod:`attncoda._figures`)."""
+    """A new figure that Jupyter shows inline (see :mod:`attncoda._figures`): through pyplot
+    where pyplot shows figures (:func:`_pyplot_shows`), else without it (a script or the CLI:
+    no GUI backend is chosen, nothing pops up)."""
     from ._figures import Figure
 
+    if _pyplot_shows():
+        import matplotlib.pyplot as plt
+
+        from ._figures import show_once_in_ipython
+
+        show_once_in_ipython()
+        return plt.figure(FigureClass=Figure, figsize=(width, height), layout="constrained")
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _release(fig: Any) -> None:
+    """Hand a figure made only to be saved back from pyplot (if pyplot holds it), so that a
+    notebook does not show it and pyplot does not keep it."""
+    import sys
+
+    fig = getattr(fig, "figure", fig)
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None and getattr(fig.canvas, "manager", None) is not None:
+        plt.close(fig)
 
 
 def _title(where: Any, text: str, size: float = 9) -> None:

@@ -607,9 +607,10 @@ def _model_name(model_id: str) -> str:
 
 
 def _save(fig: Any, folder: Path, stem: str) -> None:
-    from ._plot import save_figure
+    from ._plot import _release, save_figure
 
     save_figure(fig, folder / stem, dpi=110)
+    _release(fig)  # a report's figure is a file, not a notebook output
 
 
 def _profiles_section(
