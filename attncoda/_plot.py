@@ -578,10 +578,17 @@ def plot_rows(
     title: str | None = None,
     tokens: Any = None,
     norm: Any = None,
+    window: Any = None,
+    max_tokens: int = 64,
     ax: Any = None,
 ) -> Any:
     """Two panels for the rows of one head: the sink share of each query (bars) and the
     renormalised content ``c / (1 - s)`` of each row (heatmap, query x key).
+
+    Only the sample's real tokens are drawn (padding, the keys no query sees and the queries
+    that see no key, is left out), and at most ``max_tokens`` of them: a longer sample is
+    windowed (its first ``max_tokens`` real tokens, or ``window=``) and the title says which
+    positions are shown.
 
     Parameters
     ----------
@@ -602,6 +609,11 @@ def plot_rows(
     norm : {"linear", "log"} or matplotlib.colors.Normalize, optional
         Colour scale of the heatmap; ``"log"`` shows content shares spanning orders of
         magnitude.
+    window : (int, int), optional
+        Key positions ``[start, stop)`` to show (their queries too, in self-attention).
+        Default: the first ``max_tokens`` real tokens.
+    max_tokens : int, default 64
+        The most tokens drawn when ``window`` is not given (labels stay readable).
     ax : pair of matplotlib Axes, optional
         ``(bars, heatmap)`` of one figure (a colour bar is added beside the heatmap); default a
         new figure.
@@ -645,6 +657,14 @@ def plot_rows(
     keys = np.asarray(la["key"].values) if "key" in la.coords else np.arange(la.sizes["key"])
     query_labels = _token_labels(ds, tokens, sample, queries)
     key_labels = _token_labels(ds, tokens, sample, keys)
+    ks, qs, note = _rows_window(vis, queries, keys, window, max_tokens)
+    content, share = content[np.ix_(qs, ks)], share[qs]
+    s_col = int(np.flatnonzero(ks == s_idx)[0]) if s_idx in ks else None
+    queries, keys = queries[qs], keys[ks]
+    if query_labels is not None:
+        query_labels = [query_labels[i] for i in qs]
+    if key_labels is not None:
+        key_labels = [key_labels[i] for i in ks]
     if ax is None:
         fig = _figure(7.0, 3.8 if query_labels is None else 4.6)
         grid = fig.add_gridspec(1, 2, width_ratios=[1, 4])
@@ -673,11 +693,54 @@ def plot_rows(
     if key_labels is None:
         heat_ax.set_xlabel("key (sink column blank)")
     else:
-        key_labels[s_idx] = f"{key_labels[s_idx]} [sink]"
+        if s_col is not None:
+            key_labels[s_col] = f"{key_labels[s_col]} [sink]"
         _set_ticks(heat_ax, "x", key_labels, rotate=True)
         heat_ax.set_xlabel("key (sink column blank)")
     heat_ax.tick_params(labelleft=False)
     fig.colorbar(im, ax=heat_ax, label="content share c / (1 - s)")
     if ax is None or title is not None:
-        _title(fig, title or f"layer {layer}, head {head}, sample {sample}", 9)
+        heading = title or f"layer {layer}, head {head}, sample {sample}"
+        _title(fig, f"{heading}: {note}" if note else heading, 9)
     return fig
+
+
+def _rows_window(
+    vis: np.ndarray, queries: np.ndarray, keys: np.ndarray, window: Any, max_tokens: int
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Indices of the keys and queries :func:`plot_rows` draws, and what the title says of
+    them ("" when every real token is drawn)."""
+    from ._errors import require_int
+
+    max_tokens = require_int(max_tokens, "max_tokens", low=2)
+    real_k, real_q = np.flatnonzero(vis.any(0)), np.flatnonzero(vis.any(1))
+    if real_k.size == 0:
+        raise InputError("this head sees no key in this sample (every key is padding)")
+    n, padding = real_k.size, vis.shape[1] - real_k.size
+    if window is None:
+        ks = real_k[:max_tokens]
+    else:
+        if isinstance(window, (str, bytes)) or np.ndim(window) != 1 or len(window) != 2:
+            raise InputError(f"window must be (start, stop) key positions, got {window!r}")
+        a, b = (require_int(w, "window") for w in window)
+        ks = real_k[(keys[real_k] >= a) & (keys[real_k] < b)]
+        if ks.size == 0:
+            raise InputError(
+                f"window={window!r} holds no real token; this sample's are positions "
+                f"{keys[real_k[0]]}-{keys[real_k[-1]]}"
+            )
+    self_attention = queries.shape == keys.shape and np.array_equal(queries, keys)
+    if self_attention:
+        qs = real_q[np.isin(queries[real_q], keys[ks])]
+    else:
+        qs = real_q[:max_tokens] if window is None else real_q
+    parts = []
+    if ks.size < n:
+        parts.append(
+            f"positions {keys[ks[0]]}-{keys[ks[-1]]} of its {n} tokens (window= shows others)"
+        )
+    if qs.size < real_q.size and not self_attention:
+        parts.append(f"the first {qs.size} of {real_q.size} queries")
+    if padding:
+        parts.append(f"{padding} padding keys left out")
+    return ks, qs, "; ".join(parts)
