@@ -229,7 +229,7 @@ def test_choices_and_refusals() -> None:
         ac.explore(ds.drop_vars("log_attn"))
 
 
-def test_save_notebook_and_accessor(tmp_path: Path) -> None:
+def test_save_notebook_and_accessor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = _rows(6)
     ex = ds.coda.explore(layer=1)
     assert _data(ex.html)["start"]["layer"] == 1
@@ -251,10 +251,20 @@ def test_save_notebook_and_accessor(tmp_path: Path) -> None:
         ex.save(mine, overwrite=True)
     assert mine.read_text().startswith("<p>my own notes</p>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer.html", "mine.html"]
-    frame = ex._repr_html_()
+    frame = ex.embed()._repr_html_()
     assert frame.startswith("<iframe ") and 'sandbox="allow-scripts"' in frame
     assert "allow-same-origin" not in frame and frame.count("<") == 2  # the page is escaped
     assert html.unescape(re.search(r'srcdoc="([^"]*)"', frame).group(1)) == ex.html  # type: ignore[union-attr]
+    # shown in a notebook: written once beside it, named by its content, and referenced
+    monkeypatch.chdir(tmp_path)
+    frame = ex._repr_html_()
+    src = re.search(r'src="([^"]*)"', frame).group(1)  # type: ignore[union-attr]
+    assert src.startswith("attncoda-explorer/") and frame == ex._repr_html_()
+    assert (tmp_path / src).read_text(encoding="utf-8").startswith(ex.html)
+    assert len(list((tmp_path / "attncoda-explorer").iterdir())) == 1
+    # a name taken by a file attncoda did not write: left alone, the page goes inline
+    (tmp_path / src).write_text("<p>mine</p>")
+    assert "srcdoc=" in ex._repr_html_() and (tmp_path / src).read_text() == "<p>mine</p>"
 
 
 def test_cli_end_to_end_on_a_twin_capture(
@@ -488,12 +498,20 @@ def test_hover_highlights_row_and_column_and_tells_the_weights(
 
 
 @needs_chromium
-def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> None:
-    """``_repr_html_`` in a host page (what Jupyter does with it): the page runs inside its
-    sandboxed iframe, draws every head and reports no policy violation."""
+@pytest.mark.parametrize("how", ["beside", "embedded"])
+def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """``_repr_html_`` in a host page (what Jupyter does with it): the page, written beside the
+    notebook (or embedded), runs inside its sandboxed iframe, draws every head and reports no
+    policy violation."""
     ds = _hostile(_rows(10))
     host = tmp_path / "notebook.html"
-    body = "<p>a notebook cell's output:</p>" + ac.explore(ds)._repr_html_()
+    monkeypatch.chdir(tmp_path)  # the kernel's working directory: the notebook's folder
+    ex = ac.explore(ds)
+    output = ex._repr_html_() if how == "beside" else ex.embed()._repr_html_()
+    assert len(output) < 1000 if how == "beside" else len(output) > len(ex.html)
+    body = "<p>a notebook cell's output:</p>" + output
     host.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
     with open_page(host, tmp_path / "profile") as tab:
         # the sandboxed srcdoc frame has an opaque origin: chromium runs it as a target of its own
@@ -504,7 +522,12 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> 
             if frame is not None:
                 break
             time.sleep(0.05)
-        assert frame is not None and frame["url"] == "about:srcdoc"
+        assert frame is not None
+        assert (
+            frame["url"] == "about:srcdoc"
+            if how == "embedded"
+            else frame["url"].endswith(f"attncoda-explorer/{ex.notebook_file().name}")
+        )
         session = tab.dt.call(
             "Target.attachToTarget", {"targetId": frame["targetId"], "flatten": True}
         )
@@ -525,7 +548,8 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> 
                 break
             time.sleep(0.05)
         assert state == ["1", 0, 12, 0]
-        assert tab.requests() == [host.resolve().as_uri()]
+        pages = [host] + ([ex.notebook_file()] if how == "beside" else [])
+        assert tab.requests() == [p.resolve().as_uri() for p in pages]
 
 
 @pytest.mark.real
