@@ -451,6 +451,8 @@ def explore(
         vis = np.isfinite(np.asarray(la.data[s_idx]))
         keys_seen = vis.any(axis=(0, 1, 2))
         queries_seeing = vis.any(axis=(0, 1, 3))
+        if not vw.is_cross(ds):  # a query at a padding position is padding too
+            queries_seeing &= np.isin(q_pos, np.asarray(k_pos)[keys_seen])
         real.append(_span(keys_seen))
         real_q.append(_span(queries_seeing))
         labels = vw.token_labels(ds, s_idx)
