@@ -317,6 +317,8 @@ def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> 
     argv = ["demo", "--model", "twin:llama", "--text", str(text), "--quick", "--passages", "2"]
     assert main([*argv, "--n-boot", "0", "--out", str(out), "-q"]) == 0
     meta = _data((out / "explorer.html").read_text(encoding="utf-8"))
+    summary = ac.load_analysis(out).summary
+    assert any(line.startswith("explorer: ") and "explorer.html" in line for line in summary)
     rows = ac.load(out / "rows.nc")
     assert meta["layers"] == [int(v) for v in rows["layer"].values]
     report = (out / "report.html").read_text(encoding="utf-8")
