@@ -346,7 +346,15 @@ def _click(tab: Any, x: float, y: float) -> None:
         )
 
 
-_CODES = {"ArrowUp": 38, "ArrowDown": 40, "ArrowLeft": 37, "ArrowRight": 39, "Home": 36, "End": 35}
+_CODES = {
+    "ArrowUp": 38,
+    "ArrowDown": 40,
+    "ArrowLeft": 37,
+    "ArrowRight": 39,
+    "Home": 36,
+    "End": 35,
+    "Escape": 27,
+}
 
 
 def _press(tab: Any, key: str) -> None:
@@ -596,7 +604,7 @@ def _padded(length: int = 40, n_layers: int = 3, n_heads: int = 4) -> xr.Dataset
         with np.errstate(divide="ignore", invalid="ignore"):
             lse = np.log(np.exp(zs - top).sum(-1, keepdims=True)) + top
             z[s] = np.where(np.isfinite(zs), zs - lse, -np.inf)
-    out = ds[["log_attn"]].copy()
+    out = ds.drop_vars([v for v in ds.data_vars if v != "log_attn"])  # tokens kept
     out["log_attn"] = (ds["log_attn"].dims, z.astype(np.float32))
     return out.assign_coords(sink_index=("sample", np.array([0, 10])))
 
@@ -775,3 +783,56 @@ def test_cross_attention_tooltip_names_the_target_query_and_the_source_key(
         assert tab.evaluate("document.querySelectorAll('b').length") == 0
         assert "Cross attention" in tab.evaluate("document.getElementById('acx-sub').textContent")
         assert tab.requests() == [page.resolve().as_uri()]
+
+
+@needs_chromium
+def test_click_locks_a_cell_and_the_token_view_tells_its_row(tmp_path: Path) -> None:
+    """A click locks a cell (the mouse moving on changes nothing); the token view shows the
+    sample's real tokens (left padding left out) with the weight the locked query pays each
+    one under each convention, against log_attn; a second click or Esc frees it."""
+    ds = _padded()
+    page = tmp_path / "lock.html"
+    ac.explore(ds, layer=1, head=2).save(page)
+    p = _weights(ds)[1]  # sample 1: left-padded, real tokens 10-39, sink 10
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        _press(tab, "n")
+        query, key = 30, 17
+        _click(tab, *_cell_point(tab, query, key))
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == "30"
+        tab.hover(*_cell_point(tab, 25, 12))  # moving on: the lock holds
+        pane = tab.evaluate("Object.assign({}, document.getElementById('acx-pa').dataset)")
+        assert (pane["hoverQuery"], pane["hoverKey"]) == (str(query), str(key))
+        read = (
+            "Array.from(document.querySelectorAll('#acx-tokens .acx-t'))"
+            ".map(s => [+s.dataset.k, s.dataset.w, s.textContent])"
+        )
+        for head, conv in ((2, "split"), (2, "kept"), (2, "dropped"), (1, "dropped")):
+            if head != int(_state(tab)["head"]):
+                _press(tab, "ArrowLeft")
+            _press(tab, conv[0])
+            spans = tab.evaluate(read)
+            assert [k for k, _, _ in spans] == list(range(10, 40))  # no padding
+            row = p[1, head, query]  # layer 1
+            s = row[10]
+            for k, w, _ in spans:
+                if k > query:  # not visible (causal)
+                    assert w == "", (k, w)
+                    continue
+                want = {
+                    "kept": row[k],
+                    "dropped": None if k == 10 else row[k] / (1 - s),
+                    "split": s if k == 10 else row[k] / (1 - s),
+                }[conv]
+                if want is None:
+                    assert w == ""
+                else:
+                    assert abs(float(w) - want) <= TOL + 1e-6, (conv, k, w, want)
+            words = [str(t) for t in ds["token"].values[1, 10:40]]
+            assert all(t for _, _, t in spans) and len(words) == len(spans)
+        _press(tab, "Escape")
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == ""
+        _click(tab, *_cell_point(tab, query, key))
+        _click(tab, *_cell_point(tab, query, key))  # the same cell again: freed
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == ""
+        assert tab.evaluate("window.acxViolations.length") == 0

@@ -37,7 +37,7 @@
   let lam, ent, cent, lo, hi, chi, clo, off;
   const state = {
     sample: 0, conv: "split", win: Math.min(K, 64), start: 0, zoom: 0, compare: false,
-    active: 0, ocolour: "sink", hover: null,
+    active: 0, ocolour: "sink", hover: null, lock: null,
     panels: [{ layer: meta.start.layer, head: meta.start.head },
       { layer: meta.start.layer, head: Math.min(meta.start.head + 1, H - 1) }],
   };
@@ -360,8 +360,16 @@
   }
   panels.forEach((pane, i) => {
     const over = pane.querySelector(".acx-over");
-    over.addEventListener("mousemove", (ev) => setHover(i, hit(i, ev), ev));
-    over.addEventListener("mouseleave", () => setHover(i, null));
+    over.addEventListener("mousemove", (ev) => { if (!state.lock) setHover(i, hit(i, ev), ev); });
+    over.addEventListener("mouseleave", () => { if (!state.lock) setHover(i, null); });
+    // a click locks the cell (its row's tokens show below); a click on it again, or Escape, frees it
+    over.addEventListener("click", (ev) => {
+      const h = hit(i, ev);
+      const same = h && state.lock && state.lock.i === i && state.lock.q === h.q && state.lock.k === h.k;
+      state.lock = h && !same ? { i: i, q: h.q, k: h.k } : null;
+      setHover(i, h, ev);
+      drawTokens();
+    });
     pane.addEventListener("mousedown", () => activate(i));
     const ls = pane.querySelector(".acx-layer"), hs = pane.querySelector(".acx-head");
     fillSelect(ls, meta.layers.map((l) => "L" + l));
@@ -369,6 +377,44 @@
     ls.addEventListener("change", () => pick(i, +ls.value, state.panels[i].head));
     hs.addEventListener("change", () => pick(i, state.panels[i].layer, +hs.value));
   });
+
+  // ---- the token view: the sample's text coloured by what the locked query pays each token ----
+  // under the convention: kept p; dropped c/(1 − s) (the sink has none); split s on the sink, c/(1 − s) elsewhere
+  function weightOf(r, k, sink) {
+    const v = cell(r, k, sink);
+    if (!v.seen) return null;
+    if (state.conv === "kept") return v.p;
+    if (k === sink) return state.conv === "split" ? v.p : null;
+    return v.c;
+  }
+  function drawTokens() {
+    const box = $("acx-tokens"), cap = $("acx-tokcap");
+    box.replaceChildren();
+    const lk = state.lock;
+    box.dataset.query = lk ? String(meta.queries[lk.q]) : "";
+    if (!lk) { cap.textContent = "Click a cell to lock its query: the sample's tokens then show coloured by the attention it pays each one (click again or Esc to free it)."; return; }
+    const st = state.panels[lk.i], s = state.sample, sink = meta.sink[s], r = row(s, st.layer, st.head, lk.q);
+    const [ka, kb] = realK(s), ws = [];
+    for (let k = ka; k < kb; k++) ws.push(weightOf(r, k, sink));
+    let top = 0;
+    ws.forEach((w, j) => { if (w !== null && !(state.conv === "split" && ka + j === sink) && w > top) top = w; });
+    const what = { kept: "p (the raw row)", dropped: "c/(1 − s) (the sink removed)", split: "s on the sink (oranges), c/(1 − s) on the content (viridis)" }[state.conv];
+    cap.textContent = "layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ": query " + meta.queries[lk.q] + " " + JSON.stringify(qtok(lk.q)) + " pays each token " + what + "; colours to the row's largest (" + f4(top) + ").";
+    ws.forEach((w, j) => {
+      const k = ka + j, span = el("span", show(tok(k)), "acx-t");
+      span.dataset.k = String(meta.keys[k]);
+      span.dataset.w = w === null ? "" : String(w);
+      span.title = "key " + meta.keys[k] + " " + JSON.stringify(tok(k)) + (k === sink ? " (the sink)" : "") + ": " + (w === null ? (cell(r, k, sink).seen ? "– (the sink)" : "not visible") : f4(w));
+      if (w !== null) {
+        const sinkCol = state.conv === "split" && k === sink, t = sinkCol ? w : top > 0 ? w / top : 0;
+        const rgb = (sinkCol ? ORA : VIR)[tone(t)];
+        span.style.backgroundColor = css(rgb);
+        span.style.color = (sinkCol ? t > 0.55 : t < 0.6) ? "#fff" : "#000";
+      } else span.classList.add("acx-none");
+      if (k === lk.k) span.classList.add("acx-at");
+      box.appendChild(span);
+    });
+  }
 
   // ---- controls ----------------------------------------------------------------------------
   const CONV = {
@@ -398,6 +444,7 @@
   }
   function setSample(i) {
     state.sample = Math.max(0, Math.min(S - 1, i));
+    state.lock = null;
     fillWins();
     state.start = realK(state.sample)[0];
     redraw();
@@ -446,11 +493,13 @@
     $("acx-convnote").textContent = CONV[state.conv];
     panels[1].hidden = !state.compare;
     $("acx-compare").checked = state.compare;
-    state.hover = null; tip.hidden = true;
+    state.hover = state.lock ? { q: state.lock.q, k: state.lock.k } : null; tip.hidden = true;
+    if (state.lock && state.lock.i === 1 && !state.compare) state.lock = null;
     drawPanel(0);
     if (state.compare) drawPanel(1);
     drawGrid();
     reveal();
+    drawTokens();
   }
 
   function setup() {
@@ -492,6 +541,7 @@
       "+": () => setZoom(1), "=": () => setZoom(1), "-": () => setZoom(-1),
       c: () => { state.compare = !state.compare; if (!state.compare) activate(0); redraw(); },
       a: () => activate(0), b: () => activate(1),
+      Escape: () => { state.lock = null; setHover(state.active, null); drawTokens(); },
       o: () => { state.ocolour = state.ocolour === "sink" ? "content" : "sink"; $("acx-ocolour").value = state.ocolour; drawGrid(); },
     };
     const f = keys[ev.key];
