@@ -63,7 +63,7 @@ def show_once_in_ipython() -> None:
     import sys
 
     ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None  # type: ignore[attr-defined]
+    shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None:
         shell.display_formatter.formatters["image/png"].for_type(Figure, _png_once)
 

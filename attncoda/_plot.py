@@ -58,7 +58,7 @@ def _pyplot_shows() -> bool:
     if "matplotlib.pyplot" in sys.modules:
         return True
     ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None  # type: ignore[attr-defined]
+    shell = ipython.get_ipython() if ipython is not None else None
     return type(shell).__name__ == "ZMQInteractiveShell"
 
 
