@@ -256,7 +256,7 @@ def test_tokens_argument_overrides_and_false_gives_positions(ds):
 
 def test_long_sequences_get_thinned_token_labels():
     long = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=1, length=150)
-    fig = ac.plot_rows(long, layer=0, head=0)
+    fig = ac.plot_rows(long, layer=0, head=0, max_tokens=150)  # (the default windows to 64)
     labels = fig.axes[0].get_yticklabels()
     assert 30 <= len(labels) <= 64
     assert labels[1].get_text() == str(long.token.values[0, 3])  # every third token

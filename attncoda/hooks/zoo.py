@@ -45,10 +45,11 @@ torch.Size([2, 12, 128])
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -663,6 +664,22 @@ def provenance_of(model: Any) -> str:
     """
     entry = _asset_entry(model)
     return entry.provenance if entry is not None else ""
+
+
+@contextlib.contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """transformers' progress bars off while a model loads from local files: its 'Loading
+    weights' bar takes a second, says nothing, prints even under ``-q``, and in a kernel without
+    ipywidgets comes with a red TqdmWarning (the assets' loaders do the same)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _unknown_message(name: str, what: str) -> str:
@@ -1819,8 +1836,6 @@ def _load_pretrained(
     if attn_implementation is not None:
         model_kwargs["attn_implementation"] = attn_implementation
     if local:  # from files on this machine: no download to follow
-        from .assets._loaders import _no_loading_bar
-
         with _no_loading_bar():
             model = auto.from_pretrained(where, **model_kwargs)
     else:
