@@ -836,3 +836,44 @@ def test_click_locks_a_cell_and_the_token_view_tells_its_row(tmp_path: Path) -> 
         _click(tab, *_cell_point(tab, query, key))  # the same cell again: freed
         assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == ""
         assert tab.evaluate("window.acxViolations.length") == 0
+
+
+@needs_chromium
+def test_one_head_across_samples_and_a_link_to_a_head(tmp_path: Path) -> None:
+    """The active head's mean sink share and content entropy in every sample, from the page's
+    summaries; a click opens that sample. ``#layer=L&head=H&sample=S`` opens that head."""
+    ds = ac.testing.synthetic_rows(n_samples=3, n_layers=3, n_heads=4, length=12)
+    page = tmp_path / "across.html"
+    ex = ac.explore(ds, layer=2, head=0)
+    ex.save(page)
+    meta = _data(ex.html)
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        _press(tab, "ArrowRight")  # layer 2, head 1
+        rows = tab.evaluate(
+            "Array.from(document.querySelectorAll('#acx-samples button'))"
+            ".map(b => [+b.dataset.sample, +b.dataset.s, +b.dataset.hc])"
+        )
+        assert [r[0] for r in rows] == [0, 1, 2]
+        for s, share, hc in rows:
+            want = meta["summaries"][s][2][1]
+            assert abs(share - want[0]) < 1e-9 and abs(hc - want[4]) < 1e-9
+        _click(tab, *_centre(tab, '#acx-samples button[data-sample="2"]'))
+        assert _state(tab)["sample"] == "2"
+        tab.evaluate("window.location.hash = 'layer=0&head=3&sample=1'")
+        for _ in range(100):
+            if _state(tab)["layer"] == "0":
+                break
+            time.sleep(0.02)
+        assert (_state(tab)["layer"], _state(tab)["head"], _state(tab)["sample"]) == ("0", "3", "1")
+    with open_page(page, tmp_path / "profile2", 1400, 1000) as tab:  # opened with a fragment
+        other = tmp_path / "across2.html"  # another document: the fragment read at load
+        other.write_bytes(page.read_bytes())
+        tab.call("Page.navigate", {"url": other.resolve().as_uri() + "#layer=1&head=2"})
+        for _ in range(300):
+            if tab.evaluate("document.URL").startswith(other.resolve().as_uri()):
+                break
+            time.sleep(0.02)
+        _ready(tab)
+        assert (_state(tab)["layer"], _state(tab)["head"]) == ("1", "2")
+        assert tab.evaluate("window.acxViolations.length") == 0

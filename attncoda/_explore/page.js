@@ -378,6 +378,28 @@
     hs.addEventListener("change", () => pick(i, state.panels[i].layer, +hs.value));
   });
 
+  // ---- one head across samples: each sample's mean sink share and content entropy ----------
+  function drawAcross() {
+    const box = $("acx-samples");
+    $("acx-across").hidden = S < 2;
+    if (S < 2) return;
+    const st = state.panels[state.active];
+    let hmax = 0;
+    for (let s = 0; s < S; s++) { const v = meta.summaries[s][st.layer][st.head][4]; if (v !== null && v > hmax) hmax = v; }
+    box.replaceChildren();
+    for (let s = 0; s < S; s++) {
+      const v = meta.summaries[s][st.layer][st.head], b = el("button", "sample " + meta.samples[s] + (s === state.sample ? " (shown)" : ""));
+      b.type = "button"; b.dataset.sample = String(meta.samples[s]);
+      b.dataset.s = v[0] === null ? "" : String(v[0]); b.dataset.hc = v[4] === null ? "" : String(v[4]);
+      if (s === state.sample) b.classList.add("acx-cur");
+      b.addEventListener("click", () => setSample(s));
+      const bar = (x, top, cls) => { const o = el("div", "", ""), i = el("div", "", cls); o.appendChild(i); i.style.width = (x === null || !top ? 0 : Math.round(120 * Math.min(1, x / top))) + "px"; return o; };
+      box.appendChild(b);
+      box.appendChild(bar(v[0], 1, "acx-bar1")); box.appendChild(el("span", "s " + f3(v[0])));
+      box.appendChild(bar(v[4], hmax, "acx-bar2")); box.appendChild(el("span", "H(c) " + f3(v[4]) + " nats"));
+    }
+  }
+
   // ---- the token view: the sample's text coloured by what the locked query pays each token ----
   // under the convention: kept p; dropped c/(1 − s) (the sink has none); split s on the sink, c/(1 − s) elsewhere
   function weightOf(r, k, sink) {
@@ -427,6 +449,7 @@
     state.active = i;
     panels.forEach((p, j) => p.classList.toggle("acx-active", j === i));
     drawGrid();
+    drawAcross();
   }
   function pick(i, l, h) {
     state.panels[i] = { layer: Math.max(0, Math.min(L - 1, l)), head: Math.max(0, Math.min(H - 1, h)) };
@@ -500,8 +523,19 @@
     drawGrid();
     reveal();
     drawTokens();
+    drawAcross();
   }
 
+  // a link may name the head to open: explorer.html#layer=L&head=H&sample=S (coordinate values)
+  function fromHash() {
+    const h = new URLSearchParams((window.location.hash || "").slice(1));
+    const at = (key, values) => (h.has(key) ? values.indexOf(Number(h.get(key))) : -1);
+    const l = at("layer", meta.layers), hd = at("head", meta.heads), s = at("sample", meta.samples);
+    if (l >= 0) state.panels[0].layer = l;
+    if (hd >= 0) state.panels[0].head = hd;
+    if (s >= 0 && s !== state.sample) { state.sample = s; state.lock = null; fillWins(); state.start = realK(s)[0]; }
+    if (l >= 0 || hd >= 0) state.active = 0;
+  }
   function setup() {
     $("acx-title").textContent = meta.title;
     $("acx-sub").textContent = L + " layers × " + H + " heads, " + S + " sample" + (S > 1 ? "s" : "") + ", " + Q + " queries × " + K + " keys" + (meta.model ? "; model " + meta.model : "") + (meta.cross ? ". Cross attention: rows are the target's tokens, columns the source's" : "") + ". Summaries: " + meta.source + ".";
@@ -511,6 +545,8 @@
     state.win = 64;
     fillWins();
     state.start = realK(0)[0];
+    fromHash();
+    window.addEventListener("hashchange", () => { fromHash(); if (lam) redraw(); });
     $("acx-sample").addEventListener("change", (e) => setSample(+e.target.value));
     ws.addEventListener("change", () => { const n = nReal(state.sample); state.win = +ws.value >= n ? 1 << 30 : +ws.value; setStart(state.start); });
     $("acx-start").addEventListener("input", (e) => setStart(+e.target.value));
