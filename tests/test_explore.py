@@ -323,6 +323,11 @@ def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> 
     assert meta["layers"] == [int(v) for v in rows["layer"].values]
     report = (out / "report.html").read_text(encoding="utf-8")
     assert '<a href="explorer.html">Open the attention explorer</a>' in report
+    # each head of the sink-share grid links to the same head in the explorer
+    linked = re.findall(r'<a href="explorer.html#layer=(\d+)&amp;head=(\d+)">', report)
+    shape = rows.sizes["layer"], rows.sizes["head"]
+    assert len(linked) >= shape[0] * shape[1], (len(linked), shape)
+    assert ("0", "0") in linked and "click a head to open it in the explorer" in report
     assert "explorer.html" in ac.load_analysis(out).files
 
 
