@@ -156,6 +156,8 @@ def test_a_notebook_showing_the_explorer_twice_stores_its_data_once(tmp_path: Pa
         cells += [build.code_cell("cap.dataset.coda.explore()", "html") for _ in range(n)]
         node = execute(build.wrap(cells), folder)
         check_shown(node)
+        for i, cell in enumerate(node.cells):  # cell ids, as Jupyter writes them
+            cell.setdefault("id", f"cell-{i}")
         nbformat.write(node, folder / "explore.ipynb")
         notebook = (folder / "explore.ipynb").stat().st_size
         pages = list((folder / "attncoda-explorer").glob("*.html"))
