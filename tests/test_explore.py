@@ -549,7 +549,9 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(
         inner = (
             "[document.documentElement.dataset.ready, window.acxViolations.length,"
             " document.querySelectorAll('#acx-grid canvas').length,"
-            " document.querySelectorAll('img, svg').length]"
+            " document.querySelectorAll('img, svg').length,"
+            # the page fits its frame: the notebook is the only other scroll level
+            " document.scrollingElement.scrollHeight <= window.innerHeight]"
         )
         state: list[Any] = []
         for _ in range(200):
@@ -562,7 +564,7 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(
             if state[0]:
                 break
             time.sleep(0.05)
-        assert state == ["1", 0, 12, 0]
+        assert state == ["1", 0, 12, 0, True]
         pages = [host] + ([ex.notebook_file()] if how == "beside" else [])
         assert tab.requests() == [p.resolve().as_uri() for p in pages]
 
