@@ -278,3 +278,12 @@ def test_the_notebook_shows_every_figure_with_smollm2(tmp_path: Path) -> None:
     # the README's printed tokens are SmolLM2's
     printed = "".join(o.get("text", "") for c in node.cells for o in c.get("outputs", []))
     assert "' Jane'" in printed
+    # loading the model from the offline cache draws no progress bar, so no red TqdmWarning
+    # (tqdm without ipywidgets) in a fresh kernel's first cells
+    stderr = "".join(
+        o.get("text", "")
+        for c in node.cells
+        for o in c.get("outputs", [])
+        if o.get("name") == "stderr"
+    )
+    assert "TqdmWarning" not in stderr and "Loading weights" not in stderr, stderr[:2000]
