@@ -2,10 +2,10 @@
 
 Every function draws into ``ax=`` when given (a matplotlib Axes of your figure, e.g. from
 ``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure`: through pyplot in a
-Jupyter kernel or once you imported pyplot (so matplotlib's idioms hold: ``ax = ...;
-ax.set_title(...)`` shows at the cell's end under the inline backend, ``plt.show()`` shows it),
-and without pyplot anywhere else (a script, the CLI: no GUI backend is ever selected and
-nothing pops up). What they return, as pandas and seaborn do:
+Jupyter kernel or once you imported pyplot with a backend that shows figures (so
+matplotlib's idioms hold: ``ax = ...; ax.set_title(...)`` shows at the cell's end under the
+inline backend, ``plt.show()`` shows it), and without pyplot anywhere else (a script, the CLI,
+a file-only backend such as Agg: no GUI backend is ever selected and nothing pops up). What they return, as pandas and seaborn do:
 
 - single-panel figures (:func:`plot_sink_grid`, :func:`plot_sink_vs_content`,
   :func:`plot_flip_table`, :func:`plot_entropy_attribution`) return the **Axes** drawn on (its
@@ -49,14 +49,22 @@ __all__ = [
 ]
 
 
+#: matplotlib's backends that only write files: with one of them pyplot shows nothing, so
+#: attncoda keeps its figures out of pyplot (sphinx-gallery, CI, ``MPLBACKEND=Agg`` scripts).
+_FILE_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"})
+
+
 def _pyplot_shows() -> bool:
     """Whether pyplot should own new figures: in a Jupyter kernel (its inline backend shows
     every figure of a cell, so ``ax = plot(); ax.set_title(...)`` and ``plt.show()`` work) or
-    where the user imported pyplot (its ``plt.show()`` is theirs to call)."""
+    where the user imported pyplot with a backend that shows (its ``plt.show()`` is theirs to
+    call)."""
     import sys
 
-    if "matplotlib.pyplot" in sys.modules:
-        return True
+    if "matplotlib.pyplot" in sys.modules:  # and it can show: not a file-only backend (Agg, ...)
+        import matplotlib
+
+        return matplotlib.get_backend().lower() not in _FILE_BACKENDS
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return type(shell).__name__ == "ZMQInteractiveShell"
