@@ -1,14 +1,14 @@
 """The Figure and Axes classes of attncoda's figures: matplotlib's, shown inline by Jupyter.
 
-attncoda builds its figures without :mod:`matplotlib.pyplot` (no GUI backend is ever chosen),
-so pyplot's inline backend never sees them, and IPython has no image formatter for a Figure or
+Outside a Jupyter kernel attncoda builds its figures without :mod:`matplotlib.pyplot` (no GUI
+backend is ever chosen), so pyplot's inline backend would never see them, and IPython has no image formatter for a Figure or
 an Axes until pyplot is imported: a notebook would print ``<Axes: ...>`` and no picture. These
 subclasses add ``_repr_png_`` (IPython's rich display protocol), nothing else: they are the
 plain matplotlib objects in every other respect (styling, ``savefig``, pickling, ``isinstance``).
 
-No double display: a figure pyplot manages (drawn into axes from ``plt.subplots()``) is shown
-by pyplot's backend, so its ``_repr_png_`` gives None; once pyplot is imported, IPython's own
-Figure formatter (which takes precedence over ``_repr_png_``) shows a returned Figure once.
+No double display: a figure pyplot manages (drawn into axes from ``plt.subplots()``, or made
+in a kernel) is shown by pyplot's backend, so its ``_repr_png_`` gives None; a :class:`Figure`
+of ours that a cell returns is shown by :func:`_png_once`, which lets pyplot go of it.
 
 Imported only when a figure is drawn (it imports matplotlib).
 """
@@ -41,6 +41,31 @@ def inline_png(fig: Any) -> bytes | None:
     buf = io.BytesIO()
     fig.canvas.print_figure(buf, format="png", dpi=100, bbox_inches="tight")
     return buf.getvalue()
+
+
+def _png_once(fig: Any) -> bytes:
+    """The PNG of ``fig`` for IPython, and pyplot lets go of it: a figure returned by a cell and
+    also held by pyplot would otherwise show twice (as the cell's result, then again when the
+    inline backend shows every figure it holds at the cell's end)."""
+    import sys
+
+    buf = io.BytesIO()
+    fig.canvas.print_figure(buf, format="png", dpi=100, bbox_inches="tight")
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None and getattr(fig.canvas, "manager", None) is not None:
+        plt.close(fig)  # still usable (savefig, ...), only no longer pyplot's to show
+    return buf.getvalue()
+
+
+def show_once_in_ipython() -> None:
+    """Register :func:`_png_once` as IPython's PNG formatter of :class:`Figure` (more specific
+    than the one pyplot's inline backend registers for every matplotlib Figure)."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(Figure, _png_once)
 
 
 class Figure(_MplFigure):

@@ -1,9 +1,11 @@
 """Figures of attention analyses (matplotlib, headless).
 
 Every function draws into ``ax=`` when given (a matplotlib Axes of your figure, e.g. from
-``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure` built without
-:mod:`matplotlib.pyplot` (so no GUI backend is ever selected and nothing pops up). What they
-return, as pandas and seaborn do:
+``plt.subplots()``), else into a new :class:`matplotlib.figure.Figure`: through pyplot in a
+Jupyter kernel or once you imported pyplot with a backend that shows figures (so
+matplotlib's idioms hold: ``ax = ...; ax.set_title(...)`` shows at the cell's end under the
+inline backend, ``plt.show()`` shows it), and without pyplot anywhere else (a script, the CLI,
+a file-only backend such as Agg: no GUI backend is ever selected and nothing pops up). What they return, as pandas and seaborn do:
 
 - single-panel figures (:func:`plot_sink_grid`, :func:`plot_sink_vs_content`,
   :func:`plot_flip_table`, :func:`plot_entropy_attribution`) return the **Axes** drawn on (its
@@ -11,10 +13,8 @@ return, as pandas and seaborn do:
 - multi-panel figures (:func:`plot_rows`, :func:`plot_dendrograms`) return the **Figure**; their
   ``ax=`` takes one Axes per panel.
 
-In Jupyter a returned Axes or Figure shows as its picture, with no ``%matplotlib`` line: the
-figures attncoda creates are matplotlib's classes plus ``_repr_png_``. Drawn into axes of your
-pyplot figure (``ax=``), the figure is pyplot's to show, and is shown once.
-
+In Jupyter each figure shows once, with no ``%matplotlib`` line: pyplot's inline backend shows
+the figures it holds, and a figure made outside pyplot shows through its ``_repr_png_``.
 Heatmaps take ``norm=``: ``"linear"`` (default), ``"log"`` (attention weights and shares span
 orders of magnitude) or any :class:`matplotlib.colors.Normalize`. Token axes are labelled with
 the dataset's ``token`` coordinate when it has one (``tokens=`` overrides it).
@@ -49,11 +49,52 @@ __all__ = [
 ]
 
 
+#: matplotlib's backends that only write files: with one of them pyplot shows nothing, so
+#: attncoda keeps its figures out of pyplot (sphinx-gallery, CI, ``MPLBACKEND=Agg`` scripts).
+_FILE_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"})
+
+
+def _pyplot_shows() -> bool:
+    """Whether pyplot should own new figures: in a Jupyter kernel (its inline backend shows
+    every figure of a cell, so ``ax = plot(); ax.set_title(...)`` and ``plt.show()`` work) or
+    where the user imported pyplot with a backend that shows (its ``plt.show()`` is theirs to
+    call)."""
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:  # and it can show: not a file-only backend (Agg, ...)
+        import matplotlib
+
+        return matplotlib.get_backend().lower() not in _FILE_BACKENDS
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _figure(width: float, height: float) -> Any:
-    """A new figure that Jupyter shows inline (see :mod:`attncoda._figures`)."""
+    """A new figure that Jupyter shows inline (see :mod:`attncoda._figures`): through pyplot
+    where pyplot shows figures (:func:`_pyplot_shows`), else without it (a script or the CLI:
+    no GUI backend is chosen, nothing pops up)."""
     from ._figures import Figure
 
+    if _pyplot_shows():
+        import matplotlib.pyplot as plt
+
+        from ._figures import show_once_in_ipython
+
+        show_once_in_ipython()
+        return plt.figure(FigureClass=Figure, figsize=(width, height), layout="constrained")
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def _release(fig: Any) -> None:
+    """Hand a figure made only to be saved back from pyplot (if pyplot holds it), so that a
+    notebook does not show it and pyplot does not keep it."""
+    import sys
+
+    fig = getattr(fig, "figure", fig)
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None and getattr(fig.canvas, "manager", None) is not None:
+        plt.close(fig)
 
 
 def _title(where: Any, text: str, size: float = 9) -> None:
@@ -545,10 +586,17 @@ def plot_rows(
     title: str | None = None,
     tokens: Any = None,
     norm: Any = None,
+    window: Any = None,
+    max_tokens: int = 64,
     ax: Any = None,
 ) -> Any:
     """Two panels for the rows of one head: the sink share of each query (bars) and the
     renormalised content ``c / (1 - s)`` of each row (heatmap, query x key).
+
+    Only the sample's real tokens are drawn (padding, the keys no query sees and the queries
+    that see no key, is left out), and at most ``max_tokens`` of them: a longer sample is
+    windowed (its first ``max_tokens`` real tokens, or ``window=``) and the title says which
+    positions are shown.
 
     Parameters
     ----------
@@ -569,6 +617,11 @@ def plot_rows(
     norm : {"linear", "log"} or matplotlib.colors.Normalize, optional
         Colour scale of the heatmap; ``"log"`` shows content shares spanning orders of
         magnitude.
+    window : (int, int), optional
+        Key positions ``[start, stop)`` to show (their queries too, in self-attention).
+        Default: the first ``max_tokens`` real tokens.
+    max_tokens : int, default 64
+        The most tokens drawn when ``window`` is not given (labels stay readable).
     ax : pair of matplotlib Axes, optional
         ``(bars, heatmap)`` of one figure (a colour bar is added beside the heatmap); default a
         new figure.
@@ -612,6 +665,14 @@ def plot_rows(
     keys = np.asarray(la["key"].values) if "key" in la.coords else np.arange(la.sizes["key"])
     query_labels = _token_labels(ds, tokens, sample, queries)
     key_labels = _token_labels(ds, tokens, sample, keys)
+    ks, qs, note = _rows_window(vis, queries, keys, window, max_tokens)
+    content, share = content[np.ix_(qs, ks)], share[qs]
+    s_col = int(np.flatnonzero(ks == s_idx)[0]) if s_idx in ks else None
+    queries, keys = queries[qs], keys[ks]
+    if query_labels is not None:
+        query_labels = [query_labels[i] for i in qs]
+    if key_labels is not None:
+        key_labels = [key_labels[i] for i in ks]
     if ax is None:
         fig = _figure(7.0, 3.8 if query_labels is None else 4.6)
         grid = fig.add_gridspec(1, 2, width_ratios=[1, 4])
@@ -640,11 +701,54 @@ def plot_rows(
     if key_labels is None:
         heat_ax.set_xlabel("key (sink column blank)")
     else:
-        key_labels[s_idx] = f"{key_labels[s_idx]} [sink]"
+        if s_col is not None:
+            key_labels[s_col] = f"{key_labels[s_col]} [sink]"
         _set_ticks(heat_ax, "x", key_labels, rotate=True)
         heat_ax.set_xlabel("key (sink column blank)")
     heat_ax.tick_params(labelleft=False)
     fig.colorbar(im, ax=heat_ax, label="content share c / (1 - s)")
     if ax is None or title is not None:
-        _title(fig, title or f"layer {layer}, head {head}, sample {sample}", 9)
+        heading = title or f"layer {layer}, head {head}, sample {sample}"
+        _title(fig, f"{heading}: {note}" if note else heading, 9)
     return fig
+
+
+def _rows_window(
+    vis: np.ndarray, queries: np.ndarray, keys: np.ndarray, window: Any, max_tokens: int
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Indices of the keys and queries :func:`plot_rows` draws, and what the title says of
+    them ("" when every real token is drawn)."""
+    from ._errors import require_int
+
+    max_tokens = require_int(max_tokens, "max_tokens", low=2)
+    real_k, real_q = np.flatnonzero(vis.any(0)), np.flatnonzero(vis.any(1))
+    if real_k.size == 0:
+        raise InputError("this head sees no key in this sample (every key is padding)")
+    n, padding = real_k.size, vis.shape[1] - real_k.size
+    if window is None:
+        ks = real_k[:max_tokens]
+    else:
+        if isinstance(window, (str, bytes)) or np.ndim(window) != 1 or len(window) != 2:
+            raise InputError(f"window must be (start, stop) key positions, got {window!r}")
+        a, b = (require_int(w, "window") for w in window)
+        ks = real_k[(keys[real_k] >= a) & (keys[real_k] < b)]
+        if ks.size == 0:
+            raise InputError(
+                f"window={window!r} holds no real token; this sample's are positions "
+                f"{keys[real_k[0]]}-{keys[real_k[-1]]}"
+            )
+    self_attention = queries.shape == keys.shape and np.array_equal(queries, keys)
+    if self_attention:
+        qs = real_q[np.isin(queries[real_q], keys[ks])]
+    else:
+        qs = real_q[:max_tokens] if window is None else real_q
+    parts = []
+    if ks.size < n:
+        parts.append(
+            f"positions {keys[ks[0]]}-{keys[ks[-1]]} of its {n} tokens (window= shows others)"
+        )
+    if qs.size < real_q.size and not self_attention:
+        parts.append(f"the first {qs.size} of {real_q.size} queries")
+    if padding:
+        parts.append(f"{padding} padding keys left out")
+    return ks, qs, "; ".join(parts)

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import platform
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -616,9 +617,10 @@ def _model_name(model_id: str) -> str:
 
 
 def _save(fig: Any, folder: Path, stem: str) -> None:
-    from ._plot import save_figure
+    from ._plot import _release, save_figure
 
     save_figure(fig, folder / stem, dpi=110)
+    _release(fig)  # a report's figure is a file, not a notebook output
 
 
 def _profiles_section(
@@ -1368,7 +1370,26 @@ def _inline_svg(folder: Path, name: str) -> str:
     return svg
 
 
-def _figure_html(folder: Path, ref: FigureRef) -> str:
+#: a head's cell in a view attncoda drew: its rect and a title that starts "layer L, head H"
+_HEAD_CELL = re.compile(
+    r'(<rect class="acf-c"[^<>]*>)<title>(layer (-?\d+), head (-?\d+)\b[^<]*)</title></rect>'
+)
+
+
+def _link_heads(svg: str) -> str:
+    """Each head's cell of a view (already rebuilt by :func:`safe_svg`) as a link to the same
+    head in the explorer beside the report (``explorer.html#layer=L&head=H``, read by its
+    page); the links are ours, made of two integers, and nothing else of the SVG changes."""
+    return _HEAD_CELL.sub(
+        lambda m: (
+            f'<a href="explorer.html#layer={int(m.group(3))}&amp;head={int(m.group(4))}">'
+            f"{m.group(1)}<title>{m.group(2)} (click: open it in the explorer)</title></rect></a>"
+        ),
+        svg,
+    )
+
+
+def _figure_html(folder: Path, ref: FigureRef, explorer: bool = False) -> str:
     links = " ".join(
         f'<a href="{_esc(_href(f"{ref.stem}.{ext}"))}">{ext.upper()}</a>'
         for ext in ("png", "svg")
@@ -1377,10 +1398,15 @@ def _figure_html(folder: Path, ref: FigureRef) -> str:
     if ref.view:
         if links:
             links = "static: " + links
+        svg = _inline_svg(folder, ref.view)
+        linked = explorer and _HEAD_CELL.search(svg) is not None
+        if linked:
+            svg = _link_heads(svg)
         return (
             f'<figure id="fig-{_esc(ref.stem)}" class="view"><div class="scroll">'
-            f"{_inline_svg(folder, ref.view)}</div><figcaption>{_esc(ref.caption)}; hover for "
-            f"values{f' ({links})' if links else ''}</figcaption></figure>"
+            f"{svg}</div><figcaption>{_esc(ref.caption)}; hover for values"
+            f"{'; click a head to open it in the explorer' if linked else ''}"
+            f"{f' ({links})' if links else ''}</figcaption></figure>"
         )
     png = _own(folder, f"{ref.stem}.png")
     if isinstance(png, str):
@@ -1509,7 +1535,7 @@ def render_html(analysis: Analysis, folder: str | os.PathLike[str]) -> str:
     for i, sec in enumerate(analysis.sections):
         parts.append(f'<section id="sec-{i}"><h2>{_esc(sec.heading)}</h2>')
         parts += [f"<p>{_esc(t)}</p>" for t in sec.text]
-        parts += [_figure_html(root, f) for f in sec.figures]
+        parts += [_figure_html(root, f, "explorer.html" in analysis.files) for f in sec.figures]
         parts += [_table_html(root, t) for t in sec.tables]
         parts.append("</section>")
     meta_rows = "".join(

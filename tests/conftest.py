@@ -8,6 +8,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from inspect import signature
@@ -88,6 +90,60 @@ def _xdist_group(item: pytest.Item) -> str | None:
     if mark is None:
         return None
     return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+
+
+#: Seconds without a finished test after which the run says what it is waiting on, so that
+#: it is never silent for minutes (``ATTNCODA_TEST_HEARTBEAT`` overrides it; 0 turns it off).
+HEARTBEAT_S = float(os.environ.get("ATTNCODA_TEST_HEARTBEAT", "30"))
+_running: dict[str, float] = {}
+_last_finish = [time.monotonic()]
+_tests_done = threading.Event()
+_finished = [0]
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _running[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    _running.pop(nodeid, None)
+    _last_finish[0] = time.monotonic()
+    _finished[0] += 1
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In the process that reports (not in an xdist worker), a daemon thread that writes one
+    line when no test has finished for ``HEARTBEAT_S``: the tests running and for how long
+    (or that the workers are still starting and collecting)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or HEARTBEAT_S <= 0:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    _last_finish[0] = time.monotonic()
+
+    def beat() -> None:
+        while not _tests_done.wait(HEARTBEAT_S / 3):
+            now = time.monotonic()
+            quiet = now - _last_finish[0]
+            if quiet < HEARTBEAT_S:
+                continue
+            oldest = sorted(_running.items(), key=lambda kv: kv[1])[:3]
+            what = (
+                ", ".join(f"{n} ({now - t:.0f} s)" for n, t in oldest)
+                if oldest
+                else "the workers are starting or collecting"
+                if not _finished[0]
+                else f"nothing ({_finished[0]} tests done; the workers are shutting down)"
+            )
+            reporter.write_line(f"[{quiet:.0f} s without a finished test] running: {what}")
+            _last_finish[0] = now  # said once per quiet period
+
+    threading.Thread(target=beat, name="attncoda-heartbeat", daemon=True).start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _tests_done.set()  # the heartbeat stops: what follows is the summary
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

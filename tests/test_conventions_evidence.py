@@ -365,6 +365,7 @@ def test_the_claim_table_is_recomputed_from_the_committed_cells(tmp_path):
     )
 
 
+@pytest.mark.slow  # 4.8 and 5.0 CPU-s in two runs of 6 December 2026
 def test_claims_only_keeps_the_run_that_built_the_window_tables(tmp_path):
     """``run --claims-only`` rebuilds only the claims, so its manifest names the run that built
     the window tables: the one that wrote the manifest before it, or, after an earlier

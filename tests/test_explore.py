@@ -229,7 +229,7 @@ def test_choices_and_refusals() -> None:
         ac.explore(ds.drop_vars("log_attn"))
 
 
-def test_save_notebook_and_accessor(tmp_path: Path) -> None:
+def test_save_notebook_and_accessor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = _rows(6)
     ex = ds.coda.explore(layer=1)
     assert _data(ex.html)["start"]["layer"] == 1
@@ -251,10 +251,20 @@ def test_save_notebook_and_accessor(tmp_path: Path) -> None:
         ex.save(mine, overwrite=True)
     assert mine.read_text().startswith("<p>my own notes</p>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["explorer.html", "mine.html"]
-    frame = ex._repr_html_()
+    frame = ex.embed()._repr_html_()
     assert frame.startswith("<iframe ") and 'sandbox="allow-scripts"' in frame
     assert "allow-same-origin" not in frame and frame.count("<") == 2  # the page is escaped
     assert html.unescape(re.search(r'srcdoc="([^"]*)"', frame).group(1)) == ex.html  # type: ignore[union-attr]
+    # shown in a notebook: written once beside it, named by its content, and referenced
+    monkeypatch.chdir(tmp_path)
+    frame = ex._repr_html_()
+    src = re.search(r'src="([^"]*)"', frame).group(1)  # type: ignore[union-attr]
+    assert src.startswith("attncoda-explorer/") and frame == ex._repr_html_()
+    assert (tmp_path / src).read_text(encoding="utf-8").startswith(ex.html)
+    assert len(list((tmp_path / "attncoda-explorer").iterdir())) == 1
+    # a name taken by a file attncoda did not write: left alone, the page goes inline
+    (tmp_path / src).write_text("<p>mine</p>")
+    assert "srcdoc=" in ex._repr_html_() and (tmp_path / src).read_text() == "<p>mine</p>"
 
 
 def test_cli_end_to_end_on_a_twin_capture(
@@ -307,10 +317,17 @@ def test_demo_writes_the_explorer_and_its_report_links_to_it(tmp_path: Path) -> 
     argv = ["demo", "--model", "twin:llama", "--text", str(text), "--quick", "--passages", "2"]
     assert main([*argv, "--n-boot", "0", "--out", str(out), "-q"]) == 0
     meta = _data((out / "explorer.html").read_text(encoding="utf-8"))
+    summary = ac.load_analysis(out).summary
+    assert any(line.startswith("explorer: ") and "explorer.html" in line for line in summary)
     rows = ac.load(out / "rows.nc")
     assert meta["layers"] == [int(v) for v in rows["layer"].values]
     report = (out / "report.html").read_text(encoding="utf-8")
     assert '<a href="explorer.html">Open the attention explorer</a>' in report
+    # each head of the sink-share grid links to the same head in the explorer
+    linked = re.findall(r'<a href="explorer.html#layer=(\d+)&amp;head=(\d+)">', report)
+    shape = rows.sizes["layer"], rows.sizes["head"]
+    assert len(linked) >= shape[0] * shape[1], (len(linked), shape)
+    assert ("0", "0") in linked and "click a head to open it in the explorer" in report
     assert "explorer.html" in ac.load_analysis(out).files
 
 
@@ -334,7 +351,15 @@ def _click(tab: Any, x: float, y: float) -> None:
         )
 
 
-_CODES = {"ArrowUp": 38, "ArrowDown": 40, "ArrowLeft": 37, "ArrowRight": 39}
+_CODES = {
+    "ArrowUp": 38,
+    "ArrowDown": 40,
+    "ArrowLeft": 37,
+    "ArrowRight": 39,
+    "Home": 36,
+    "End": 35,
+    "Escape": 27,
+}
 
 
 def _press(tab: Any, key: str) -> None:
@@ -360,13 +385,16 @@ def _state(tab: Any) -> dict[str, str]:
 
 def _cell_point(tab: Any, query: int, key: int, panel: str = "#acx-pa") -> list[float]:
     """Where the page draws the cell (query position, key position) of a panel's view."""
-    geo = tab.evaluate("window.acxGeometry(0)")
+    geo = tab.evaluate(f"window.acxGeometry({1 if panel == '#acx-pb' else 0})")
     row = geo["rows"].index(query)
     col = next(c for c in geo["cols"] if c["k"] == key)
     x, y = col["x"] + geo["cs"] / 2, geo["top"] + row * geo["cs"] + geo["cs"] / 2
     # scroll the page so that the cell is in the viewport (a mouse can only point there)
+    # (the main column scrolls in a wide window, the page in a narrow one)
     expr = (
-        f"(() => {{ const o = document.querySelector('{panel} .acx-over');"
+        f"(() => {{ const o = document.querySelector('{panel} .acx-over'),"
+        " m = document.getElementById('acx-main');"
+        f" m.scrollTop += o.getBoundingClientRect().y + {y} - 300;"
         f" window.scrollTo(0, o.getBoundingClientRect().y + window.scrollY + {y} - 300);"
         " const c = o.getBoundingClientRect(); return [c.x, c.y]; })()"
     )
@@ -485,12 +513,20 @@ def test_hover_highlights_row_and_column_and_tells_the_weights(
 
 
 @needs_chromium
-def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> None:
-    """``_repr_html_`` in a host page (what Jupyter does with it): the page runs inside its
-    sandboxed iframe, draws every head and reports no policy violation."""
+@pytest.mark.parametrize("how", ["beside", "embedded"])
+def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """``_repr_html_`` in a host page (what Jupyter does with it): the page, written beside the
+    notebook (or embedded), runs inside its sandboxed iframe, draws every head and reports no
+    policy violation."""
     ds = _hostile(_rows(10))
     host = tmp_path / "notebook.html"
-    body = "<p>a notebook cell's output:</p>" + ac.explore(ds)._repr_html_()
+    monkeypatch.chdir(tmp_path)  # the kernel's working directory: the notebook's folder
+    ex = ac.explore(ds)
+    output = ex._repr_html_() if how == "beside" else ex.embed()._repr_html_()
+    assert len(output) < 1000 if how == "beside" else len(output) > len(ex.html)
+    body = "<p>a notebook cell's output:</p>" + output
     host.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
     with open_page(host, tmp_path / "profile") as tab:
         # the sandboxed srcdoc frame has an opaque origin: chromium runs it as a target of its own
@@ -501,14 +537,21 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> 
             if frame is not None:
                 break
             time.sleep(0.05)
-        assert frame is not None and frame["url"] == "about:srcdoc"
+        assert frame is not None
+        assert (
+            frame["url"] == "about:srcdoc"
+            if how == "embedded"
+            else frame["url"].endswith(f"attncoda-explorer/{ex.notebook_file().name}")
+        )
         session = tab.dt.call(
             "Target.attachToTarget", {"targetId": frame["targetId"], "flatten": True}
         )
         inner = (
             "[document.documentElement.dataset.ready, window.acxViolations.length,"
             " document.querySelectorAll('#acx-grid canvas').length,"
-            " document.querySelectorAll('img, svg').length]"
+            " document.querySelectorAll('img, svg').length,"
+            # the page fits its frame: the notebook is the only other scroll level
+            " document.scrollingElement.scrollHeight <= window.innerHeight]"
         )
         state: list[Any] = []
         for _ in range(200):
@@ -521,8 +564,9 @@ def test_inline_in_a_sandboxed_iframe_as_a_notebook_shows_it(tmp_path: Path) -> 
             if state[0]:
                 break
             time.sleep(0.05)
-        assert state == ["1", 0, 12, 0]
-        assert tab.requests() == [host.resolve().as_uri()]
+        assert state == ["1", 0, 12, 0, True]
+        pages = [host] + ([ex.notebook_file()] if how == "beside" else [])
+        assert tab.requests() == [p.resolve().as_uri() for p in pages]
 
 
 @pytest.mark.real
@@ -550,6 +594,123 @@ def test_smollm2_30x9x256_opens_small_and_right(tmp_path: Path) -> None:
         shown = float(re.search(r"p = ([0-9.]+)", tip).group(1))  # type: ignore[union-attr]
         assert abs(shown - want[0, 29, 0, 40, 17]) <= TOL + 5e-5
         assert tab.requests() == [page.resolve().as_uri()]
+
+
+def _padded(length: int = 40, n_layers: int = 3, n_heads: int = 4) -> xr.Dataset:
+    """Rows with padding: sample 0 right-padded (real tokens 0-19), sample 1 left-padded (real
+    tokens 10-39, its sink at 10). Padding keys are seen by no query, padded queries see none."""
+    ds = ac.testing.synthetic_rows(n_samples=2, n_layers=n_layers, n_heads=n_heads, length=length)
+    z = ds["log_attn"].values.astype(np.float64)
+    real = np.zeros((2, length), bool)
+    real[0, :20] = True
+    real[1, 10:] = True
+    for s in range(2):
+        keep = real[s][None, None, :, None] & real[s][None, None, None, :]
+        zs = np.where(keep, z[s], -np.inf)
+        top = np.where(np.isfinite(zs).any(-1, keepdims=True), zs.max(-1, keepdims=True), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lse = np.log(np.exp(zs - top).sum(-1, keepdims=True)) + top
+            z[s] = np.where(np.isfinite(zs), zs - lse, -np.inf)
+    out = ds.drop_vars([v for v in ds.data_vars if v != "log_attn"])  # tokens kept
+    out["log_attn"] = (ds["log_attn"].dims, z.astype(np.float32))
+    return out.assign_coords(sink_index=("sample", np.array([0, 10])))
+
+
+def test_padding_is_left_out_of_the_data_block() -> None:
+    meta = _data(ac.explore(_padded()).html)
+    assert meta["real"] == [[0, 20], [10, 40]]
+    assert meta["real_queries"] == [[0, 20], [10, 40]]
+    assert meta["sink"] == [0, 10]
+
+
+def _set_window(tab: Any, n: int) -> None:
+    tab.evaluate(
+        f"(() => {{ const w = document.getElementById('acx-win'); w.value = '{n}';"
+        " w.dispatchEvent(new Event('change')); })()"
+    )
+
+
+@needs_chromium
+def test_padding_is_never_shown_as_keys(tmp_path: Path) -> None:
+    """Right padding (sample 0) and left padding (sample 1): the window, its keys and queries,
+    End / Home / ] / [ and the thumbnails' scale stop at the sample's real tokens."""
+    page = tmp_path / "padded.html"
+    ac.explore(_padded()).save(page)
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        for sample, (a, b) in ((0, (0, 20)), (1, (10, 40))):
+            if sample:
+                _press(tab, "n")
+            assert _state(tab)["sample"] == str(sample)
+            options = tab.evaluate(
+                "Array.from(document.querySelectorAll('#acx-win option')).map(o => o.textContent)"
+            )
+            assert options[-1] == f"all {b - a} tokens", options
+            geo = tab.evaluate("window.acxGeometry(0)")  # the default window: every real token
+            assert sorted(c["k"] for c in geo["cols"]) == list(range(a, b))
+            assert geo["rows"] == list(range(a, b))
+            _set_window(tab, 16)
+            for key in ("End", "]", "]", "Home", "[", "End"):
+                _press(tab, key)
+                geo = tab.evaluate("window.acxGeometry(0)")
+                keys = [c["k"] for c in geo["cols"]]  # split: the sink apart, then the window
+                assert len(set(keys) - {a}) in (15, 16) and len(keys) in (16, 17), (key, keys)
+                assert min(keys) >= a and max(keys) < b, (key, keys)
+                assert all(a <= q < b for q in geo["rows"]), (key, geo["rows"])
+            assert max(keys) == b - 1  # End: the last real token
+            _press(tab, "Home")
+            assert min(c["k"] for c in tab.evaluate("window.acxGeometry(0)")["cols"]) == a
+            # the thumbnails: one pixel column per real token (20 or 30, not 40)
+            size = tab.evaluate(
+                "(() => { const c = document.querySelector('#acx-grid canvas');"
+                " return [c.width, c.height]; })()"
+            )
+            assert size == [b - a, b - a]
+            assert "padding left out" in tab.evaluate(
+                "document.getElementById('acx-startv').textContent"
+            )
+            _set_window(tab, b - a)
+        assert tab.evaluate("window.acxViolations.length") == 0
+
+
+@needs_chromium
+def test_at_30_layers_the_selected_head_and_its_view_stay_in_sight(tmp_path: Path) -> None:
+    """30 x 9 heads in a 1400 x 1000 window: the grid beside the large view, the page itself
+    does not scroll, the selected thumbnail is scrolled into the grid's sight; in compare mode
+    both views keep their token labels and the tooltip covers no summary table."""
+    ds = ac.testing.synthetic_rows(n_samples=1, n_layers=30, n_heads=9, length=40)
+    page = tmp_path / "wide.html"
+    ac.explore(ds, layer=0, head=0).save(page)
+    rect = (
+        "(s => { const b = document.querySelector(s).getBoundingClientRect();"
+        " return [b.left, b.top, b.right, b.bottom]; })"
+    )
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        assert tab.evaluate("document.scrollingElement.scrollHeight") <= 1000
+        for layer in (0, 29, 14):
+            while int(_state(tab)["layer"]) != layer:
+                _press(tab, "ArrowDown" if int(_state(tab)["layer"]) < layer else "ArrowUp")
+            _press(tab, "ArrowRight")
+            sel = f'canvas[data-layer="{layer}"][data-head="1"]'
+            _, top, _, bottom = tab.evaluate(f"{rect}({json.dumps(sel)})")
+            box = tab.evaluate(f"{rect}('#acx-overview')")
+            assert box[1] <= top and bottom <= box[3] and bottom <= 1000, (layer, top, box)
+            view = tab.evaluate(f"{rect}('#acx-pa .acx-cells')")
+            assert view[1] < 500 and view[0] >= box[2], view  # beside the grid, near the top
+        assert tab.evaluate("window.acxGeometry(0).cs") >= 9  # token labels, not positions
+        _press(tab, "c")
+        for i, panel in ((0, "#acx-pa"), (1, "#acx-pb")):
+            geo = tab.evaluate(f"window.acxGeometry({i})")
+            assert geo["cs"] >= 9, geo["cs"]
+            for query, key in ((5, 3), (20, 1), (39, 38)):
+                tab.hover(*_cell_point(tab, query, key, panel))
+                tip = tab.evaluate(f"{rect}('#acx-tip')")
+                for t in ("#acx-pa table.acx-summ", "#acx-pb table.acx-summ"):
+                    b = tab.evaluate(f"{rect}({json.dumps(t)})")
+                    clear = tip[2] <= b[0] or tip[0] >= b[2] or tip[3] <= b[1] or tip[1] >= b[3]
+                    assert clear, (panel, query, key, tip, t, b)
+        assert tab.evaluate("window.acxViolations.length") == 0
 
 
 def _cross_capture() -> xr.Dataset:
@@ -629,3 +790,97 @@ def test_cross_attention_tooltip_names_the_target_query_and_the_source_key(
         assert tab.evaluate("document.querySelectorAll('b').length") == 0
         assert "Cross attention" in tab.evaluate("document.getElementById('acx-sub').textContent")
         assert tab.requests() == [page.resolve().as_uri()]
+
+
+@needs_chromium
+def test_click_locks_a_cell_and_the_token_view_tells_its_row(tmp_path: Path) -> None:
+    """A click locks a cell (the mouse moving on changes nothing); the token view shows the
+    sample's real tokens (left padding left out) with the weight the locked query pays each
+    one under each convention, against log_attn; a second click or Esc frees it."""
+    ds = _padded()
+    page = tmp_path / "lock.html"
+    ac.explore(ds, layer=1, head=2).save(page)
+    p = _weights(ds)[1]  # sample 1: left-padded, real tokens 10-39, sink 10
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        _press(tab, "n")
+        query, key = 30, 17
+        _click(tab, *_cell_point(tab, query, key))
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == "30"
+        tab.hover(*_cell_point(tab, 25, 12))  # moving on: the lock holds
+        pane = tab.evaluate("Object.assign({}, document.getElementById('acx-pa').dataset)")
+        assert (pane["hoverQuery"], pane["hoverKey"]) == (str(query), str(key))
+        read = (
+            "Array.from(document.querySelectorAll('#acx-tokens .acx-t'))"
+            ".map(s => [+s.dataset.k, s.dataset.w, s.textContent])"
+        )
+        for head, conv in ((2, "split"), (2, "kept"), (2, "dropped"), (1, "dropped")):
+            if head != int(_state(tab)["head"]):
+                _press(tab, "ArrowLeft")
+            _press(tab, conv[0])
+            spans = tab.evaluate(read)
+            assert [k for k, _, _ in spans] == list(range(10, 40))  # no padding
+            row = p[1, head, query]  # layer 1
+            s = row[10]
+            for k, w, _ in spans:
+                if k > query:  # not visible (causal)
+                    assert w == "", (k, w)
+                    continue
+                want = {
+                    "kept": row[k],
+                    "dropped": None if k == 10 else row[k] / (1 - s),
+                    "split": s if k == 10 else row[k] / (1 - s),
+                }[conv]
+                if want is None:
+                    assert w == ""
+                else:
+                    assert abs(float(w) - want) <= TOL + 1e-6, (conv, k, w, want)
+            words = [str(t) for t in ds["token"].values[1, 10:40]]
+            assert all(t for _, _, t in spans) and len(words) == len(spans)
+        _press(tab, "Escape")
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == ""
+        _click(tab, *_cell_point(tab, query, key))
+        _click(tab, *_cell_point(tab, query, key))  # the same cell again: freed
+        assert tab.evaluate("document.getElementById('acx-tokens').dataset.query") == ""
+        assert tab.evaluate("window.acxViolations.length") == 0
+
+
+@needs_chromium
+def test_one_head_across_samples_and_a_link_to_a_head(tmp_path: Path) -> None:
+    """The active head's mean sink share and content entropy in every sample, from the page's
+    summaries; a click opens that sample. ``#layer=L&head=H&sample=S`` opens that head."""
+    ds = ac.testing.synthetic_rows(n_samples=3, n_layers=3, n_heads=4, length=12)
+    page = tmp_path / "across.html"
+    ex = ac.explore(ds, layer=2, head=0)
+    ex.save(page)
+    meta = _data(ex.html)
+    with open_page(page, tmp_path / "profile", 1400, 1000) as tab:
+        _ready(tab)
+        _press(tab, "ArrowRight")  # layer 2, head 1
+        rows = tab.evaluate(
+            "Array.from(document.querySelectorAll('#acx-samples button'))"
+            ".map(b => [+b.dataset.sample, +b.dataset.s, +b.dataset.hc])"
+        )
+        assert [r[0] for r in rows] == [0, 1, 2]
+        for s, share, hc in rows:
+            want = meta["summaries"][s][2][1]
+            assert abs(share - want[0]) < 1e-9 and abs(hc - want[4]) < 1e-9
+        _click(tab, *_centre(tab, '#acx-samples button[data-sample="2"]'))
+        assert _state(tab)["sample"] == "2"
+        tab.evaluate("window.location.hash = 'layer=0&head=3&sample=1'")
+        for _ in range(100):
+            if _state(tab)["layer"] == "0":
+                break
+            time.sleep(0.02)
+        assert (_state(tab)["layer"], _state(tab)["head"], _state(tab)["sample"]) == ("0", "3", "1")
+    with open_page(page, tmp_path / "profile2", 1400, 1000) as tab:  # opened with a fragment
+        other = tmp_path / "across2.html"  # another document: the fragment read at load
+        other.write_bytes(page.read_bytes())
+        tab.call("Page.navigate", {"url": other.resolve().as_uri() + "#layer=1&head=2"})
+        for _ in range(300):
+            if tab.evaluate("document.URL").startswith(other.resolve().as_uri()):
+                break
+            time.sleep(0.02)
+        _ready(tab)
+        assert (_state(tab)["layer"], _state(tab)["head"]) == ("1", "2")
+        assert tab.evaluate("window.acxViolations.length") == 0

@@ -751,3 +751,30 @@ def test_real_smollm2_damaged_copy_is_refused(tmp_path, monkeypatch, capsys):
     assert code == 1 and out.startswith(f"{name}: damaged: model.safetensors has sha256")
     _one_line_error(err)
     assert _list_state(_main(capsys, "fetch", "--list")[1], name) == "damaged"
+
+
+def test_a_fetch_waiting_on_another_says_who_holds_the_lock(tmp_path: Path) -> None:
+    """A second fetch of the same asset waits for the first, and says so (with the holder's
+    pid) instead of waiting silently."""
+    import threading
+
+    from attncoda.hooks.assets import _locking
+
+    said: list[str] = []
+    got = threading.Event()
+
+    def second() -> None:
+        with _locking._locked(tmp_path, "austen", on_wait=said.append):
+            got.set()
+
+    with _locking._locked(tmp_path, "austen"):
+        worker = threading.Thread(target=second)
+        worker.start()
+        for _ in range(200):
+            if said:
+                break
+            time.sleep(0.01)
+        assert not got.is_set()  # still waiting
+    worker.join(10)
+    assert got.is_set()
+    assert len(said) == 1 and f"pid {os.getpid()} on " in said[0] and "'austen'" in said[0]

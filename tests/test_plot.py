@@ -193,7 +193,8 @@ def test_a_figure_drawn_into_pyplot_axes_is_left_to_pyplot():
         "fig, ax = plt.subplots()\n"
         "out = ac.plot_sink_grid(ds, ax=ax)\n"
         "print(out is ax, hasattr(out, '_repr_png_'), png_of(fig))\n"
-        "print(png_of(ac.plot_sink_grid(ds).figure)[:4])\n"
+        # pyplot imported with a backend that only writes files (Agg): attncoda's own figure
+        "print(png_of(ac.plot_sink_grid(ds).figure)[:4], len(plt.get_fignums()))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -202,7 +203,7 @@ def test_a_figure_drawn_into_pyplot_axes_is_left_to_pyplot():
         check=True,
         env={**os.environ, "MPLBACKEND": "Agg"},
     )
-    assert out.stdout.splitlines() == ["True False None", "b'\\x89PNG'"]
+    assert out.stdout.splitlines() == ["True False None", "b'\\x89PNG' 1"]
 
 
 @pytest.mark.parametrize(
@@ -255,7 +256,7 @@ def test_tokens_argument_overrides_and_false_gives_positions(ds):
 
 def test_long_sequences_get_thinned_token_labels():
     long = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=1, length=150)
-    fig = ac.plot_rows(long, layer=0, head=0)
+    fig = ac.plot_rows(long, layer=0, head=0, max_tokens=150)  # (the default windows to 64)
     labels = fig.axes[0].get_yticklabels()
     assert 30 <= len(labels) <= 64
     assert labels[1].get_text() == str(long.token.values[0, 3])  # every third token
@@ -375,3 +376,30 @@ def test_every_figure_keeps_its_titles_labels_and_colour_bars_inside(name, lengt
             else:
                 outside.append(artist.get_text())
     assert outside == []
+
+
+def test_rows_of_a_long_sample_are_windowed_and_the_title_says_so():
+    ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=2, length=100)
+    fig = ac.plot_rows(ds, layer=0, head=1)
+    heat = fig.axes[1].images[0].get_array()
+    assert heat.shape == (64, 64)
+    assert "positions 0-63 of its 100 tokens" in fig.texts[0].get_text().replace("\n", " ")
+    fig = ac.plot_rows(ds, layer=0, head=1, window=(40, 70), title="mine")
+    assert fig.axes[1].images[0].get_array().shape == (30, 30)
+    assert fig.axes[1].get_xticklabels()[0].get_text() == str(ds["token"].values[0, 40])
+    text = fig.texts[0].get_text().replace("\n", " ")
+    assert text.startswith("mine: positions 40-69 of its 100 tokens"), text
+    short = ac.plot_rows(ac.testing.synthetic_rows(length=12), layer=1, head=0)
+    assert ":" not in short.texts[0].get_text()  # every token drawn: nothing to say
+    # right padding (keys 30-99 seen by no query, their queries see nothing) is left out
+    z = ds["log_attn"].values.copy()
+    z[..., 30:] = -np.inf
+    z[..., 30:, :] = -np.inf
+    padded = ds[["log_attn"]].copy()
+    padded["log_attn"] = (ds["log_attn"].dims, z)
+    fig = ac.plot_rows(padded, layer=0, head=0)
+    assert fig.axes[1].images[0].get_array().shape == (30, 30)
+    assert "70 padding keys left out" in fig.texts[0].get_text().replace("\n", " ")
+    for bad in ((5,), "0:10", (200, 300)):
+        with pytest.raises(ac.InputError, match="window"):
+            ac.plot_rows(ds, layer=0, head=0, window=bad)

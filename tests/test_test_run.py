@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("xdist")
 
 
+@pytest.mark.slow  # a pytest-xdist session of its own: 6.4 CPU-s (6 December 2026)
 def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     seen = tmp_path / "seen"

@@ -468,8 +468,13 @@ def test_tiny_batch_ids_in_vocab(twins):
 def test_load_unknown_name_is_clear():
     with pytest.raises(ValueError, match=r"unknown model 'pythia-7m'.*pythia-70m"):
         zoo.load("pythia-7m")
-    with pytest.raises(ValueError, match="hub id"):
+    with pytest.raises(ValueError, match="hub id") as err:
         zoo.load("no-such-model")
+    # said once, offline names apart from the hub-only ones
+    text = str(err.value)
+    offline, hub = text.split("Offline (attncoda fetch NAME): ")[1].split(" From the hub only")
+    assert "smollm2-135m" in offline and "gpt2" not in offline and "gpt2" in hub
+    assert text.count("smollm2-135m") == 1 and text.count("hub id") == 1
 
 
 def test_load_rejects_unpublished_pythia_revision():

@@ -55,14 +55,19 @@ from .. import _profiles, _rows
 from .. import _view as vw
 from .._data import DIMS
 from .._entropy import binary_entropy
-from .._errors import InputError, require_int
+from .._errors import AttncodaError, InputError, require_int
 
 __all__ = ["LEVELS", "Explorer", "explore"]
 
 #: Content weights ``c / (1 - s)`` are stored as multiples of ``1 / LEVELS``.
 LEVELS = 4096
-#: The page's height inside a notebook (pixels).
-IFRAME_HEIGHT = 980
+#: The page's height inside a notebook (pixels): the page fits it (its grid and its views
+#: scroll inside), so the notebook is the only other scroll level.
+IFRAME_HEIGHT = 820
+#: The folder, beside the notebook (the kernel's working directory), that holds the pages a
+#: notebook shows: one file per explorer, named by its content, so a notebook stores only an
+#: ``<iframe src>`` per display (the page and its data once, however often it is shown).
+NOTEBOOK_FOLDER = "attncoda-explorer"
 
 
 @cache
@@ -107,9 +112,13 @@ def json_block(value: Any) -> str:
 class Explorer:
     """An attention explorer page (see :func:`explore`).
 
-    Shown inline by Jupyter (``_repr_html_``: the page in a sandboxed ``<iframe srcdoc>``, so
-    its own Content-Security-Policy applies and the notebook's scripts and styles cannot reach
-    it); :meth:`save` writes it as one HTML file.
+    Shown inline by Jupyter (``_repr_html_``): the page is written once, named by its content,
+    into :data:`NOTEBOOK_FOLDER` beside the notebook (the kernel's working directory) and shown
+    in a sandboxed ``<iframe src>``, so the notebook holds a few hundred bytes per display and
+    not the data (7.9 MB for SmolLM2's 30 x 9 heads); its own Content-Security-Policy applies
+    and the notebook's scripts and styles cannot reach it. Where that folder cannot be
+    written, or for a notebook that must stand alone (nbviewer, VS Code, e-mail), :meth:`embed`
+    gives the page inside the output (``<iframe srcdoc>``). :meth:`save` writes it as one file.
 
     Attributes
     ----------
@@ -126,12 +135,53 @@ class Explorer:
         self.title = title
         self.shape = shape
 
-    def _repr_html_(self) -> str:
+    def _iframe(self, source: str) -> str:
         return (
             f'<iframe title="{html.escape(self.title)}" sandbox="allow-scripts" '
-            f'style="width:100%;height:{IFRAME_HEIGHT}px;border:1px solid #ddd" '
-            f'srcdoc="{html.escape(self.html, quote=True)}"></iframe>'
+            f'style="width:100%;height:{IFRAME_HEIGHT}px;border:1px solid #ddd" {source}>'
+            "</iframe>"
         )
+
+    def notebook_file(self, folder: str | os.PathLike[str] = NOTEBOOK_FOLDER) -> Path:
+        """Write the page into ``folder`` (relative to the working directory) as
+        ``<sha256 of the page>.html``, once: a file of that name already holds this page.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib, attncoda as ac
+        >>> ex = ac.explore(ac.testing.synthetic_rows(n_layers=1, n_heads=2, length=6))
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> ex.notebook_file(folder) == ex.notebook_file(folder)
+        True
+        """
+        from .._atomic import file_is_ours, write_signed_text
+
+        name = hashlib.sha256(self.html.encode("utf-8")).hexdigest()[:24] + ".html"
+        target = Path(folder) / name
+        if target.is_file() and file_is_ours(target) is None:
+            return target  # named by its content: already this page
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return write_signed_text(target, self.html, what="explorer")
+
+    def _repr_html_(self) -> str:
+        try:
+            path = self.notebook_file()
+        except (OSError, AttncodaError):  # read-only, or a name taken by a file not ours
+            return self._iframe(f'srcdoc="{html.escape(self.html, quote=True)}"')
+        return self._iframe(f'src="{html.escape(path.as_posix(), quote=True)}"')
+
+    def embed(self) -> _Embedded:
+        """The page to show inside the notebook's output itself (``<iframe srcdoc>``): the
+        notebook stands alone, and holds the data once per display.
+
+        Examples
+        --------
+        >>> import attncoda as ac
+        >>> ex = ac.explore(ac.testing.synthetic_rows(n_layers=1, n_heads=2, length=6))
+        >>> "srcdoc=" in ex.embed()._repr_html_()
+        True
+        """
+        return _Embedded(self)
 
     @staticmethod
     def check_target(path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
@@ -188,6 +238,20 @@ class Explorer:
         )
 
 
+class _Embedded:
+    """An :class:`Explorer` shown with its page inside the output (see :meth:`Explorer.embed`)."""
+
+    def __init__(self, explorer: Explorer) -> None:
+        self.explorer = explorer
+
+    def _repr_html_(self) -> str:
+        ex = self.explorer
+        return ex._iframe(f'srcdoc="{html.escape(ex.html, quote=True)}"')
+
+    def __repr__(self) -> str:
+        return repr(self.explorer)
+
+
 def _samples(ds: xr.Dataset, sample: Any) -> list[int]:
     n = ds.sizes["sample"]
     if sample is None:
@@ -225,6 +289,12 @@ def _content_codes(z: np.ndarray, sink: int) -> tuple[np.ndarray, np.ndarray, np
     keys = np.arange(k)
     span = (keys >= lo[..., None]) & (keys < hi[..., None])
     return code[span], lo.astype(np.uint16), hi.astype(np.uint16)
+
+
+def _span(mask: np.ndarray) -> list[int]:
+    """``[first, last + 1)`` of the True entries of ``mask`` (``[0, 0]`` when there are none)."""
+    idx = np.flatnonzero(mask)
+    return [int(idx[0]), int(idx[-1]) + 1] if idx.size else [0, 0]
 
 
 def _coarse(x: np.ndarray) -> bytes:
@@ -374,7 +444,17 @@ def explore(
     blob = base64.b64encode(zlib.compress(b"".join(parts), 6)).decode("ascii")
     q_pos = [int(q) for q in np.asarray(la["query"].values)]
     tokens, query_tokens = [], []
+    real, real_q = [], []
     for s_idx in picked:
+        # padding is not part of a sample: its real keys are those some query sees, its real
+        # queries those that see a key (left and right padding alike)
+        vis = np.isfinite(np.asarray(la.data[s_idx]))
+        keys_seen = vis.any(axis=(0, 1, 2))
+        queries_seeing = vis.any(axis=(0, 1, 3))
+        if not vw.is_cross(ds):  # a query at a padding position is padding too
+            queries_seeing &= np.isin(q_pos, np.asarray(k_pos)[keys_seen])
+        real.append(_span(keys_seen))
+        real_q.append(_span(queries_seeing))
         labels = vw.token_labels(ds, s_idx)
         tokens.append([labels.get(k, f"@{k}") for k in k_pos])
         q_labels = vw.query_labels(ds, s_idx)
@@ -399,6 +479,8 @@ def explore(
         "query_tokens": query_tokens,
         "cross": vw.is_cross(ds),
         "sink": [int(sinks[s]) for s in picked],
+        "real": real,
+        "real_queries": real_q,
         "start": {"layer": layers.index(layer_v), "head": heads.index(head_v)},
         "source": source,
         "summaries": summaries,

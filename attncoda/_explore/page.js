@@ -28,12 +28,16 @@
   const VIR = lut(VIRIDIS), ORA = lut(ORANGES);
   const css = (rgb) => "rgb(" + rgb[0] + "," + rgb[1] + "," + rgb[2] + ")";
   const VIRC = VIR.map(css), ORAC = ORA.map(css);
+  // each sample's real keys and queries [first, last + 1): padding is never shown
+  const realK = (s) => (meta.real ? meta.real[s] : [0, K]);
+  const realQ = (s) => (meta.real_queries ? meta.real_queries[s] : [0, Q]);
+  const nReal = (s) => Math.max(1, realK(s)[1] - realK(s)[0]);
   const tone = (t) => Math.max(0, Math.min(255, Math.round(t * 255)));
 
   let lam, ent, cent, lo, hi, chi, clo, off;
   const state = {
     sample: 0, conv: "split", win: Math.min(K, 64), start: 0, zoom: 0, compare: false,
-    active: 0, ocolour: "sink", hover: null,
+    active: 0, ocolour: "sink", hover: null, lock: null,
     panels: [{ layer: meta.start.layer, head: meta.start.head },
       { layer: meta.start.layer, head: Math.min(meta.start.head + 1, H - 1) }],
   };
@@ -127,28 +131,29 @@
     }
   }
   function drawGrid() {
-    const nb = Math.min(K, 48), s = state.sample, sink = meta.sink[s];
+    const s = state.sample, sink = meta.sink[s], [ka, kb] = realK(s), [qa, qb] = realQ(s);
+    const nb = Math.min(nReal(s), 48), nq = Math.max(1, qb - qa), nbq = Math.min(nq, 48);
     const content = state.ocolour === "content";
     markGrid();
     if (drawn === s + ":" + content) return; // the thumbnails only change with the sample and colour
     drawn = s + ":" + content;
-    const kbin = new Int32Array(K);
-    for (let k = 0; k < K; k++) kbin[k] = Math.floor((k * nb) / K);
+    const kbin = new Int32Array(K).fill(-1); // padding keys fall in no bin
+    for (let k = ka; k < kb; k++) kbin[k] = Math.floor(((k - ka) * nb) / (kb - ka));
     for (const c of thumbs) {
       const l = +c.dataset.layer, h = +c.dataset.head;
-      c.width = nb; c.height = nb;
-      const g = c.getContext("2d"), img = g.createImageData(nb, nb), bins = new Float32Array(nb * nb).fill(-1);
+      c.width = nb; c.height = nbq;
+      const g = c.getContext("2d"), img = g.createImageData(nb, nbq), bins = new Float32Array(nb * nbq).fill(-1);
       // the largest weight of each bin of rows x keys (typed arrays only: 270 heads x T² cells)
-      for (let q = 0; q < Q; q++) {
-        const r = row(s, l, h, q), base = Math.floor((q * nb) / Q) * nb, scale = content ? 1 / N : rest(r) / N;
+      for (let q = qa; q < qb; q++) {
+        const r = row(s, l, h, q), base = Math.floor(((q - qa) * nbq) / nq) * nb, scale = content ? 1 / N : rest(r) / N;
         const a = lo[r], o = off[r] - a;
         for (let k = a; k < hi[r]; k++) {
           const v = (chi[o + k] << 8) | clo[o + k];
-          if (v === 0) continue;
+          if (v === 0 || kbin[k] < 0) continue;
           const x = (v - 1) * scale, b = base + kbin[k];
           if (x > bins[b]) bins[b] = x;
         }
-        if (!content && sinkSeen(r)) { const b = base + kbin[sink], x = share(r); if (x > bins[b]) bins[b] = x; }
+        if (!content && sinkSeen(r) && kbin[sink] >= 0) { const b = base + kbin[sink], x = share(r); if (x > bins[b]) bins[b] = x; }
       }
       let top = 0;
       for (const x of bins) if (x > top) top = x;
@@ -176,12 +181,14 @@
     rows: geo[i].rows.map((q) => meta.queries[q]), cols: geo[i].cols.map((c) => ({ k: meta.keys[c.k], x: c.x })),
     cs: geo[i].cs, top: geo[i].top, width: geo[i].width, height: geo[i].height,
   };
+  const win = () => Math.min(state.win, nReal(state.sample));
   function windowRows() {
-    const a = state.start, b = Math.min(K, a + state.win);
+    const [ka, kb] = realK(state.sample), [qa, qb] = realQ(state.sample);
+    const a = Math.max(ka, Math.min(state.start, kb - win())), b = Math.min(kb, a + win());
     const lo_ = meta.keys[a], hi_ = meta.keys[b - 1];
     const rows = [];
-    // cross attention: every query (the target's tokens) against the window of source keys
-    for (let q = 0; q < Q; q++) if (meta.cross || (meta.queries[q] >= lo_ && meta.queries[q] <= hi_)) rows.push(q);
+    // cross attention: every real query (the target's tokens) against the window of source keys
+    for (let q = qa; q < qb; q++) if (meta.cross || (meta.queries[q] >= lo_ && meta.queries[q] <= hi_)) rows.push(q);
     return { a: a, b: b, rows: rows };
   }
   function layout(width) {
@@ -201,7 +208,8 @@
   function drawPanel(i) {
     const pane = panels[i], st = state.panels[i];
     const cells = pane.querySelector(".acx-cells"), over = pane.querySelector(".acx-over");
-    const avail = state.compare ? Math.max(320, (window.innerWidth - 560) / 2) : Math.max(420, window.innerWidth - 300);
+    // the views are stacked (compare puts the second under the first): each has the main column's width
+    const main = $("acx-main"), avail = Math.max(360, (main.clientWidth || window.innerWidth) - 24);
     const g = layout(Math.min(avail, 1400));
     geo[i] = g;
     for (const c of [cells, over]) { c.width = g.width; c.height = g.height; }
@@ -280,18 +288,20 @@
     tbl.querySelector("caption").textContent = "layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ": means over rows (nats)";
     const body = tbl.querySelector("tbody");
     body.replaceChildren();
+    const names = ["sink share s", "H", "= H_b(s)", "+ (1 − s) H(c)", "H(c)", "rows"];
     const head = el("tr"); head.appendChild(el("th", ""));
-    head.appendChild(el("th", "this sample")); if (S > 1) head.appendChild(el("th", "all " + S + " samples"));
+    names.forEach((name) => head.appendChild(el("th", name)));
     body.appendChild(head);
-    const names = ["sink share s", "entropy H", "  H_b(s)", "  + (1 − s) H(c)", "content entropy H(c)"];
-    names.forEach((name, j) => {
-      const tr = el("tr"); tr.appendChild(el("th", name)); tr.appendChild(el("td", f3(one[j])));
-      if (S > 1) tr.appendChild(el("td", f3(all[j])));
+    const line = (label, vals) => {
+      const tr = el("tr"); tr.appendChild(el("th", label));
+      vals.forEach((v, j) => tr.appendChild(el("td", j === 5 ? String(v) : f3(v))));
       body.appendChild(tr);
-    });
-    const tr = el("tr"); tr.appendChild(el("th", "rows")); tr.appendChild(el("td", String(one[5])));
-    if (S > 1) { let n = 0; for (let s = 0; s < S; s++) n += meta.summaries[s][st.layer][st.head][5]; tr.appendChild(el("td", String(n))); }
-    body.appendChild(tr);
+    };
+    line("this sample", one);
+    if (S > 1) {
+      let n = 0; for (let s = 0; s < S; s++) n += meta.summaries[s][st.layer][st.head][5];
+      line("all " + S + " samples", [...all, n]);
+    }
   }
 
   // ---- hover and tooltip ----------------------------------------------------------------------
@@ -325,14 +335,41 @@
     tip.dataset.query = String(meta.queries[h.q]); tip.dataset.key = String(meta.keys[h.k]);
     tip.dataset.p = String(v.seen ? v.p : ""); tip.dataset.s = String(share(r)); tip.dataset.c = String(v.c === null ? "" : v.c);
     tip.hidden = false;
-    const pad = 14, w = tip.offsetWidth, hgt = tip.offsetHeight;
-    tip.style.left = Math.min(window.innerWidth - w - 4, ev.clientX + pad) + "px";
-    tip.style.top = (ev.clientY + pad + hgt > window.innerHeight ? ev.clientY - hgt - pad : ev.clientY + pad) + "px";
+    place(ev.clientX, ev.clientY);
+  }
+  // the tooltip goes beside the pointer where it covers no summary table and fits the window
+  function place(x, y) {
+    const pad = 14, w = tip.offsetWidth, hgt = tip.offsetHeight, W = window.innerWidth, Hh = window.innerHeight;
+    const tables = Array.from(document.querySelectorAll("table.acx-summ")).filter((t) => t.offsetParent)
+      .map((t) => t.getBoundingClientRect());
+    const clash = (l, t) => tables.some((b) => l < b.right && l + w > b.left && t < b.bottom && t + hgt > b.top);
+    const xs = [x + pad, x - w - pad], ys = [y + pad, y - hgt - pad, y + 3 * pad, y - hgt - 3 * pad];
+    let best = null;
+    for (const t of ys) for (const l of xs) {
+      const fits = l >= 0 && l + w <= W && t >= 0 && t + hgt <= Hh;
+      if (fits && !clash(l, t)) { best = [l, t]; break; }
+      if (!best && fits) best = [l, t, true];
+    }
+    if (best && best[2]) { // every spot next to the pointer covers a table: go below the lowest one it covers
+      const under = tables.filter((b) => b.bottom + hgt <= Hh).map((b) => b.bottom + 4);
+      const t = under.find((u) => !clash(best[0], u));
+      if (t !== undefined) best = [best[0], t];
+    }
+    const [l, t] = best || [Math.max(0, W - w - 4), Math.max(0, Hh - hgt - 4)];
+    tip.style.left = l + "px"; tip.style.top = t + "px";
   }
   panels.forEach((pane, i) => {
     const over = pane.querySelector(".acx-over");
-    over.addEventListener("mousemove", (ev) => setHover(i, hit(i, ev), ev));
-    over.addEventListener("mouseleave", () => setHover(i, null));
+    over.addEventListener("mousemove", (ev) => { if (!state.lock) setHover(i, hit(i, ev), ev); });
+    over.addEventListener("mouseleave", () => { if (!state.lock) setHover(i, null); });
+    // a click locks the cell (its row's tokens show below); a click on it again, or Escape, frees it
+    over.addEventListener("click", (ev) => {
+      const h = hit(i, ev);
+      const same = h && state.lock && state.lock.i === i && state.lock.q === h.q && state.lock.k === h.k;
+      state.lock = h && !same ? { i: i, q: h.q, k: h.k } : null;
+      setHover(i, h, ev);
+      drawTokens();
+    });
     pane.addEventListener("mousedown", () => activate(i));
     const ls = pane.querySelector(".acx-layer"), hs = pane.querySelector(".acx-head");
     fillSelect(ls, meta.layers.map((l) => "L" + l));
@@ -340,6 +377,66 @@
     ls.addEventListener("change", () => pick(i, +ls.value, state.panels[i].head));
     hs.addEventListener("change", () => pick(i, state.panels[i].layer, +hs.value));
   });
+
+  // ---- one head across samples: each sample's mean sink share and content entropy ----------
+  function drawAcross() {
+    const box = $("acx-samples");
+    $("acx-across").hidden = S < 2;
+    if (S < 2) return;
+    const st = state.panels[state.active];
+    let hmax = 0;
+    for (let s = 0; s < S; s++) { const v = meta.summaries[s][st.layer][st.head][4]; if (v !== null && v > hmax) hmax = v; }
+    box.replaceChildren();
+    for (let s = 0; s < S; s++) {
+      const v = meta.summaries[s][st.layer][st.head], b = el("button", "sample " + meta.samples[s] + (s === state.sample ? " (shown)" : ""));
+      b.type = "button"; b.dataset.sample = String(meta.samples[s]);
+      b.dataset.s = v[0] === null ? "" : String(v[0]); b.dataset.hc = v[4] === null ? "" : String(v[4]);
+      if (s === state.sample) b.classList.add("acx-cur");
+      b.addEventListener("click", () => setSample(s));
+      const bar = (x, top, cls) => { const o = el("div", "", ""), i = el("div", "", cls); o.appendChild(i); i.style.width = (x === null || !top ? 0 : Math.round(120 * Math.min(1, x / top))) + "px"; return o; };
+      box.appendChild(b);
+      box.appendChild(bar(v[0], 1, "acx-bar1")); box.appendChild(el("span", "s " + f3(v[0])));
+      box.appendChild(bar(v[4], hmax, "acx-bar2")); box.appendChild(el("span", "H(c) " + f3(v[4]) + " nats"));
+    }
+  }
+
+  // ---- the token view: the sample's text coloured by what the locked query pays each token ----
+  // under the convention: kept p; dropped c/(1 − s) (the sink has none); split s on the sink, c/(1 − s) elsewhere
+  function weightOf(r, k, sink) {
+    const v = cell(r, k, sink);
+    if (!v.seen) return null;
+    if (state.conv === "kept") return v.p;
+    if (k === sink) return state.conv === "split" ? v.p : null;
+    return v.c;
+  }
+  function drawTokens() {
+    const box = $("acx-tokens"), cap = $("acx-tokcap");
+    box.replaceChildren();
+    const lk = state.lock;
+    box.dataset.query = lk ? String(meta.queries[lk.q]) : "";
+    if (!lk) { cap.textContent = "Click a cell to lock its query: the sample's tokens then show coloured by the attention it pays each one (click again or Esc to free it)."; return; }
+    const st = state.panels[lk.i], s = state.sample, sink = meta.sink[s], r = row(s, st.layer, st.head, lk.q);
+    const [ka, kb] = realK(s), ws = [];
+    for (let k = ka; k < kb; k++) ws.push(weightOf(r, k, sink));
+    let top = 0;
+    ws.forEach((w, j) => { if (w !== null && !(state.conv === "split" && ka + j === sink) && w > top) top = w; });
+    const what = { kept: "p (the raw row)", dropped: "c/(1 − s) (the sink removed)", split: "s on the sink (oranges), c/(1 − s) on the content (viridis)" }[state.conv];
+    cap.textContent = "layer " + meta.layers[st.layer] + ", head " + meta.heads[st.head] + ": query " + meta.queries[lk.q] + " " + JSON.stringify(qtok(lk.q)) + " pays each token " + what + "; colours to the row's largest (" + f4(top) + ").";
+    ws.forEach((w, j) => {
+      const k = ka + j, span = el("span", show(tok(k)), "acx-t");
+      span.dataset.k = String(meta.keys[k]);
+      span.dataset.w = w === null ? "" : String(w);
+      span.title = "key " + meta.keys[k] + " " + JSON.stringify(tok(k)) + (k === sink ? " (the sink)" : "") + ": " + (w === null ? (cell(r, k, sink).seen ? "– (the sink)" : "not visible") : f4(w));
+      if (w !== null) {
+        const sinkCol = state.conv === "split" && k === sink, t = sinkCol ? w : top > 0 ? w / top : 0;
+        const rgb = (sinkCol ? ORA : VIR)[tone(t)];
+        span.style.backgroundColor = css(rgb);
+        span.style.color = (sinkCol ? t > 0.55 : t < 0.6) ? "#fff" : "#000";
+      } else span.classList.add("acx-none");
+      if (k === lk.k) span.classList.add("acx-at");
+      box.appendChild(span);
+    });
+  }
 
   // ---- controls ----------------------------------------------------------------------------
   const CONV = {
@@ -352,6 +449,7 @@
     state.active = i;
     panels.forEach((p, j) => p.classList.toggle("acx-active", j === i));
     drawGrid();
+    drawAcross();
   }
   function pick(i, l, h) {
     state.panels[i] = { layer: Math.max(0, Math.min(L - 1, l)), head: Math.max(0, Math.min(H - 1, h)) };
@@ -363,8 +461,35 @@
     redraw();
   }
   function setStart(a) {
-    state.start = Math.max(0, Math.min(K - state.win, a));
+    const [ka, kb] = realK(state.sample);
+    state.start = Math.max(ka, Math.min(kb - win(), a));
     redraw();
+  }
+  function setSample(i) {
+    state.sample = Math.max(0, Math.min(S - 1, i));
+    state.lock = null;
+    fillWins();
+    state.start = realK(state.sample)[0];
+    redraw();
+  }
+  // the window's sizes: up to the sample's real tokens
+  function fillWins() {
+    const n = nReal(state.sample), ws = $("acx-win");
+    const wins = [16, 32, 64, 128, 256, 512, 1024].filter((w) => w < n).concat([n]);
+    ws.replaceChildren();
+    wins.forEach((w) => { const o = el("option", w === n ? "all " + n + " tokens" : w + " tokens"); o.value = String(w); ws.appendChild(o); });
+  }
+  // the selected thumbnails stay in sight: the overview scrolls to them (only the overview)
+  function reveal() {
+    const box = $("acx-overview"), b = box.getBoundingClientRect();
+    for (const c of thumbs) {
+      if (!c.classList.contains("acx-sel" + state.active)) continue;
+      const r = c.getBoundingClientRect();
+      if (r.top < b.top + 40) box.scrollTop -= b.top + 40 - r.top;
+      else if (r.bottom > b.bottom - 4) box.scrollTop += r.bottom - b.bottom + 4;
+      if (r.left < b.left) box.scrollLeft -= b.left - r.left;
+      else if (r.right > b.right) box.scrollLeft += r.right - b.right;
+    }
   }
   function setZoom(dir) {
     const g = geo[0], cur = state.zoom || (g ? g.cs : 8);
@@ -383,32 +508,47 @@
       p.dataset.head = String(meta.heads[state.panels[i].head]);
     });
     $("acx-sample").value = String(state.sample);
-    $("acx-win").value = String(state.win);
-    const start = $("acx-start");
-    start.max = String(Math.max(0, K - state.win)); start.value = String(state.start);
-    $("acx-startv").textContent = "positions " + meta.keys[state.start] + "–" + meta.keys[Math.min(K, state.start + state.win) - 1] + " of " + meta.keys[0] + "–" + meta.keys[K - 1];
+    $("acx-win").value = String(win());
+    const start = $("acx-start"), [ka, kb] = realK(state.sample), pad = K - (kb - ka);
+    start.min = String(ka); start.max = String(Math.max(ka, kb - win())); start.value = String(state.start);
+    $("acx-startv").textContent = "positions " + meta.keys[state.start] + "–" + meta.keys[Math.min(kb, state.start + win()) - 1] + " of " + meta.keys[ka] + "–" + meta.keys[kb - 1] + (pad > 0 ? " (" + pad + " padding left out)" : "");
     $("acx-zoomv").textContent = state.zoom ? state.zoom + " px" : "fit";
     $("acx-convnote").textContent = CONV[state.conv];
     panels[1].hidden = !state.compare;
     $("acx-compare").checked = state.compare;
-    state.hover = null; tip.hidden = true;
+    state.hover = state.lock ? { q: state.lock.q, k: state.lock.k } : null; tip.hidden = true;
+    if (state.lock && state.lock.i === 1 && !state.compare) state.lock = null;
     drawPanel(0);
     if (state.compare) drawPanel(1);
     drawGrid();
+    reveal();
+    drawTokens();
+    drawAcross();
   }
 
+  // a link may name the head to open: explorer.html#layer=L&head=H&sample=S (coordinate values)
+  function fromHash() {
+    const h = new URLSearchParams((window.location.hash || "").slice(1));
+    const at = (key, values) => (h.has(key) ? values.indexOf(Number(h.get(key))) : -1);
+    const l = at("layer", meta.layers), hd = at("head", meta.heads), s = at("sample", meta.samples);
+    if (l >= 0) state.panels[0].layer = l;
+    if (hd >= 0) state.panels[0].head = hd;
+    if (s >= 0 && s !== state.sample) { state.sample = s; state.lock = null; fillWins(); state.start = realK(s)[0]; }
+    if (l >= 0 || hd >= 0) state.active = 0;
+  }
   function setup() {
     $("acx-title").textContent = meta.title;
     $("acx-sub").textContent = L + " layers × " + H + " heads, " + S + " sample" + (S > 1 ? "s" : "") + ", " + Q + " queries × " + K + " keys" + (meta.model ? "; model " + meta.model : "") + (meta.cross ? ". Cross attention: rows are the target's tokens, columns the source's" : "") + ". Summaries: " + meta.source + ".";
     $("acx-precision").textContent = "Precision: content weights c/(1 − s) are stored to the nearest 1/" + N + ", so the page shows them within " + (0.5 / N).toExponential(1) + " and p within (1 − s) × " + (0.5 / N).toExponential(1) + "; s is float32, the entropies are float32 to a relative 5e-4. Made by attncoda; loads nothing.";
     fillSelect($("acx-sample"), meta.samples.map((s, i) => "sample " + s + ": " + show((meta.cross ? meta.query_tokens[i].slice(0, 6) : meta.tokens[i].slice(meta.sink[i], meta.sink[i] + 6)).join(""), 40)));
-    const wins = [16, 32, 64, 128, 256, 512, 1024].filter((w) => w < K).concat([K]);
     const ws = $("acx-win");
-    ws.replaceChildren();
-    wins.forEach((w) => { const o = el("option", w === K ? "all " + K + " tokens" : w + " tokens"); o.value = String(w); ws.appendChild(o); });
-    state.win = Math.min(K, 64);
-    $("acx-sample").addEventListener("change", (e) => { state.sample = +e.target.value; redraw(); });
-    ws.addEventListener("change", () => { state.win = +ws.value; setStart(state.start); });
+    state.win = 64;
+    fillWins();
+    state.start = realK(0)[0];
+    fromHash();
+    window.addEventListener("hashchange", () => { fromHash(); if (lam) redraw(); });
+    $("acx-sample").addEventListener("change", (e) => setSample(+e.target.value));
+    ws.addEventListener("change", () => { const n = nReal(state.sample); state.win = +ws.value >= n ? 1 << 30 : +ws.value; setStart(state.start); });
     $("acx-start").addEventListener("input", (e) => setStart(+e.target.value));
     $("acx-zin").addEventListener("click", () => setZoom(1));
     $("acx-zout").addEventListener("click", () => setZoom(-1));
@@ -427,17 +567,17 @@
     const t = ev.target && ev.target.tagName;
     if ((t === "SELECT" || t === "INPUT") && ev.key.startsWith("Arrow")) return; // the control's own keys
     const p = state.panels[state.active], i = state.active;
-    const keys = {
+    const win_ = win(), keys = {
       ArrowUp: () => pick(i, p.layer - 1, p.head), ArrowDown: () => pick(i, p.layer + 1, p.head),
       ArrowLeft: () => pick(i, p.layer, p.head - 1), ArrowRight: () => pick(i, p.layer, p.head + 1),
-      n: () => { state.sample = Math.min(S - 1, state.sample + 1); redraw(); },
-      p: () => { state.sample = Math.max(0, state.sample - 1); redraw(); },
+      n: () => setSample(state.sample + 1), p: () => setSample(state.sample - 1),
       k: () => setConv("kept"), d: () => setConv("dropped"), s: () => setConv("split"),
-      "[": () => setStart(state.start - Math.max(1, state.win >> 1)), "]": () => setStart(state.start + Math.max(1, state.win >> 1)),
-      Home: () => setStart(0), End: () => setStart(K),
+      "[": () => setStart(state.start - Math.max(1, win_ >> 1)), "]": () => setStart(state.start + Math.max(1, win_ >> 1)),
+      Home: () => setStart(realK(state.sample)[0]), End: () => setStart(realK(state.sample)[1]),
       "+": () => setZoom(1), "=": () => setZoom(1), "-": () => setZoom(-1),
       c: () => { state.compare = !state.compare; if (!state.compare) activate(0); redraw(); },
       a: () => activate(0), b: () => activate(1),
+      Escape: () => { state.lock = null; setHover(state.active, null); drawTokens(); },
       o: () => { state.ocolour = state.ocolour === "sink" ? "content" : "sink"; $("acx-ocolour").value = state.ocolour; drawGrid(); },
     };
     const f = keys[ev.key];

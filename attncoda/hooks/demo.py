@@ -470,6 +470,7 @@ def _run_demo_into(
         f"{cfg.max_tokens} per passage)",
     )
     result.summary.append(f"report: {final / 'report.html'}  ({wall:.0f} s)")
+    result.summary.append(f"explorer: {final / EXPLORER}  (every head, hover a cell)")
     result.write(folder)
     ac.write_report(folder)
     return result

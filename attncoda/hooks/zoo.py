@@ -45,10 +45,11 @@ torch.Size([2, 12, 128])
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -665,11 +666,34 @@ def provenance_of(model: Any) -> str:
     return entry.provenance if entry is not None else ""
 
 
+@contextlib.contextmanager
+def _no_loading_bar() -> Iterator[None]:
+    """transformers' progress bars off while a model loads from local files: its 'Loading
+    weights' bar takes a second, says nothing, prints even under ``-q``, and in a kernel without
+    ipywidgets comes with a red TqdmWarning (the assets' loaders do the same)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def _unknown_message(name: str, what: str) -> str:
+    """Said once: the close names, then the registry split into what works offline (after
+    ``attncoda fetch NAME``) and what loads from the hub only (network needed)."""
     known = list(_BY_NAME)
     close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return f"unknown {what} {name!r}.{hint} Known models: {', '.join(known)}."
+    offline = [e.name for e in MODELS if e.asset is not None]
+    hub = [e.name for e in MODELS if e.asset is None]
+    lists = f" Offline (attncoda fetch NAME): {', '.join(offline)}."
+    if hub:
+        lists += f" From the hub only (network): {', '.join(hub)}."
+    return f"unknown {what} {name!r}.{hint}{lists}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1327,8 +1351,7 @@ def check_model(name: str) -> str:
         return "hub"
     raise UnknownModelError(
         _unknown_message(key, "model")
-        + " Pass a registry name, twin:FAMILY, a hub id 'org/name' or a local checkpoint "
-        "directory."
+        + " Or pass twin:FAMILY, a hub id 'org/name' or a local checkpoint directory."
     )
 
 
@@ -1812,7 +1835,11 @@ def _load_pretrained(
     model_kwargs["dtype"] = dtype if dtype == "auto" else _as_dtype(dtype)
     if attn_implementation is not None:
         model_kwargs["attn_implementation"] = attn_implementation
-    model = auto.from_pretrained(where, **model_kwargs)
+    if local:  # from files on this machine: no download to follow
+        with _no_loading_bar():
+            model = auto.from_pretrained(where, **model_kwargs)
+    else:
+        model = auto.from_pretrained(where, **model_kwargs)
     model.eval()
     if str(device) != "cpu":
         model = model.to(device)

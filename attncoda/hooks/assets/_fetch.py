@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -109,6 +110,15 @@ def fetch(
     return fetch_with_status(name, cache_dir=cache_dir, force=force, progress=progress)[0]
 
 
+def _say_waiting(report: Any) -> Any:
+    """A wait on another fetch is said even under ``progress=False``: a silent wait looks hung."""
+
+    def say(message: str) -> None:
+        print(f"attncoda fetch {report.name}: {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
 def fetch_with_status(
     name: str,
     *,
@@ -149,7 +159,7 @@ def fetch_with_status(
     if before.state in ("damaged", "stale"):
         report(f"asset {name!r} {before.reason}; rebuilding it")
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root, name):
+    with _locked(root, name, on_wait=_say_waiting(report)):
         if not force and _manifest_sha256(final) != before.manifest_sha256:
             # another process replaced the copy meanwhile: check it again
             again = _check_cached(asset, root)

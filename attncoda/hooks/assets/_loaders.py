@@ -34,6 +34,24 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+class _no_loading_bar:
+    """transformers' progress bars off while a model loads from local files: its 'Loading
+    weights' bar takes a second, says nothing, prints even under ``-q``, and in a kernel without
+    ipywidgets comes with a red TqdmWarning."""
+
+    def __enter__(self) -> None:
+        from transformers.utils import logging as hf_logging
+
+        self._was_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+
+    def __exit__(self, *exc: object) -> None:
+        from transformers.utils import logging as hf_logging
+
+        if self._was_on:
+            hf_logging.enable_progress_bar()
+
+
 def _load_folder(
     asset: Asset,
     folder: Path,
@@ -47,7 +65,8 @@ def _load_folder(
     kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    model = auto.from_pretrained(str(folder), **kwargs).eval()
+    with _no_loading_bar():
+        model = auto.from_pretrained(str(folder), **kwargs).eval()
     # speech models come with their processor (feature extractor and tokenizer)
     reader = (
         transformers.AutoProcessor if asset.details.get("processor") else transformers.AutoTokenizer

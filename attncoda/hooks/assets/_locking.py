@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ._cache import MANIFEST, _final_path, resolve_cache_dir
 from ._registry import ASSETS
@@ -22,8 +24,24 @@ __all__ = [
 ]
 
 
+def _holder(fh: BinaryIO) -> str:
+    """Who holds a lock, as its holder wrote it (``pid N on HOST since TIME``), or ''."""
+    try:
+        fh.seek(0)
+        return fh.read(200).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
 @contextlib.contextmanager
-def _locked(root: Path, name: str, *, blocking: bool = True, create: bool = True) -> Iterator[bool]:
+def _locked(
+    root: Path,
+    name: str,
+    *,
+    blocking: bool = True,
+    create: bool = True,
+    on_wait: Callable[[str], None] | None = None,
+) -> Iterator[bool]:
     """Hold the exclusive per-asset lock ``.locks/NAME`` (concurrent fetches must not collide).
 
     Yields whether the lock is held. With ``blocking`` (the default) it waits for the lock and
@@ -31,7 +49,9 @@ def _locked(root: Path, name: str, *, blocking: bool = True, create: bool = True
     lock in this one) holds it: a fetch of ``name`` is running. Without ``create`` a missing
     lock file is not created (nothing can hold it: yields True without locking), so a read-only
     cache can be inspected. Without ``fcntl`` (Windows) nothing is locked, and a non-blocking
-    attempt yields False (cannot tell, so assume a fetch is running).
+    attempt yields False (cannot tell, so assume a fetch is running). A blocking wait is said
+    first through ``on_wait`` (who holds the lock, as its holder wrote it in the lock file), so
+    that a second fetch never waits silently.
     """
     lock = root / ".locks" / name
     try:
@@ -46,10 +66,22 @@ def _locked(root: Path, name: str, *, blocking: bool = True, create: bool = True
         lock.parent.mkdir(exist_ok=True)
     with open(lock, "a+b" if create else "rb") as fh:
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
-            return
+            if not blocking:
+                yield False
+                return
+            if on_wait is not None:
+                who = _holder(fh) or "another process"
+                on_wait(f"waiting for {who}, which is fetching {name!r} (lock {lock})")
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        if create:  # who holds it, for whoever waits (the file is the lock, never a record)
+            with contextlib.suppress(OSError):
+                fh.seek(0)
+                fh.truncate()
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                fh.write(f"pid {os.getpid()} on {socket.gethostname()} since {stamp}".encode())
+                fh.flush()
         try:
             yield True
         finally:
