@@ -158,7 +158,7 @@ def _kind_of(model: str) -> str:
     return "encoder-decoder" if getattr(config, "is_encoder_decoder", False) else "text"
 
 
-def stack_paths(out: Path, stack: str | None) -> dict[str, Path]:
+def stack_paths(out: Path, stack: str) -> dict[str, Path]:
     """The file of each stack an encoder-decoder capture writes: ``OUT`` with ``.encoder``,
     ``.decoder``, ``.cross`` before its suffix (one file for one stack named).
 

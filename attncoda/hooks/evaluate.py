@@ -39,7 +39,7 @@ import torch
 
 from attncoda import EXIT_USAGE, AttncodaError, InputError
 
-from .assets import paragraphs
+from .assets import paragraphs, word_error_rate
 
 __all__ = [
     "ClozeItem",
@@ -817,41 +817,3 @@ def cloze_accuracy(
 
 # --------------------------------------------------------------------------------------------
 # speech: the word error rate
-
-
-def _words(text: str) -> list[str]:
-    return re.sub(r"[^0-9a-z']+", " ", text.lower().replace("-", " ")).split()
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word error rate: word-level edit distance (substitutions, insertions, deletions) over the
-    number of reference words.
-
-    Words are compared lower-cased, with punctuation removed and hyphens splitting words; no
-    other normalisation (``"twenty-one"`` and ``"21"`` differ, as do ``"Mr."`` and ``"Mister"``).
-
-    Parameters
-    ----------
-    reference, hypothesis
-        The text and its transcription.
-
-    Returns
-    -------
-    float
-        0 for a perfect transcription; can exceed 1 when the hypothesis is much longer.
-
-    Examples
-    --------
-    >>> word_error_rate("Emma Woodhouse, handsome, clever", "a woodhouse and some clever")
-    0.75
-    """
-    ref, hyp = _words(reference), _words(hypothesis)
-    if not ref:
-        raise InputError("the reference has no words")
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1] / len(ref)

@@ -85,6 +85,7 @@ from ._loaders import load_corpus, load_model, load_speech, load_text, paragraph
 from ._locking import list_leftovers
 from ._models import transcribe
 from ._registry import Asset, Package, get_asset, list_assets
+from ._speech import word_error_rate
 from ._wikitext import clean_wikitext
 
 __all__ = [
@@ -119,6 +120,7 @@ __all__ = [
     "paragraphs",
     "resolve_cache_dir",
     "transcribe",
+    "word_error_rate",
 ]
 
 # The public data, bound here with their documentation comments so that the API page shows them.

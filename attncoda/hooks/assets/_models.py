@@ -306,10 +306,8 @@ def _build_ctranslate2_whisper(
     import torch
     import transformers
 
-    from attncoda.hooks.evaluate import word_error_rate
-
     from ._ctranslate2 import read_ctranslate2_file, whisper_config_kwargs, whisper_state_dict
-    from ._speech import read_wav, speak
+    from ._speech import read_wav, speak, word_error_rate
 
     d = asset.details
     binary = _assemble_chunks(asset, files, work, report, key="bin")

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from attncoda import InputError
+
 from ._archives import _deb_data_files, _read_r_lazyload
 from ._errors import AssetBuildError, AssetDownloadError
 from ._progress import _Reporter
@@ -190,3 +192,41 @@ def _build_austen_speech(
             "source": f"{pkg.requirement} ({novel})",
         },
     }
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^0-9a-z']+", " ", text.lower().replace("-", " ")).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Word error rate: word-level edit distance (substitutions, insertions, deletions) over the
+    number of reference words.
+
+    Words are compared lower-cased, with punctuation removed and hyphens splitting words; no
+    other normalisation (``"twenty-one"`` and ``"21"`` differ, as do ``"Mr."`` and ``"Mister"``).
+
+    Parameters
+    ----------
+    reference, hypothesis
+        The text and its transcription.
+
+    Returns
+    -------
+    float
+        0 for a perfect transcription; can exceed 1 when the hypothesis is much longer.
+
+    Examples
+    --------
+    >>> word_error_rate("Emma Woodhouse, handsome, clever", "a woodhouse and some clever")
+    0.75
+    """
+    ref, hyp = _words(reference), _words(hypothesis)
+    if not ref:
+        raise InputError("the reference has no words")
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1] / len(ref)
