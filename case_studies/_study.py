@@ -257,6 +257,31 @@ def stratified_draws(strata: Sequence[str], n_boot: int, seed: int = 0) -> np.nd
     return out
 
 
+def two_stage_draws(strata: Sequence[str], n_boot: int, seed: int = 4) -> list[np.ndarray]:
+    """Two-stage bootstrap index draws: the strata (texts) drawn with replacement, then each
+    drawn stratum's members (windows) drawn with replacement within it.
+
+    Examples
+    --------
+    >>> from case_studies._study import two_stage_draws
+    >>> d = two_stage_draws(["a", "a", "b"], 3)
+    >>> len(d), all(len(x) in (3, 4) for x in d)
+    (3, True)
+    """
+    labels = np.asarray(strata)
+    groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_boot):
+        picks = rng.integers(0, len(groups), len(groups))
+        out.append(
+            np.concatenate(
+                [groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in picks]
+            )
+        )
+    return out
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A GitHub markdown table; cells are written as given (format them first)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -24,7 +24,7 @@ import xarray as xr
 
 import attncoda as ac
 
-from .._study import stratified_draws
+from .._study import stratified_draws, two_stage_draws
 
 METRICS = ac.METRICS
 PAIRS = (("kept", "dropped"), ("kept", "sink"))
@@ -380,30 +380,6 @@ def weighted_interval(values: np.ndarray, p: np.ndarray, ci: float = 0.95) -> tu
     lo = v[np.searchsorted(cum, (1 - ci) / 2 - 1e-12, side="right")]
     hi = v[min(np.searchsorted(cum, (1 + ci) / 2 - 1e-12, side="left"), len(v) - 1)]
     return float(lo), float(hi)
-
-
-def two_stage_draws(strata: Sequence[str], n_boot: int, seed: int = 4) -> list[np.ndarray]:
-    """Two-stage bootstrap index draws: the strata (texts) drawn with replacement, then each
-    drawn stratum's members (windows) drawn with replacement within it.
-
-    Examples
-    --------
-    >>> d = two_stage_draws(["a", "a", "b"], 3)
-    >>> len(d), all(len(x) in (3, 4) for x in d)
-    (3, True)
-    """
-    labels = np.asarray(strata)
-    groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n_boot):
-        picks = rng.integers(0, len(groups), len(groups))
-        out.append(
-            np.concatenate(
-                [groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in picks]
-            )
-        )
-    return out
 
 
 def _by_counts(tc: xr.Dataset, counts: np.ndarray) -> xr.Dataset:
