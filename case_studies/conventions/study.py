@@ -637,11 +637,24 @@ def claims(
                 value, lo, hi, unit = x.value, x.ci_low, x.ci_high, _unit(x)
                 per = [getattr(x, f"text_{tx}") for tx in texts]
                 change, c_lo, c_hi = c.value, c.ci_low, c.ci_high
+                held = c.get("seeds_holding_0", np.nan)
+                n_seeds = c.get("n_seeds", np.nan)
             else:
+                held = n_seeds = np.nan
                 value, lo, hi, unit = w.sink_fraction, w.ci_low, w.ci_high, fallback_unit
                 per = [ef[sel & (ef.text == tx)].sink_fraction.iloc[0] for tx in texts]
                 change, c_lo, c_hi = w.mean_total_change, w.total_ci_low, w.total_ci_high
-            undefined = c_lo <= 0 <= c_hi
+            # undefined when the change's interval holds 0 under any bootstrap seed: an end at 0
+            # to within resampling error does not show a change
+            seeded = not pd.isna(held) and not pd.isna(n_seeds)
+            undefined = c_lo <= 0 <= c_hi or (seeded and int(held) > 0)
+            holds = (
+                f"holds 0 under {int(held)} of {int(n_seeds)} bootstrap seeds"
+                if seeded and 0 < int(held) < int(n_seeds)
+                else f"holds 0 under every one of {int(n_seeds)} bootstrap seeds"
+                if seeded and int(held) == int(n_seeds)
+                else "holds 0"
+            )
             spread = max(per) - min(per) > 1  # over 100 points between texts: a ratio to ~0
             rows.append(
                 dict(
@@ -656,9 +669,8 @@ def claims(
                     n=sample_note,
                     verdict="not comparable",
                     why=(
-                        f"the entropy does not change across depth: mean change {change:+.2f} "
-                        f"nats, 95% CI [{c_lo:+.2f}, {c_hi:+.2f}] holds 0, so a share of it is "
-                        "not defined"
+                        f"no change across depth is shown: mean change {change:+.2f} nats, 95% "
+                        f"CI [{c_lo:+.2f}, {c_hi:+.2f}] {holds}, so a share of it is not defined"
                         if undefined
                         else "depth, not training checkpoints (none offline); mean change "
                         f"{change:+.2f} nats [{c_lo:+.2f}, {c_hi:+.2f}]"
@@ -1025,7 +1037,7 @@ def claims_summary(results: Path) -> str:
                 f"{_pct(fl.sink_fraction)} / {_pct(co.sink_fraction)}"
             )
             if (ent[ent.model == model].ours == "undefined").any():
-                part += " (undefined in the claim table: the change's interval holds 0)"
+                part += " (undefined in the claim table: the change is not shown to differ from 0)"
             if texts.max() - texts.min() > 1:  # a spread over 100 points: a ratio to ~0
                 part += (
                     f" (per text {_pct(texts.min())} to {_pct(texts.max())}: a ratio to a small "
@@ -1168,6 +1180,43 @@ def cost_table(results: Path) -> str:
             "analysis s per cell and sink, median (range)",
         ],
         rows,
+    )
+
+
+def flip_units_note(results: Path) -> str:
+    """How the flip rates' two intervals compare, rendered from ``flip_rates.csv`` and
+    ``claim_evidence.csv``: the claim table's over texts only, the window tables' over windows
+    (all texts' windows together), per model and claim metric."""
+    from .evidence import CLAIM_METRICS
+
+    fr, ev = _frame(results, "flip_rates"), _frame(results, "claim_evidence")
+    if not len(fr) or not len(ev):
+        return "No flip results yet."
+    ev = ev[(ev.claim == "flips") & (ev.sink_key == "first")]
+    ratios = []
+    for r in ev.itertuples():
+        w = fr[
+            (fr.model == r.model)
+            & (fr.metric == r.stat)
+            & (fr.sink_key == "first")
+            & (fr.pair == "kept/dropped")
+            & (fr.scope == "all")
+            & (fr.text == "all")
+        ]
+        if len(w) and r.stat in CLAIM_METRICS:
+            ratios.append((w.ci_high.iloc[0] - w.ci_low.iloc[0]) / (r.ci_high - r.ci_low))
+    if not ratios:
+        return "No flip results yet."
+    half, wider = sum(x >= 0.5 for x in ratios), sum(x > 1 for x in ratios)
+    return (
+        "Windows within a text are not redrawn for the flip rates: the repository holds their "
+        "per-text matrices, not per-window ones, so a second stage cannot be drawn from it (the "
+        "entropy claims keep per-window parts, and draw both stages). What that leaves out: the "
+        "window bootstrap of `flip_rates.csv` (windows of all texts together) gives intervals "
+        f"{min(ratios):.2f} to {max(ratios):.2f} times as wide as the texts' over the "
+        f"{len(ratios)} model-metric rates of the claim table (at least half as wide in {half} of "
+        f"them, wider in {wider}): the flip intervals hold the windows fixed, and a two-stage "
+        "interval could be wider than they are."
     )
 
 
@@ -1321,6 +1370,7 @@ def render_tables(results: Path) -> dict[str, str]:
     return {
         "claims": claims_md,
         "claims-intervals": intervals_note(cl) if len(cl) else "",
+        "flip-units": flip_units_note(results),
         "cells-provenance": cells_provenance(results),
         "cost": cost_table(results),
         "claims-summary": claims_summary(results),
