@@ -1,7 +1,8 @@
 """The ARACH claim study (issue #16): the paper's two GPT-2 claims tested on three offline models.
 
-The paper (arXiv 2603.11067, as summarised) reports for GPT-2 small LAMBADA accuracy
-46.89 -> 50.42 and PG-19 perplexity 37.33 -> 33.11 with ARACH on. This module measures the
+The paper (arXiv 2603.11067) reports for GPT-2 small that ARACH raises LAMBADA accuracy and
+lowers PG-19 perplexity (its numbers are in no source held here: the PDF was never available,
+``reference/papers.md``). This module measures the
 same two quantities, paired (the same weights and the same tokens with ARACH off and on):
 
 - **cloze**: LAMBADA-style last-word items (:func:`claim_items`) drawn deterministically, the
@@ -899,10 +900,12 @@ def _row(
 # the claim tables
 
 MINUS = "\u2212"
-#: The paper's GPT-2 small numbers (as summarised; `reference/papers.md`, 1.2).
+#: The paper's GPT-2 small claims, as directions only: no source held here gives its numbers
+#: (`reference/papers.md`, section 1: abstract and third-party summaries; the PDF was never
+#: available), so the claim rows cite none.
 PAPER = {
-    "cloze": ("LAMBADA accuracy", 46.89, 50.42),
-    "ppl": ("PG-19 perplexity", 37.33, 33.11),
+    "cloze": ("LAMBADA accuracy", "up"),
+    "ppl": ("PG-19 perplexity", "down"),
 }
 MEASURE_LABEL = {
     "cloze": "cloze accuracy (%), all items",
@@ -976,15 +979,16 @@ def verdict(row: Mapping[str, Any]) -> str:
 
 
 def _paper(measure: str) -> str:
-    """The paper's number a row is set against: LAMBADA for cloze, PG-19 (books) for the
-    Moby-Dick perplexity; the sources give no WikiText number, so Wikipedia rows have none."""
+    """The paper's claim a row is set against, as a direction: LAMBADA for cloze, PG-19 (books)
+    for the Moby-Dick perplexity (no source held here gives the paper's numbers); the sources
+    name no WikiText result, so Wikipedia rows have none."""
     if measure.startswith("cloze"):
-        name, a, b = PAPER["cloze"]
-        return f"{name.split()[0]} {a:.2f} → {b:.2f} (+{b - a:.2f})"
+        name, way = PAPER["cloze"]
+        return f"{name.split()[0]}: accuracy {way} (numbers not in our sources)"
     if measure.endswith("mobydick"):
-        name, a, b = PAPER["ppl"]
-        return f"{name.split()[0]} {a:.2f} → {b:.2f} ({signed(b - a, 2)})"
-    return "none (the sources give no WikiText number)"
+        name, way = PAPER["ppl"]
+        return f"{name.split()[0]}: perplexity {way} (numbers not in our sources)"
+    return "none (the sources give no WikiText result)"
 
 
 def _fmt_row(row: Mapping[str, Any]) -> list[str]:
@@ -1263,7 +1267,10 @@ def sensitivity_verdict(index: Mapping[tuple[str, str, str], Mapping[str, Any]])
         text += ": its whole interval lies on the paper's side of 0. "
     else:
         text += (
-            "**No choice reverses the verdict**: no row's interval lies on the paper's side of 0. "
+            f"**No choice reverses the verdict on {SWEEP_MODEL}** (the one model swept; "
+            f"{len(arms) - 1} choices changed one at a time from the default): no row's interval "
+            "lies on the paper's side of 0; other models and other combinations of choices were "
+            "not run. "
         )
     if unresolved:
         text += "Not resolved (interval includes 0): " + "; ".join(
@@ -1350,7 +1357,7 @@ def claim_findings(rows: Sequence[Mapping[str, Any]]) -> str:
             continue
         nil = sum(_nil_size(r) is not None for r in claim)
         text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}" + (
-            f"; {nil} of them practically nil in size" if nil else ""
+            f"; {nil} of the {len(claim)} practically nil in size" if nil else ""
         )
         text += "."
         least = []
