@@ -289,13 +289,17 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def render_readme(text: str, tables: Mapping[str, str]) -> str:
+def render_readme(text: str, tables: Mapping[str, str], *, every: bool = True) -> str:
     """``text`` with every marked table block replaced by ``tables[name]``.
+
+    ``every=False`` renders a page that quotes a few of the tables (a docs page): a rendered
+    table without a block there is not an error.
 
     Raises
     ------
     KeyError
-        A block names a table the study does not render, or a rendered table has no block.
+        A block names a table the study does not render, or (``every``) a rendered table has no
+        block.
     """
     seen: set[str] = set()
 
@@ -308,7 +312,7 @@ def render_readme(text: str, tables: Mapping[str, str]) -> str:
 
     out = _BLOCK.sub(replace, text)
     unused = sorted(set(tables) - seen)
-    if unused:
+    if unused and every:
         raise KeyError(f"rendered tables without a README block: {unused}")
     return out
 
@@ -320,6 +324,15 @@ def stale_tables(text: str, tables: Mapping[str, str]) -> list[str]:
         name
         for name in set(found) | set(tables)
         if name not in found or name not in tables or found[name] != tables[name].strip("\n")
+    )
+
+
+def stale_blocks(text: str, tables: Mapping[str, str]) -> list[str]:
+    """Names of the blocks a page holds whose content differs from the rendered tables (or that
+    no table renders): :func:`stale_tables` for a page that quotes only some of them."""
+    found = {m.group("name"): m.group("body").strip("\n") for m in _BLOCK.finditer(text)}
+    return sorted(
+        name for name, body in found.items() if name not in tables or body != tables[name].strip()
     )
 
 
@@ -702,6 +715,10 @@ class Study:
     #: phrases of the README whose numbers are definitions, not results (``unrendered_numbers``'
     #: ``allowed``); settings described at length go in ``<!-- definitions -->`` blocks instead
     definitions: Sequence[str] = ()
+    #: docs pages (paths from the repository root) that show or quote this study: ``table``
+    #: renders the blocks they hold from the same tables, and ``table --check`` fails on a stale
+    #: block or a number in their prose, as for the README
+    docs: Sequence[str] = ()
 
     @property
     def folder(self) -> Path:
@@ -723,6 +740,12 @@ class Study:
         """The study's README tables, and ``provenance`` (from the results' manifest)."""
         return {"provenance": provenance_table(self.results), **self.tables(self.results)}
 
+    def readme_tables(self, tables: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The rendered tables the README holds: all but those named ``docs-*``, which only
+        docs pages quote (:attr:`docs`)."""
+        tables = self.rendered_tables() if tables is None else tables
+        return {k: v for k, v in tables.items() if not k.startswith("docs-")}
+
     def prose_problems(self, text: str | None = None) -> list[str]:
         """The README's numbers in prose that nothing renders (:func:`unrendered_numbers`),
         and allowed phrases it no longer contains; empty when the prose is clean."""
@@ -735,10 +758,41 @@ class Study:
             for p in unused_phrases(text, self.definitions)
         ]
 
+    def doc_pages(self) -> list[Path]:
+        """The docs pages of :attr:`docs`, as paths."""
+        return [ROOT / page for page in self.docs]
+
+    def docs_problems(self, tables: Mapping[str, str] | None = None) -> list[str]:
+        """Stale blocks and numbers in prose of the docs pages that quote this study (empty when
+        they are clean)."""
+        tables = self.rendered_tables() if tables is None else tables
+        out = []
+        for page in self.doc_pages():
+            text = page.read_text(encoding="utf-8")
+            out += [
+                f"{page}: table {name!r} differs from {self.results}"
+                for name in stale_blocks(text, tables)
+            ]
+            out += [
+                f"{page}: number in prose, not rendered from {self.results.name}/: {n}"
+                for n in unrendered_numbers(text, where=True)
+            ]
+        return out
+
+    def write_docs(self, tables: Mapping[str, str]) -> list[str]:
+        """Render the blocks of the docs pages that quote this study; return the pages changed."""
+        changed = []
+        for page in self.doc_pages():
+            text = page.read_text(encoding="utf-8")
+            if stale_blocks(text, tables):
+                write_text(page, render_readme(text, tables, every=False))
+                changed.append(str(page.relative_to(ROOT)))
+        return changed
+
     def write_readme(self) -> list[str]:
         """Render the README tables from the results; return the names that changed."""
         text = self.readme.read_text(encoding="utf-8")
-        tables = self.rendered_tables()
+        tables = self.readme_tables()
         changed = stale_tables(text, tables)
         write_text(self.readme, render_readme(text, tables))
         return changed
@@ -787,7 +841,8 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
     command = _command(study, argv)
     if args.mode == "table":
         text = study.readme.read_text(encoding="utf-8")
-        tables = study.rendered_tables()
+        every = study.rendered_tables()
+        tables = study.readme_tables(every)
         stale = stale_tables(text, tables)
         if args.check:
             for name in stale:
@@ -797,10 +852,15 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
             prose = study.prose_problems(text)
             for line in prose:
                 print(f"{study.readme}: {line}", file=sys.stderr)
-            return 1 if stale or prose else 0
+            docs = study.docs_problems(every)
+            for line in docs:
+                print(line, file=sys.stderr)
+            return 1 if stale or prose or docs else 0
         write_text(study.readme, render_readme(text, tables))
+        pages = study.write_docs(every)
         print(
             f"{study.readme}: {len(tables)} tables rendered ({', '.join(stale) or 'none'} changed)"
+            + (f"; docs pages rendered: {', '.join(pages)}" if pages else "")
         )
         return 0
     if args.mode == "run":
@@ -810,6 +870,7 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
         prov.write(args.out)
         if args.out.resolve() == study.results.resolve():
             changed = study.write_readme()
+            study.write_docs(study.rendered_tables())
             print(f"{study.readme}: tables rendered ({', '.join(changed) or 'none'} changed)")
         return 0
     # quick

@@ -272,7 +272,7 @@ def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
     study = _study_of(name)
     text = study.readme.read_text(encoding="utf-8")
-    tables = study.rendered_tables()
+    tables = study.readme_tables()
     assert tables, name
     assert _study.stale_tables(text, tables) == [], (
         f"run `python -m case_studies.{name} table` (or rerun the study)"
@@ -285,6 +285,49 @@ def test_readme_prose_states_no_number_the_results_do_not_render(name: str) -> N
     from its result file; ``table --check`` refuses it, and so does this test."""
     study = _study_of(name)
     assert study.prose_problems() == [], f"render these from {study.results} (see table --check)"
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_docs_pages_quote_the_study_as_its_results_give_it(name: str) -> None:
+    """The docs pages that show or quote a study (its case-study page; ``docs/conventions.md``)
+    hold its rendered blocks as the results give them, and no number in their prose
+    (``table --check`` reads them too)."""
+    study = _study_of(name)
+    assert f"docs/case-studies/{name}.md" in study.docs
+    assert study.docs_problems() == [], f"run `python -m case_studies.{name} table`"
+
+
+def test_table_check_reads_the_docs_pages_too(tmp_path, monkeypatch) -> None:
+    """A docs page that quotes a study fails ``table --check`` on a stale block or a number in
+    its prose, and ``table`` renders its blocks."""
+    folder = tmp_path / "demo"
+    (folder / "results").mkdir(parents=True)
+    page = tmp_path / "page.md"
+
+    def tables(_results: Path) -> dict[str, str]:
+        return {"claim": "It costs 318x.", "docs-quote": "31% flip."}
+
+    study = _study.Study(
+        "demo", "demo", lambda *a: None, lambda *a: None, tables, (), docs=(str(page),)
+    )
+    monkeypatch.setattr(_study.Study, "folder", property(lambda self: folder))
+    monkeypatch.setattr(_study, "ROOT", tmp_path)
+    study.readme.write_text(
+        _study.render_readme(
+            "<!-- table: provenance -->\n<!-- /table -->\n<!-- table: claim -->\n<!-- /table -->\n",
+            study.readme_tables(),
+        ),
+        encoding="utf-8",
+    )
+    page.write_text("Intro.\n\n<!-- table: docs-quote -->\n<!-- /table -->\n", encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 1  # the block is stale
+    assert _study.main(study, ["table"]) == 0
+    assert "31% flip." in page.read_text(encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 0
+    page.write_text(page.read_text(encoding="utf-8") + "A quarter flip: 25%.\n", encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 1
+    (problem,) = study.docs_problems()
+    assert "25%" in problem
 
 
 @pytest.mark.parametrize("name", STUDIES)

@@ -1220,6 +1220,33 @@ def flip_units_note(results: Path) -> str:
     )
 
 
+def emma_flips_quote(results: Path) -> str:
+    """The sentence ``docs/conventions.md`` quotes: SmolLM2-135M's flip rates on *Emma*
+    (``kept`` vs ``dropped``, first-token sink), from ``flip_rates.csv``."""
+    fr = _frame(results, "flip_rates")
+    if not len(fr):
+        return "No flip results yet."
+    sel = fr[
+        (fr.model == "smollm2-135m")
+        & (fr.sink_key == "first")
+        & (fr.pair == "kept/dropped")
+        & (fr.scope == "all")
+        & (fr.text == "emma")
+    ].set_index("metric")
+    if not {"cosine", "js", "aitchison"} <= set(sel.index):
+        return "No flip results for SmolLM2-135M on Emma yet."
+
+    def rate(m: str) -> str:
+        r = sel.loc[m]
+        return f"{_pct(r.flip_rate)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
+
+    return (
+        f"On SmolLM2-135M over Austen's *Emma*, {rate('cosine')} of cosine and {rate('js')} of "
+        "Jensen-Shannon verdicts flip between `kept` and `dropped`, and "
+        f"{rate('aitchison')} of Aitchison ones (95% intervals over windows)."
+    )
+
+
 def render_tables(results: Path) -> dict[str, str]:
     """The README tables, from the result files in ``results`` (``table`` renders them)."""
     cl = claims_frame(results)
@@ -1371,6 +1398,7 @@ def render_tables(results: Path) -> dict[str, str]:
         "claims": claims_md,
         "claims-intervals": intervals_note(cl) if len(cl) else "",
         "flip-units": flip_units_note(results),
+        "docs-emma-flips": emma_flips_quote(results),
         "cells-provenance": cells_provenance(results),
         "cost": cost_table(results),
         "claims-summary": claims_summary(results),
@@ -1460,6 +1488,7 @@ STUDY = Study(
     # what the quick mode (CI) needs; the full run also needs the two Qwen models
     assets=(*QUICK_MODELS, "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
+    docs=("docs/case-studies/conventions.md", "docs/conventions.md"),
 )
 
 

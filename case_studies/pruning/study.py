@@ -1408,6 +1408,7 @@ STUDY = Study(
     add_arguments=_arguments,
     # the numbers in these phrases name the protocol (a control, an interval's level), not results
     definitions=("layers 0-2", "95% paired", "[95% CI", "5-95% band"),
+    docs=("docs/case-studies/pruning.md",),
 )
 
 

@@ -815,6 +815,7 @@ STUDY = Study(
         "head size (85)",
         "have 84 dimensions",
     ),
+    docs=("docs/case-studies/rpa.md",),
 )
 
 
