@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,51 @@ _BLOCK = re.compile(
     r"^<!-- table: (?P<name>[\w.-]+) -->\n(?P<body>(?:(?!<!-- /?table).*\n)*)<!-- /table -->$",
     re.M,
 )
+
+
+# --------------------------------------------------------------------------------------------
+# the one rounding rule of every table and sentence the studies render
+
+
+def _decimal(x: float) -> Decimal:
+    """``x`` as the decimal it stands for: 12 significant digits, which drops the binary noise
+    of a computed value (``100 * 0.1075`` is 10.749999999999998, and stands for 10.75)."""
+    return Decimal(f"{x:.12g}")
+
+
+def fixed(x: float, digits: int) -> str:
+    """``x`` with ``digits`` decimals, rounded half away from zero (the studies' one rule: an
+    exact half always goes away from zero, whatever its binary form); never ``-0``.
+
+    Examples
+    --------
+    >>> from case_studies._study import fixed
+    >>> fixed(-5.25, 1), fixed(-10.75, 1), fixed(100 * 0.1075, 1), fixed(2.5, 0), fixed(-0.04, 1)
+    ('-5.3', '-10.8', '10.8', '3', '0.0')
+    """
+    if not math.isfinite(x):
+        return str(x)
+    r = _decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return f"{abs(r) if r == 0 else r:f}"
+
+
+def significant(x: float, n: int) -> str:
+    """``x`` to ``n`` significant digits by the same rule as :func:`fixed`, trailing zeros
+    dropped (as ``f"{x:.{n}g}"`` writes it, without its binary-noise roundings).
+
+    Examples
+    --------
+    >>> from case_studies._study import significant
+    >>> significant(1.125, 3), significant(0.9105, 3), significant(45.65, 3), significant(2.0, 3)
+    ('1.13', '0.911', '45.7', '2')
+    """
+    if not math.isfinite(x):
+        return str(x)
+    d = _decimal(x)
+    if d == 0:
+        return "0"
+    r = d.quantize(Decimal(1).scaleb(d.adjusted() - n + 1), rounding=ROUND_HALF_UP)
+    return f"{r.normalize():f}"
 
 
 # --------------------------------------------------------------------------------------------

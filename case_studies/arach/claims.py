@@ -49,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, time_is_up, write_text
+from .._study import Shard, fixed, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -918,10 +918,10 @@ MEASURE_LABEL = {
 def signed(x: float, digits: int) -> str:
     """``+0.169`` / ``−0.019`` / ``+0.000``: a sign always, a typographic minus, and a value
     that rounds to zero is ``+`` (the README tables' number format for differences)."""
-    text = f"{x:+.{digits}f}"
-    if text[1:].strip("0.") == "":
-        return "+" + text[1:]
-    return text.replace("-", MINUS)
+    text = fixed(x, digits)
+    if text.strip("0.") == "":
+        return "+" + text
+    return text.replace("-", MINUS) if text.startswith("-") else "+" + text
 
 
 #: A change is "practically nil" when its whole 95% interval lies within this band around 0:
@@ -997,11 +997,11 @@ def _fmt_row(row: Mapping[str, Any]) -> list[str]:
     unit = row.get("unit", "items" if str(row["measure"]).startswith("cloze") else "windows")
     if str(row["measure"]).startswith("cloze"):
         k, d = 100.0, 1
-        ours = f"{row['off'] * k:.1f} → {row['on'] * k:.1f}"
+        ours = f"{fixed(row['off'] * k, 1)} → {fixed(row['on'] * k, 1)}"
         n = f"{row['n']} items; {row['blocks']} {unit}"
     else:
         k, d = 1.0, 2
-        ours = f"{row['off']:.2f} → {row['on']:.2f}"
+        ours = f"{fixed(row['off'], 2)} → {fixed(row['on'], 2)}"
         n = f"{row['n']} tokens; {row['blocks']} {unit}"
     ci = f"{signed(row['diff'] * k, d)} [{signed(row['low'] * k, d)}, {signed(row['high'] * k, d)}]"
     return [ours, ci, n]

@@ -29,7 +29,15 @@ import xarray as xr
 import attncoda as ac
 from attncoda.hooks import assets
 
-from .._study import Golden, Provenance, Study, add_time_limit, markdown_table, read_manifest
+from .._study import (
+    Golden,
+    Provenance,
+    Study,
+    add_time_limit,
+    fixed,
+    markdown_table,
+    read_manifest,
+)
 from .._study import main as study_main
 from . import evidence as ev
 from .protocol import (
@@ -468,11 +476,11 @@ def _own_sep_share(key_pos: np.ndarray, length: int) -> float:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%" if np.isfinite(x) else "n/a"
+    return f"{fixed(100 * x, 0)}%" if np.isfinite(x) else "n/a"
 
 
 def _ci_pct(lo: float, hi: float) -> str:
-    return f"[{100 * lo:.0f}, {100 * hi:.0f}]" if np.isfinite(lo) else "n/a"
+    return f"[{fixed(100 * lo, 0)}, {fixed(100 * hi, 0)}]" if np.isfinite(lo) else "n/a"
 
 
 def _unit(row: Any) -> str:

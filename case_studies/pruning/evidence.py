@@ -64,7 +64,15 @@ from attncoda.hooks.scores import (
     score_info,
 )
 
-from .._study import Shard, stratified_draws, time_is_up, two_stage_draws, write_text
+from .._study import (
+    Shard,
+    fixed,
+    significant,
+    stratified_draws,
+    time_is_up,
+    two_stage_draws,
+    write_text,
+)
 
 __all__ = [
     "CONDITIONAL_UNIT",
@@ -561,7 +569,9 @@ class RatioInterval:
 
 
 def _num(x: float) -> str:
-    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
+    """Three significant digits, whole numbers from 100 on (:func:`case_studies._study.fixed`'s
+    rounding rule)."""
+    return significant(x, 3) if x < 100 else fixed(x, 0)
 
 
 def ratio_interval(

@@ -36,7 +36,7 @@ import pandas as pd
 
 import attncoda as ac
 
-from .._study import Golden, Provenance, Study, markdown_table
+from .._study import Golden, Provenance, Study, fixed, markdown_table
 from .._study import main as study_main
 from .data import load_austen
 from .run import (
@@ -287,10 +287,10 @@ LATENCY_TARGET = 1.05
 
 def _signed(x: float, digits: int) -> str:
     """``−0.0074`` / ``0.0000`` / ``+0.0147``: differences as the README writes them."""
-    text = f"{x:+.{digits}f}"
-    if text[1:].strip("0.") == "":
-        return text[1:]
-    return text.replace("-", MINUS)
+    text = fixed(x, digits)
+    if text.strip("0.") == "":
+        return text
+    return text.replace("-", MINUS) if text.startswith("-") else "+" + text
 
 
 def _bench_name(case: str) -> str:
