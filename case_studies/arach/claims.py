@@ -1450,7 +1450,8 @@ def provenance_cells_table(
         f"{n_dirty} from a modified tree, {len(prov['unknown'])} of unknown state.\n\n{table}"
     )
     check = _recheck_note(root) if root is not None else ""
-    return text + (f"\n\n{check}" if check else "")
+    rerun = clean_rerun_note(root) if root is not None else ""
+    return text + "".join(f"\n\n{x}" for x in (check, rerun) if x)
 
 
 def _recheck_note(root: Path) -> str:
@@ -1470,6 +1471,49 @@ def _recheck_note(root: Path) -> str:
         f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
         f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
         f"({rel:.1e} of it)."
+    )
+
+
+#: Cells recomputed whole at a clean commit, to check cells that a modified tree made
+#: (``results/claims/clean-rerun/MODEL/CONFIG/TASK.json``; not read as claim cells).
+CLEAN_RERUN = "clean-rerun"
+
+
+def clean_rerun_note(root: Path) -> str:
+    """Per cell rerun at a clean commit (:data:`CLEAN_RERUN`), how it agrees with the stored
+    modified-tree cell: cloze accuracy and items whose verdict differs, or the summed window
+    NLL of a perplexity cell ('' when nothing was rerun)."""
+    reruns = load_cells(Path(root) / CLEAN_RERUN)
+    stored = load_cells(Path(root))
+    parts = []
+    for key, new in sorted(reruns.items()):
+        old = stored.get(key)
+        if old is None:
+            continue
+        was = str(old.get("commit", ""))
+        label = f"`{'/'.join(key)}` (stored: `{was[:12]}`{' + changes' if was.endswith('+dirty') else ''})"
+        if key[2].startswith("cloze"):
+            a = np.asarray(old["values"]["correct"], bool)
+            b = np.asarray(new["values"]["correct"], bool)
+            lp = np.abs(
+                np.asarray(old["values"]["target_logprob"], float)
+                - np.asarray(new["values"]["target_logprob"], float)
+            )
+            parts.append(
+                f"{label}: accuracy {fixed(100 * a.mean(), 2)}% stored, "
+                f"{fixed(100 * b.mean(), 2)}% rerun; {int((a != b).sum())} of {len(a)} items "
+                f"change verdict; largest target log-probability difference {lp.max():.1e}"
+            )
+        else:
+            x = float(np.sum(old["values"]["window_nll"]))
+            y = float(np.sum(new["values"]["window_nll"]))
+            parts.append(f"{label}: summed window NLL {x:.6g} stored, {y:.6g} rerun")
+    if not parts:
+        return ""
+    commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
+    return (
+        f"Clean rerun (`{CLEAN_RERUN}/`): {len(parts)} modified-tree cells recomputed whole at "
+        f"{', '.join(f'`{c}`' for c in commits)}: " + "; ".join(parts) + "."
     )
 
 
