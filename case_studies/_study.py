@@ -244,20 +244,24 @@ def _decimal(x: float) -> Decimal:
     return Decimal(f"{x:.12g}")
 
 
-def fixed(x: float, digits: int) -> str:
+def fixed(x: float, digits: int, *, plus: bool = False) -> str:
     """``x`` with ``digits`` decimals, rounded half away from zero (the studies' one rule: an
-    exact half always goes away from zero, whatever its binary form); never ``-0``.
+    exact half always goes away from zero, whatever its binary form); never ``-0``; ``plus``
+    writes a ``+`` before a value that is not negative (as ``f"{x:+.2f}"``).
 
     Examples
     --------
     >>> from case_studies._study import fixed
     >>> fixed(-5.25, 1), fixed(-10.75, 1), fixed(100 * 0.1075, 1), fixed(2.5, 0), fixed(-0.04, 1)
     ('-5.3', '-10.8', '10.8', '3', '0.0')
+    >>> fixed(0.125, 2, plus=True), fixed(-0.001, 2, plus=True)
+    ('+0.13', '+0.00')
     """
     if not math.isfinite(x):
         return str(x)
     r = _decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
-    return f"{abs(r) if r == 0 else r:f}"
+    text = f"{abs(r) if r == 0 else r:f}"
+    return "+" + text if plus and not text.startswith("-") else text
 
 
 def significant(x: float, n: int) -> str:

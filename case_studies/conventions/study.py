@@ -566,11 +566,11 @@ def claims(
                     setting="first-token sink",
                     paper="17%-47% (range over ten unnamed models)",
                     # one decimal: whole percents made a narrow interval look like a point
-                    ours=f"{100 * value:.1f}%",
+                    ours=f"{fixed(100 * value, 1)}%",
                     per_text=", ".join(
-                        f"{tx} {100 * v:.1f}%" for tx, v in zip(texts, per, strict=True)
+                        f"{tx} {fixed(100 * v, 1)}%" for tx, v in zip(texts, per, strict=True)
                     ),
-                    ci=f"[{100 * lo:.1f}, {100 * hi:.1f}]",
+                    ci=f"[{fixed(100 * lo, 1)}, {fixed(100 * hi, 1)}]",
                     unit=unit,
                     n=f"{sample_note}; {int(r.n_triples):,} triples",
                     verdict=verdict,
@@ -677,11 +677,11 @@ def claims(
                     n=sample_note,
                     verdict="not comparable",
                     why=(
-                        f"no change across depth is shown: mean change {change:+.2f} nats, 95% "
-                        f"CI [{c_lo:+.2f}, {c_hi:+.2f}] {holds}, so a share of it is not defined"
+                        f"no change across depth is shown: mean change {fixed(change, 2, plus=True)} nats, 95% "
+                        f"CI [{fixed(c_lo, 2, plus=True)}, {fixed(c_hi, 2, plus=True)}] {holds}, so a share of it is not defined"
                         if undefined
                         else "depth, not training checkpoints (none offline); mean change "
-                        f"{change:+.2f} nats [{c_lo:+.2f}, {c_hi:+.2f}]"
+                        f"{fixed(change, 2, plus=True)} nats [{fixed(c_lo, 2, plus=True)}, {fixed(c_hi, 2, plus=True)}]"
                         + (" (a rise: the share is of a rise, not of a drop)" if c_lo > 0 else "")
                         + (
                             "; the texts disagree by over 100 points: a ratio to a small change"
@@ -756,9 +756,9 @@ def claims(
                 model=pair_key,
                 setting=f"1.5B minus 0.5B, {scope}",
                 paper="70M 30% -> 1B 95% -> 1.4B 79%",
-                ours=f"{100 * d:+.0f} pts ({_pct(pts[small])} -> {_pct(pts[large])})",
+                ours=f"{fixed(100 * d, 0, plus=True)} pts ({_pct(pts[small])} -> {_pct(pts[large])})",
                 per_text=per_txt,
-                ci=f"[{100 * lo:+.0f}, {100 * hi:+.0f}]",
+                ci=f"[{fixed(100 * lo, 0, plus=True)}, {fixed(100 * hi, 0, plus=True)}]",
                 unit=unit,
                 n=sample_note,
                 verdict="not comparable",
@@ -794,12 +794,12 @@ def _artifact_claim(
     s = a.set_index("stat")
     verdict, why = ev.artifact_verdict(a)
     rho = s.loc["rho_kept"]
-    ours = f"|rho(MDS-1, sink share)| {rho.value:.2f}"
-    ci = f"[{rho.ci_low:.2f}, {rho.ci_high:.2f}]"
+    ours = f"|rho(MDS-1, sink share)| {fixed(rho.value, 2)}"
+    ci = f"[{fixed(rho.ci_low, 2)}, {fixed(rho.ci_high, 2)}]"
     if "ari_k2" in s.index:
         ari = s.loc["ari_k2"]
-        ours += f"; ARI kept/dropped k=2 {ari.value:.2f}"
-        ci += f"; [{ari.ci_low:.2f}, {ari.ci_high:.2f}]"
+        ours += f"; ARI kept/dropped k=2 {fixed(ari.value, 2)}"
+        ci += f"; [{fixed(ari.ci_low, 2)}, {fixed(ari.ci_high, 2)}]"
         if ari.ci_low == ari.ci_high:
             why += "; the ARI is the same in every draw" + (
                 " (every text gives the same partitions)" if unit.startswith("texts") else ""
@@ -865,7 +865,7 @@ def run(
             texts_missing=[x for x in TEXTS if x not in texts],
             cells=str(cells),
         )
-    log(f"tables written in {time.perf_counter() - wall:.0f} s; results in {out}")
+    log(f"tables written in {fixed(time.perf_counter() - wall, 0)} s; results in {out}")
     return tables
 
 
@@ -925,7 +925,7 @@ def _artifact_numbers(stats: pd.DataFrame, model: str, sink: str) -> str:
     """``|rho| v [lo, hi], ARI k=2 v [lo, hi]`` of one (model, sink) artifact test."""
     a = stats[(stats.model == model) & (stats.sink_key == sink)].set_index("stat")
     return ", ".join(
-        f"{label} {a.loc[stat].value:.2f} [{a.loc[stat].ci_low:.2f}, {a.loc[stat].ci_high:.2f}]"
+        f"{label} {fixed(a.loc[stat].value, 2)} [{fixed(a.loc[stat].ci_low, 2)}, {fixed(a.loc[stat].ci_high, 2)}]"
         for stat, label in (("rho_kept", "|rho(MDS-1, sink share)|"), ("ari_k2", "ARI k=2"))
         if stat in a.index
     )
@@ -983,7 +983,7 @@ def claims_summary(results: Path) -> str:
             + (f"; the others: {'; '.join(outside)}" if outside else "")
             + (
                 f". The texts of one model and metric differ by at most "
-                f"{100 * spread.max():.0f} points."
+                f"{fixed(100 * spread.max(), 0)} points."
                 if len(spread)
                 else "."
             )
@@ -1017,7 +1017,7 @@ def claims_summary(results: Path) -> str:
         if len(tok):
             top = tok.sort_values("share_of_rows", ascending=False).iloc[0]
             where = (
-                f"{100 * top.share_of_rows:.1f}% of MiniLM's rows attend most (mean over heads) to "
+                f"{fixed(100 * top.share_of_rows, 1)}% of MiniLM's rows attend most (mean over heads) to "
                 f"{top.most_attended}; "
             )
         choices = []
@@ -1025,7 +1025,7 @@ def claims_summary(results: Path) -> str:
             rho = _artifact_numbers(stats, "minilm-l6", p.sink_choice)
             choices.append(
                 f"sink = {PAIR_SINK_LABELS[p.sink_choice]} (mean sink share "
-                f"{100 * p.mean_sink_share:.1f}%): artifact {p.artifact} ({rho}; {p.why})"
+                f"{fixed(100 * p.mean_sink_share, 1)}%): artifact {p.artifact} ({rho}; {p.why})"
             )
         lines.append(
             f"- **BERT pair pipeline** ({int(pairs.pairs.iloc[0])} two-segment Wikipedia pairs "
@@ -1041,7 +1041,7 @@ def claims_summary(results: Path) -> str:
             fl, co = e.loc[("first->last", "all")], e.loc[("consecutive, pooled", "all")]
             texts = e.loc["first->last"].drop(index="all").sink_fraction
             part = (
-                f"{NAMES.get(model, model)} {fl.mean_total_change:+.2f} nats, sink share "
+                f"{NAMES.get(model, model)} {fixed(fl.mean_total_change, 2, plus=True)} nats, sink share "
                 f"{_pct(fl.sink_fraction)} / {_pct(co.sink_fraction)}"
             )
             if (ent[ent.model == model].ours == "undefined").any():
@@ -1102,7 +1102,7 @@ def intervals_note(cl: pd.DataFrame) -> str:
         f"The claim table holds {n} 95% intervals: {n_ci} in the CI column ({len(shown)} rows; "
         f"an artifact row holds two) and {n_why} of entropy changes in the why column. None is "
         f"corrected for multiplicity: each is a per-claim interval, to be read on its own; even "
-        f"if every one were exact, about {n / 20:.1f} of them would miss their value by chance. "
+        f"if every one were exact, about {fixed(n / 20, 1)} of them would miss their value by chance. "
         f"Resampling units: {by_unit}."
     )
 
@@ -1175,8 +1175,8 @@ def cost_table(results: Path) -> str:
                 NAMES.get(model, model) + (" pairs" if text == "pairs" else ""),
                 f"{int(g.windows.iloc[0])}",
                 f"{len(g)}",
-                f"{per_block.median():.0f} ({per_block.min():.0f}-{per_block.max():.0f})",
-                f"{g.analysis_s.median():.0f} ({g.analysis_s.min():.0f}-{g.analysis_s.max():.0f})",
+                f"{fixed(per_block.median(), 0)} ({fixed(per_block.min(), 0)}-{fixed(per_block.max(), 0)})",
+                f"{fixed(g.analysis_s.median(), 0)} ({fixed(g.analysis_s.min(), 0)}-{fixed(g.analysis_s.max(), 0)})",
             ]
         )
     return markdown_table(
@@ -1221,7 +1221,7 @@ def flip_units_note(results: Path) -> str:
         "per-text matrices, not per-window ones, so a second stage cannot be drawn from it (the "
         "entropy claims keep per-window parts, and draw both stages). What that leaves out: the "
         "window bootstrap of `flip_rates.csv` (windows of all texts together) gives intervals "
-        f"{min(ratios):.2f} to {max(ratios):.2f} times as wide as the texts' over the "
+        f"{fixed(min(ratios), 2)} to {fixed(max(ratios), 2)} times as wide as the texts' over the "
         f"{len(ratios)} model-metric rates of the claim table (at least half as wide in {half} of "
         f"them, wider in {wider}): the flip intervals hold the windows fixed, and a two-stage "
         "interval could be wider than they are."
@@ -1334,7 +1334,7 @@ def render_tables(results: Path) -> dict[str, str]:
             if stat not in s.index:
                 return "n/a"
             r = s.loc[stat]
-            return f"{r.value:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+            return f"{fixed(r.value, 2)} [{fixed(r.ci_low, 2)}, {fixed(r.ci_high, 2)}]"
 
         verdict, _ = ev.artifact_verdict(a)
         label = (
@@ -1380,8 +1380,8 @@ def render_tables(results: Path) -> dict[str, str]:
             rows.append(
                 [
                     f"{NAMES.get(model, model)} ({SINK_NAMES[sink]})",
-                    f"{fl.mean_total_change:+.2f} "
-                    f"[{fl.total_ci_low:+.2f}, {fl.total_ci_high:+.2f}]",
+                    f"{fixed(fl.mean_total_change, 2, plus=True)} "
+                    f"[{fixed(fl.total_ci_low, 2, plus=True)}, {fixed(fl.total_ci_high, 2, plus=True)}]",
                     f"{_pct(fl.sink_fraction)} {_ci_pct(fl.ci_low, fl.ci_high)}",
                     f"{_pct(co.sink_fraction)} {_ci_pct(co.ci_low, co.ci_high)}",
                     ", ".join(f"{r.text} {_pct(r.sink_fraction)}" for r in texts.itertuples()),

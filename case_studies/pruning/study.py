@@ -54,9 +54,11 @@ from .._study import (
     Study,
     add_shard,
     add_time_limit,
+    fixed,
     markdown_table,
     provenance_table,
     seconds_left,
+    significant,
 )
 from .._study import main as study_main
 from .evidence import (
@@ -410,7 +412,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _k_label(k: int, n: int) -> str:
-    return "k=0" if k == 0 else f"k={k} ({100 * k / n:.0f}%)"
+    return "k=0" if k == 0 else f"k={k} ({fixed(100 * k / n, 0)}%)"
 
 
 def _read(folder: Path) -> tuple[Any, dict[str, Any]]:
@@ -440,7 +442,7 @@ def perplexity_table(folders: Sequence[Path]) -> str:
             sub = rows[rows.score == score]
             cells = {int(r.k): _ppl(r) for r in sub.itertuples()}
             cells[0] = base
-            out.append([score, sub.channel.iloc[0], *(f"{cells[k]:.2f}" for k in ks)])
+            out.append([score, sub.channel.iloc[0], *(f"{fixed(cells[k], 2)}" for k in ks)])
     return markdown_table(["score", "channel", *(_k_label(k, n) for k in ks)], out)
 
 
@@ -459,7 +461,9 @@ def ratio_table(folder: Path) -> str:
         for k in ks:
             r = sub.loc[k]
             assert int(r.n_tokens) == int(base.n_tokens), (folder, score, k)
-            cells.append(f"{math.exp((float(r.nll) - float(base.nll)) / int(r.n_tokens)):.2f}x")
+            cells.append(
+                f"{fixed(math.exp((float(r.nll) - float(base.nll)) / int(r.n_tokens)), 2)}x"
+            )
         out.append([score, *cells])
     return markdown_table(["score", *(_k_label(k, n) for k in ks)], out)
 
@@ -497,14 +501,22 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
             (int(la), int(h)) in picked for la, h in zip(heads["layer"], heads["head"], strict=True)
         ]
         share = float(heads.sink_share[chosen].mean())
-        out.append([score, f"{rho_g:+.2f}", f"{rho_s:+.2f}", layers, f"{share:.2g}"])
+        out.append(
+            [
+                score,
+                f"{fixed(rho_g, 2, plus=True)}",
+                f"{fixed(rho_s, 2, plus=True)}",
+                layers,
+                f"{significant(share, 2)}",
+            ]
+        )
     return markdown_table(
         [
             "score",
             "rho(importance, gradient)",
             "rho(statistic, sink share)",
             f"layers of the first {k1} pruned (layer x heads)",
-            f"their mean sink share (all heads: {float(heads.sink_share.mean()):.2g})",
+            f"their mean sink share (all heads: {significant(float(heads.sink_share.mean()), 2)})",
         ],
         out,
     )
@@ -644,7 +656,7 @@ def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
                 f"{len(m.cells)} of {planned} ({state})",
                 f"{m.sample()} ({texts})",
                 f"{len(seeds)} of {m.meta['protocol']['random_seeds']}",
-                f"{secs / 3600:.1f} h",
+                f"{fixed(secs / 3600, 1)} h",
                 made_by,
             ]
         )
@@ -684,7 +696,11 @@ def evidence_table(m: ModelEvidence | None) -> str:
     band = []
     for k in m.ks:
         med, p5, p95, n = random_band(m.cells, k)
-        band.append(f"{med:.3g}x [{p5:.3g}, {p95:.3g}] (n={n})" if n else "—")
+        band.append(
+            f"{significant(med, 3)}x [{significant(p5, 3)}, {significant(p95, 3)}] (n={n})"
+            if n
+            else "—"
+        )
     rows.append(["random (median [5%, 95%])", _CONTROL_NAMES["global"], "zero", *band])
     return markdown_table(["score", "order", "ablation", *(m.k_label(k) for k in m.ks)], rows)
 
@@ -759,13 +775,14 @@ class ChannelLayer:
         if not shares:
             return "n/a"
         parts = [
-            f"{v:.0%} ({_CONTROL_NAMES[c]})" for c, v in sorted(shares.items(), key=lambda x: x[1])
+            f"{fixed(100 * (v), 0)}% ({_CONTROL_NAMES[c]})"
+            for c, v in sorted(shares.items(), key=lambda x: x[1])
         ]
         return (
             " to ".join(parts)
-            if len({f"{v:.0%}" for v in shares.values()}) > 1
+            if len({f"{fixed(100 * (v), 0)}%" for v in shares.values()}) > 1
             else (
-                f"{next(iter(shares.values())):.0%} ({' and '.join(_CONTROL_NAMES[c] for c in shares)})"
+                f"{fixed(100 * (next(iter(shares.values()))), 0)}% ({' and '.join(_CONTROL_NAMES[c] for c in shares)})"
             )
         )
 
@@ -1065,7 +1082,7 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     f"on {name}, yes: the sink share is the closest, {versus}"
                     if best == "sink_share"
                     else f"on {name}, no: {best} is the closest, {versus}; the sink share costs "
-                    f"{rs.ratio:.2g}x the gradient's perplexity"
+                    f"{significant(rs.ratio, 2)}x the gradient's perplexity"
                 )
                 shown = [(f"{best} / gradient", r)]
                 if best != "sink_share":
@@ -1092,7 +1109,7 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     "—",
                     [("sink share", r)],
                     f"{where} the random band",
-                    extra=f"random median {med:.3g}x, 5-95% [{p5:.3g}, {p95:.3g}] over "
+                    extra=f"random median {significant(med, 3)}x, 5-95% [{significant(p5, 3)}, {significant(p95, 3)}] over "
                     f"{n_orders} orders (a band over orders, not an interval)",
                 )
     return out
@@ -1140,7 +1157,7 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         f"The claim table holds {claims.intervals} intervals (95% each). **None is corrected "
         "for multiplicity**: each answers its own row, and about one in twenty of them would "
         "miss its target by chance alone; a Bonferroni correction over all of them would widen "
-        f"each to a {1 - 0.05 / claims.intervals:.2%} interval. Every interval is a paired "
+        f"each to a {fixed(100 * (1 - 0.05 / claims.intervals), 2)}% interval. Every interval is a paired "
         f"bootstrap ({N_BOOT:,} resamples) over {RESAMPLING_UNIT}: the windows come in runs of "
         f"{' or '.join(map(str, windows))} contiguous windows from each of "
         f"{' or '.join(map(str, n_texts))} texts, and each replicate draws the texts with "
@@ -1283,7 +1300,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
                 f"agree to {worst:.1e} (largest relative difference), perplexity "
-                f"{ppl[0]:.4f} then, {ppl[1]:.4f} now."
+                f"{fixed(ppl[0], 4)} then, {fixed(ppl[1], 4)} now."
             )
         if not rows:
             continue
@@ -1315,10 +1332,10 @@ def compute_note(models: dict[str, ModelEvidence]) -> str:
             continue
         lines.append(
             f"- **{name}**: {len(m.cells)} cells x {windows} windows = "
-            f"{len(m.cells) * windows:,} forward passes, {secs.sum() / 3600:.1f} h of one thread; "
-            f"a cell took {np.median(secs):.0f} s (median; {secs.min():.0f}-{secs.max():.0f} s), "
-            f"a window {np.median(secs) / windows:.1f} s "
-            f"({secs.min() / windows:.1f}-{secs.max() / windows:.1f} s)."
+            f"{len(m.cells) * windows:,} forward passes, {fixed(secs.sum() / 3600, 1)} h of one thread; "
+            f"a cell took {fixed(np.median(secs), 0)} s (median; {fixed(secs.min(), 0)}-{fixed(secs.max(), 0)} s), "
+            f"a window {fixed(np.median(secs) / windows, 1)} s "
+            f"({fixed(secs.min() / windows, 1)}-{fixed(secs.max() / windows, 1)} s)."
         )
     return "\n".join(lines) if lines else "No cells yet."
 
@@ -1328,7 +1345,7 @@ def earlier_wall(folders: Sequence[Path]) -> str:
     parts = []
     for folder in folders:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        parts.append(f"{meta['wall_s'] / 60:.0f} min (`{folder.name}`)")
+        parts.append(f"{fixed(meta['wall_s'] / 60, 0)} min (`{folder.name}`)")
     return (
         "Wall time of the earlier run (the `wall_s` of each `meta.json`): " + ", ".join(parts) + "."
     )
@@ -1343,10 +1360,10 @@ def sink_by_layer(folder: Path) -> str:
     return (
         f"Mean sink share per layer on the calibration text (`{folder.name}/head_scores.csv`, "
         "column `sink_share`), layer: share: "
-        + ", ".join(f"{int(layer)}: {v:.2f}" for layer, v in per_layer.items())
+        + ", ".join(f"{int(layer)}: {fixed(v, 2)}" for layer, v in per_layer.items())
         + ". The three most sink-dominated heads: "
         + ", ".join(
-            f"layer {int(r.layer)} head {int(r.head)} ({r.sink_share:.5g})"
+            f"layer {int(r.layer)} head {int(r.head)} ({significant(r.sink_share, 5)})"
             for r in top.itertuples()
         )
         + "."
