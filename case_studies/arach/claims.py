@@ -1491,7 +1491,11 @@ def clean_rerun_note(root: Path) -> str:
         if old is None:
             continue
         was = str(old.get("commit", ""))
-        label = f"`{'/'.join(key)}` (stored: `{was[:12]}`{' + changes' if was.endswith('+dirty') else ''})"
+        label = (
+            f"`{'/'.join(key)}` (stored: `{was[:12]}`"
+            f"{' + changes' if was.endswith('+dirty') else ''}"
+            f"{'' if new.get('tokens_sha256') == old.get('tokens_sha256') else '; OTHER TOKENS'})"
+        )
         if key[2].startswith("cloze"):
             a = np.asarray(old["values"]["correct"], bool)
             b = np.asarray(new["values"]["correct"], bool)
