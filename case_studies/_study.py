@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,55 @@ _BLOCK = re.compile(
 
 
 # --------------------------------------------------------------------------------------------
+# the one rounding rule of every table and sentence the studies render
+
+
+def _decimal(x: float) -> Decimal:
+    """``x`` as the decimal it stands for: 12 significant digits, which drops the binary noise
+    of a computed value (``100 * 0.1075`` is 10.749999999999998, and stands for 10.75)."""
+    return Decimal(f"{x:.12g}")
+
+
+def fixed(x: float, digits: int, *, plus: bool = False) -> str:
+    """``x`` with ``digits`` decimals, rounded half away from zero (the studies' one rule: an
+    exact half always goes away from zero, whatever its binary form); never ``-0``; ``plus``
+    writes a ``+`` before a value that is not negative (as ``f"{x:+.2f}"``).
+
+    Examples
+    --------
+    >>> from case_studies._study import fixed
+    >>> fixed(-5.25, 1), fixed(-10.75, 1), fixed(100 * 0.1075, 1), fixed(2.5, 0), fixed(-0.04, 1)
+    ('-5.3', '-10.8', '10.8', '3', '0.0')
+    >>> fixed(0.125, 2, plus=True), fixed(-0.001, 2, plus=True)
+    ('+0.13', '+0.00')
+    """
+    if not math.isfinite(x):
+        return str(x)
+    r = _decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    text = f"{abs(r) if r == 0 else r:f}"
+    return "+" + text if plus and not text.startswith("-") else text
+
+
+def significant(x: float, n: int) -> str:
+    """``x`` to ``n`` significant digits by the same rule as :func:`fixed`, trailing zeros
+    dropped (as ``f"{x:.{n}g}"`` writes it, without its binary-noise roundings).
+
+    Examples
+    --------
+    >>> from case_studies._study import significant
+    >>> significant(1.125, 3), significant(0.9105, 3), significant(45.65, 3), significant(2.0, 3)
+    ('1.13', '0.911', '45.7', '2')
+    """
+    if not math.isfinite(x):
+        return str(x)
+    d = _decimal(x)
+    if d == 0:
+        return "0"
+    r = d.quantize(Decimal(1).scaleb(d.adjusted() - n + 1), rounding=ROUND_HALF_UP)
+    return f"{r.normalize():f}"
+
+
+# --------------------------------------------------------------------------------------------
 # resampling shared by the studies
 
 
@@ -257,6 +307,31 @@ def stratified_draws(strata: Sequence[str], n_boot: int, seed: int = 0) -> np.nd
     return out
 
 
+def two_stage_draws(strata: Sequence[str], n_boot: int, seed: int = 4) -> list[np.ndarray]:
+    """Two-stage bootstrap index draws: the strata (texts) drawn with replacement, then each
+    drawn stratum's members (windows) drawn with replacement within it.
+
+    Examples
+    --------
+    >>> from case_studies._study import two_stage_draws
+    >>> d = two_stage_draws(["a", "a", "b"], 3)
+    >>> len(d), all(len(x) in (2, 3, 4) for x in d)  # two draws of "a" or "b": 4, 3 or 2 windows
+    (3, True)
+    """
+    labels = np.asarray(strata)
+    groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_boot):
+        picks = rng.integers(0, len(groups), len(groups))
+        out.append(
+            np.concatenate(
+                [groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in picks]
+            )
+        )
+    return out
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """A GitHub markdown table; cells are written as given (format them first)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -264,13 +339,17 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def render_readme(text: str, tables: Mapping[str, str]) -> str:
+def render_readme(text: str, tables: Mapping[str, str], *, every: bool = True) -> str:
     """``text`` with every marked table block replaced by ``tables[name]``.
+
+    ``every=False`` renders a page that quotes a few of the tables (a docs page): a rendered
+    table without a block there is not an error.
 
     Raises
     ------
     KeyError
-        A block names a table the study does not render, or a rendered table has no block.
+        A block names a table the study does not render, or (``every``) a rendered table has no
+        block.
     """
     seen: set[str] = set()
 
@@ -283,7 +362,7 @@ def render_readme(text: str, tables: Mapping[str, str]) -> str:
 
     out = _BLOCK.sub(replace, text)
     unused = sorted(set(tables) - seen)
-    if unused:
+    if unused and every:
         raise KeyError(f"rendered tables without a README block: {unused}")
     return out
 
@@ -295,6 +374,15 @@ def stale_tables(text: str, tables: Mapping[str, str]) -> list[str]:
         name
         for name in set(found) | set(tables)
         if name not in found or name not in tables or found[name] != tables[name].strip("\n")
+    )
+
+
+def stale_blocks(text: str, tables: Mapping[str, str]) -> list[str]:
+    """Names of the blocks a page holds whose content differs from the rendered tables (or that
+    no table renders): :func:`stale_tables` for a page that quotes only some of them."""
+    found = {m.group("name"): m.group("body").strip("\n") for m in _BLOCK.finditer(text)}
+    return sorted(
+        name for name, body in found.items() if name not in tables or body != tables[name].strip()
     )
 
 
@@ -677,6 +765,10 @@ class Study:
     #: phrases of the README whose numbers are definitions, not results (``unrendered_numbers``'
     #: ``allowed``); settings described at length go in ``<!-- definitions -->`` blocks instead
     definitions: Sequence[str] = ()
+    #: docs pages (paths from the repository root) that show or quote this study: ``table``
+    #: renders the blocks they hold from the same tables, and ``table --check`` fails on a stale
+    #: block or a number in their prose, as for the README
+    docs: Sequence[str] = ()
 
     @property
     def folder(self) -> Path:
@@ -698,6 +790,12 @@ class Study:
         """The study's README tables, and ``provenance`` (from the results' manifest)."""
         return {"provenance": provenance_table(self.results), **self.tables(self.results)}
 
+    def readme_tables(self, tables: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The rendered tables the README holds: all but those named ``docs-*``, which only
+        docs pages quote (:attr:`docs`)."""
+        tables = self.rendered_tables() if tables is None else tables
+        return {k: v for k, v in tables.items() if not k.startswith("docs-")}
+
     def prose_problems(self, text: str | None = None) -> list[str]:
         """The README's numbers in prose that nothing renders (:func:`unrendered_numbers`),
         and allowed phrases it no longer contains; empty when the prose is clean."""
@@ -710,10 +808,41 @@ class Study:
             for p in unused_phrases(text, self.definitions)
         ]
 
+    def doc_pages(self) -> list[Path]:
+        """The docs pages of :attr:`docs`, as paths."""
+        return [ROOT / page for page in self.docs]
+
+    def docs_problems(self, tables: Mapping[str, str] | None = None) -> list[str]:
+        """Stale blocks and numbers in prose of the docs pages that quote this study (empty when
+        they are clean)."""
+        tables = self.rendered_tables() if tables is None else tables
+        out = []
+        for page in self.doc_pages():
+            text = page.read_text(encoding="utf-8")
+            out += [
+                f"{page}: table {name!r} differs from {self.results}"
+                for name in stale_blocks(text, tables)
+            ]
+            out += [
+                f"{page}: number in prose, not rendered from {self.results.name}/: {n}"
+                for n in unrendered_numbers(text, where=True)
+            ]
+        return out
+
+    def write_docs(self, tables: Mapping[str, str]) -> list[str]:
+        """Render the blocks of the docs pages that quote this study; return the pages changed."""
+        changed = []
+        for page in self.doc_pages():
+            text = page.read_text(encoding="utf-8")
+            if stale_blocks(text, tables):
+                write_text(page, render_readme(text, tables, every=False))
+                changed.append(str(page.relative_to(ROOT)))
+        return changed
+
     def write_readme(self) -> list[str]:
         """Render the README tables from the results; return the names that changed."""
         text = self.readme.read_text(encoding="utf-8")
-        tables = self.rendered_tables()
+        tables = self.readme_tables()
         changed = stale_tables(text, tables)
         write_text(self.readme, render_readme(text, tables))
         return changed
@@ -762,7 +891,8 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
     command = _command(study, argv)
     if args.mode == "table":
         text = study.readme.read_text(encoding="utf-8")
-        tables = study.rendered_tables()
+        every = study.rendered_tables()
+        tables = study.readme_tables(every)
         stale = stale_tables(text, tables)
         if args.check:
             for name in stale:
@@ -772,10 +902,15 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
             prose = study.prose_problems(text)
             for line in prose:
                 print(f"{study.readme}: {line}", file=sys.stderr)
-            return 1 if stale or prose else 0
+            docs = study.docs_problems(every)
+            for line in docs:
+                print(line, file=sys.stderr)
+            return 1 if stale or prose or docs else 0
         write_text(study.readme, render_readme(text, tables))
+        pages = study.write_docs(every)
         print(
             f"{study.readme}: {len(tables)} tables rendered ({', '.join(stale) or 'none'} changed)"
+            + (f"; docs pages rendered: {', '.join(pages)}" if pages else "")
         )
         return 0
     if args.mode == "run":
@@ -785,6 +920,7 @@ def main(study: Study, argv: Sequence[str] | None = None) -> int:
         prov.write(args.out)
         if args.out.resolve() == study.results.resolve():
             changed = study.write_readme()
+            study.write_docs(study.rendered_tables())
             print(f"{study.readme}: tables rendered ({', '.join(changed) or 'none'} changed)")
         return 0
     # quick

@@ -20,7 +20,7 @@ from attncoda.hooks.scores import (  # noqa: E402
     order_without_layers,
     prune_plan,
 )
-from case_studies._study import stratified_draws  # noqa: E402
+from case_studies._study import stratified_draws, two_stage_draws  # noqa: E402
 from case_studies.pruning import evidence as E  # noqa: E402
 from case_studies.pruning import study  # noqa: E402
 
@@ -212,17 +212,27 @@ def test_the_ratio_interval_is_the_paired_block_bootstrap_over_windows(tiny_run)
     want = math.exp((sum(pruned["nll"]) - sum(base["nll"])) / sum(base["n_tokens"]))
     assert math.isclose(r.ratio, want, rel_tol=1e-9)
     assert r.low <= r.ratio <= r.high and r.n_windows == 4
-    # windows as blocks of tokens, each text's windows resampled among themselves
+    # windows as blocks of tokens; the conditional interval resamples each text's windows
+    # among themselves (texts fixed)
     n = np.asarray(base["n_tokens"], float)
     a, b = np.asarray(base["nll"]) / n, np.asarray(pruned["nll"]) / n
     draws = stratified_draws(base["texts"], 2000, seed=0)
     assert all(set(np.asarray(base["texts"])[d].tolist()) == set(base["texts"]) for d in draws)
     lo, hi = np.quantile(b[draws].mean(1) - a[draws].mean(1), [0.025, 0.975])
-    assert math.isclose(r.low, math.exp(lo)) and math.isclose(r.high, math.exp(hi))
+    assert math.isclose(r.cond_low, math.exp(lo)) and math.isclose(r.cond_high, math.exp(hi))
+    # the headline interval draws the texts, then the windows of each drawn text
+    two = two_stage_draws(base["texts"], 2000, seed=0)
+    d2 = np.array([b[i].mean() - a[i].mean() for i in two])
+    lo2, hi2 = np.quantile(d2, [0.025, 0.975])
+    assert math.isclose(r.low, math.exp(lo2)) and math.isclose(r.high, math.exp(hi2))
+    assert r.conditional().low == r.cond_low and r.conditional().ratio == r.ratio
     same = E.ratio_interval(cells, on, on)
     assert same.ratio == same.low == same.high == 1.0
     by_text = E.ratio_interval(cells, on, text="a")
     assert by_text.n_windows == 2 and by_text.per_text == ()
+    # with one text there is no spread between texts: the two intervals are the same
+    assert math.isclose(by_text.low, by_text.cond_low)
+    assert math.isclose(by_text.high, by_text.cond_high)
     # the per-text values are each text's own ratio, in the texts' order
     assert [t for t, _ in r.per_text] == list(dict.fromkeys(base["texts"]))
     for t, v in r.per_text:
@@ -247,8 +257,8 @@ def test_the_random_band_is_the_median_and_5_95_quantiles_of_the_orders():
 
 
 def test_the_100x_verdict_follows_the_interval():
-    assert study._verdict_100x(E.RatioInterval(300, 150, 600, 24, 1)).startswith("reproduced")
-    assert study._verdict_100x(E.RatioInterval(30, 15, 60, 24, 1)).startswith("not reproduced")
+    assert study._verdict_100x(E.RatioInterval(300, 150, 600, 24, 1)).startswith("holds")
+    assert study._verdict_100x(E.RatioInterval(30, 15, 60, 24, 1)).startswith("does not hold")
     assert study._verdict_100x(E.RatioInterval(120, 60, 200, 24, 1)).startswith("inconclusive")
 
 
@@ -368,7 +378,7 @@ def test_claim_rows_name_the_ablation_show_per_text_values_and_flag_a_split_verd
     mean = next(r for r in rows if "with mean ablation" in r)
     assert "| zero |" in zero and "60x / 400x" in zero and "borderline" in zero
     assert "| mean |" in mean and "2x / 3x" in mean and "borderline" not in mean
-    assert "conditional on these texts" in zero
+    assert "CI over texts then windows" in zero and "(texts fixed: [" in zero
     note = study.claims_note(evidence)
     n = sum(r.count("x [") for r in rows[2:])
     assert f"holds {n} intervals" in note and "None is corrected for multiplicity" in note
@@ -420,9 +430,13 @@ def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
     m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
     assert "the interval lies above 100x" in row
+    # the verdict reads the interval over every text, not the first texts' one
+    assert "zero ablation: holds on our protocol (CI above 100x)" in row
     m.wider[entropy] = rec({first: 2.0, second: 3.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
-    assert "0 of the 2 added texts above 100x; the interval lies below 100x" in row
+    # one text of four at 400x: an interval over texts cannot rule out another such text
+    assert "0 of the 2 added texts above 100x; the interval spans 100x" in row
+    assert "zero ablation: inconclusive (CI spans 100x)" in row
     m.cells[entropy] = rec({"a": 200.0, "b": 400.0}, texts)
     m.wider[entropy] = rec({first: 500.0, second: 800.0}, wide_texts)
     row = next(r for r in study.claims_table({"m": m}).splitlines() if "costs >100x" in r)
@@ -466,3 +480,68 @@ def test_wider_refuses_a_shard_before_any_model_loads(tmp_path, monkeypatch):
     monkeypatch.setattr(study.assets, "load_model", no_model)
     with pytest.raises(SystemExit, match="takes no --shard; drop --shard"):
         study.main(["run", "--wider", "--shard", "1/2", "--out", str(tmp_path / "out")])
+
+
+# --------------------------------------------------------------- verdicts against their numbers
+
+_IV = r"(?P<r>[\d.,]+)x \[(?P<lo>[\d.,]+), (?P<hi>[\d.,]+)\]"
+
+
+def _decisive(ours: str, verdict: str) -> tuple[float, float]:
+    """The interval a claim row's verdict rests on: the one over every text where the row was
+    widened, else the row's first interval (the two-stage one)."""
+    import re
+
+    wide = re.search(r"over all \d+ texts " + _IV, verdict)
+    m = wide or re.search(_IV, ours)
+    assert m is not None, ours
+    return float(m["lo"].replace(",", "")), float(m["hi"].replace(",", ""))
+
+
+#: verdict words and what they require of the decisive interval ``(low, high)``
+_RULES = {
+    "(CI above 100x)": lambda lo, hi: lo > 100,
+    "(CI below 100x)": lambda lo, hi: hi < 100,
+    "(CI spans 100x)": lambda lo, hi: lo <= 100 <= hi,
+    "better than the gradient": lambda lo, hi: hi < 1,
+    "worse than the gradient": lambda lo, hi: lo > 1,
+    "as good as the gradient": lambda lo, hi: lo <= 1 <= hi,
+    "the interval lies above 100x": lambda lo, hi: lo > 100,
+    "the interval lies below 100x": lambda lo, hi: hi < 100,
+    "the interval spans 100x": lambda lo, hi: lo <= 100 <= hi,
+    "the interval lies above 1x": lambda lo, hi: lo > 1,
+    "the interval lies below 1x": lambda lo, hi: hi < 1,
+    "the interval spans 1x": lambda lo, hi: lo <= 1 <= hi,
+}
+
+
+def test_every_verdict_of_the_readme_agrees_with_the_interval_it_rests_on():
+    """The label rule, read from the committed README: a verdict's words (above, below, spans;
+    better, worse, as good) must say what its decisive interval says, and a row widened to
+    more texts is judged by the interval over all of them (issue #50)."""
+    from pathlib import Path
+
+    text = Path(study.STUDY.readme).read_text(encoding="utf-8")
+    block = text.split("<!-- table: claims -->")[1].split("<!-- /table -->")[0]
+    rows = [line.split(" | ") for line in block.strip().splitlines()[2:]]
+    checked = 0
+    for row in rows:
+        ours, verdict = row[4], row[7].rstrip(" |")
+        lo, hi = _decisive(ours, verdict)
+        head = verdict.split("; **borderline**")[0]
+        for words, ok in _RULES.items():
+            if words in head or (words.startswith("the interval") and words in verdict):
+                assert ok(lo, hi), f"{row[0]}: '{words}' but the interval is [{lo}, {hi}]"
+                checked += 1
+    assert checked >= 10
+
+
+def test_a_verdict_follows_the_widest_evidence(monkeypatch):
+    """Three texts say better than the gradient, all five say worse: the verdict says worse."""
+    m = study.ModelEvidence("m", {"ks": [0, 2], "n_units": 8}, {}, {})
+    narrow = E.RatioInterval(0.9, 0.85, 0.96, 24, 1, (("a", 0.9),), None)
+    wide = E.RatioInterval(1.06, 1.01, 1.13, 40, 1, (("a", 0.9), ("b", 1.2)), None)
+    monkeypatch.setattr(study, "wider_interval", lambda m_, r: wide)
+    assert study.widest(m, narrow) is wide
+    monkeypatch.setattr(study, "wider_interval", lambda m_, r: None)
+    assert study.widest(m, narrow) is narrow

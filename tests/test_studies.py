@@ -272,7 +272,7 @@ def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
     study = _study_of(name)
     text = study.readme.read_text(encoding="utf-8")
-    tables = study.rendered_tables()
+    tables = study.readme_tables()
     assert tables, name
     assert _study.stale_tables(text, tables) == [], (
         f"run `python -m case_studies.{name} table` (or rerun the study)"
@@ -285,6 +285,49 @@ def test_readme_prose_states_no_number_the_results_do_not_render(name: str) -> N
     from its result file; ``table --check`` refuses it, and so does this test."""
     study = _study_of(name)
     assert study.prose_problems() == [], f"render these from {study.results} (see table --check)"
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_docs_pages_quote_the_study_as_its_results_give_it(name: str) -> None:
+    """The docs pages that show or quote a study (its case-study page; ``docs/conventions.md``)
+    hold its rendered blocks as the results give them, and no number in their prose
+    (``table --check`` reads them too)."""
+    study = _study_of(name)
+    assert f"docs/case-studies/{name}.md" in study.docs
+    assert study.docs_problems() == [], f"run `python -m case_studies.{name} table`"
+
+
+def test_table_check_reads_the_docs_pages_too(tmp_path, monkeypatch) -> None:
+    """A docs page that quotes a study fails ``table --check`` on a stale block or a number in
+    its prose, and ``table`` renders its blocks."""
+    folder = tmp_path / "demo"
+    (folder / "results").mkdir(parents=True)
+    page = tmp_path / "page.md"
+
+    def tables(_results: Path) -> dict[str, str]:
+        return {"claim": "It costs 318x.", "docs-quote": "31% flip."}
+
+    study = _study.Study(
+        "demo", "demo", lambda *a: None, lambda *a: None, tables, (), docs=(str(page),)
+    )
+    monkeypatch.setattr(_study.Study, "folder", property(lambda self: folder))
+    monkeypatch.setattr(_study, "ROOT", tmp_path)
+    study.readme.write_text(
+        _study.render_readme(
+            "<!-- table: provenance -->\n<!-- /table -->\n<!-- table: claim -->\n<!-- /table -->\n",
+            study.readme_tables(),
+        ),
+        encoding="utf-8",
+    )
+    page.write_text("Intro.\n\n<!-- table: docs-quote -->\n<!-- /table -->\n", encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 1  # the block is stale
+    assert _study.main(study, ["table"]) == 0
+    assert "31% flip." in page.read_text(encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 0
+    page.write_text(page.read_text(encoding="utf-8") + "A quarter flip: 25%.\n", encoding="utf-8")
+    assert _study.main(study, ["table", "--check"]) == 1
+    (problem,) = study.docs_problems()
+    assert "25%" in problem
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -311,3 +354,44 @@ def test_quick_mode_reproduces_the_golden_results(name: str, study_quick) -> Non
     res = study_quick(name).result
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     assert "reproduces the golden results" in res.stdout
+
+
+#: Sentences that once said more than their numbers (issue #50), by page: each was rewritten or
+#: is now rendered from the results, and none may come back.
+OVERCLAIMS = {
+    "case_studies/pruning/README.md": (
+        "early layers' sink heads does",
+        "residual stream",
+        "each control bounds it",
+        "run reproduced the published claim",
+        "did not reproduce the hundredfold",
+        "ablation: reproduced",
+    ),
+    "case_studies/conventions/README.md": (
+        "the entropy does not change across depth",
+        "far less than",
+        "(Pythia across training)",
+    ),
+    "case_studies/arach/README.md": (
+        "46.89",
+        "50.42",
+        "37.33",
+        "33.11",
+        "therefore reproduced as an attention statistic",
+        "of them practically nil",
+        "**No choice reverses the verdict**:",
+        "whose load left the run",
+    ),
+    "case_studies/rpa/README.md": (
+        "only the schedules' sign agrees",
+        "control shows the gain comes from",
+    ),
+    "docs/conventions.md": ("a quarter of cosine",),
+}
+
+
+@pytest.mark.parametrize("page", sorted(OVERCLAIMS))
+def test_no_sentence_says_more_than_its_numbers_again(page: str) -> None:
+    text = " ".join((_study.ROOT / page).read_text(encoding="utf-8").split())
+    back = [s for s in OVERCLAIMS[page] if s in text]
+    assert not back, f"{page}: {back} (issue #50: make the sentence as strong as its numbers)"

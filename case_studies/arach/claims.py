@@ -1,7 +1,8 @@
 """The ARACH claim study (issue #16): the paper's two GPT-2 claims tested on three offline models.
 
-The paper (arXiv 2603.11067, as summarised) reports for GPT-2 small LAMBADA accuracy
-46.89 -> 50.42 and PG-19 perplexity 37.33 -> 33.11 with ARACH on. This module measures the
+The paper (arXiv 2603.11067) reports for GPT-2 small that ARACH raises LAMBADA accuracy and
+lowers PG-19 perplexity (its numbers are in no source held here: the PDF was never available,
+``reference/papers.md``). This module measures the
 same two quantities, paired (the same weights and the same tokens with ARACH off and on):
 
 - **cloze**: LAMBADA-style last-word items (:func:`claim_items`) drawn deterministically, the
@@ -48,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, time_is_up, write_text
+from .._study import Shard, fixed, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -899,10 +900,12 @@ def _row(
 # the claim tables
 
 MINUS = "\u2212"
-#: The paper's GPT-2 small numbers (as summarised; `reference/papers.md`, 1.2).
+#: The paper's GPT-2 small claims, as directions only: no source held here gives its numbers
+#: (`reference/papers.md`, section 1: abstract and third-party summaries; the PDF was never
+#: available), so the claim rows cite none.
 PAPER = {
-    "cloze": ("LAMBADA accuracy", 46.89, 50.42),
-    "ppl": ("PG-19 perplexity", 37.33, 33.11),
+    "cloze": ("LAMBADA accuracy", "up"),
+    "ppl": ("PG-19 perplexity", "down"),
 }
 MEASURE_LABEL = {
     "cloze": "cloze accuracy (%), all items",
@@ -915,10 +918,10 @@ MEASURE_LABEL = {
 def signed(x: float, digits: int) -> str:
     """``+0.169`` / ``−0.019`` / ``+0.000``: a sign always, a typographic minus, and a value
     that rounds to zero is ``+`` (the README tables' number format for differences)."""
-    text = f"{x:+.{digits}f}"
-    if text[1:].strip("0.") == "":
-        return "+" + text[1:]
-    return text.replace("-", MINUS)
+    text = fixed(x, digits)
+    if text.strip("0.") == "":
+        return "+" + text
+    return text.replace("-", MINUS) if text.startswith("-") else "+" + text
 
 
 #: A change is "practically nil" when its whole 95% interval lies within this band around 0:
@@ -976,15 +979,16 @@ def verdict(row: Mapping[str, Any]) -> str:
 
 
 def _paper(measure: str) -> str:
-    """The paper's number a row is set against: LAMBADA for cloze, PG-19 (books) for the
-    Moby-Dick perplexity; the sources give no WikiText number, so Wikipedia rows have none."""
+    """The paper's claim a row is set against, as a direction: LAMBADA for cloze, PG-19 (books)
+    for the Moby-Dick perplexity (no source held here gives the paper's numbers); the sources
+    name no WikiText result, so Wikipedia rows have none."""
     if measure.startswith("cloze"):
-        name, a, b = PAPER["cloze"]
-        return f"{name.split()[0]} {a:.2f} → {b:.2f} (+{b - a:.2f})"
+        name, way = PAPER["cloze"]
+        return f"{name.split()[0]}: accuracy {way} (numbers not in our sources)"
     if measure.endswith("mobydick"):
-        name, a, b = PAPER["ppl"]
-        return f"{name.split()[0]} {a:.2f} → {b:.2f} ({signed(b - a, 2)})"
-    return "none (the sources give no WikiText number)"
+        name, way = PAPER["ppl"]
+        return f"{name.split()[0]}: perplexity {way} (numbers not in our sources)"
+    return "none (the sources give no WikiText result)"
 
 
 def _fmt_row(row: Mapping[str, Any]) -> list[str]:
@@ -993,11 +997,11 @@ def _fmt_row(row: Mapping[str, Any]) -> list[str]:
     unit = row.get("unit", "items" if str(row["measure"]).startswith("cloze") else "windows")
     if str(row["measure"]).startswith("cloze"):
         k, d = 100.0, 1
-        ours = f"{row['off'] * k:.1f} → {row['on'] * k:.1f}"
+        ours = f"{fixed(row['off'] * k, 1)} → {fixed(row['on'] * k, 1)}"
         n = f"{row['n']} items; {row['blocks']} {unit}"
     else:
         k, d = 1.0, 2
-        ours = f"{row['off']:.2f} → {row['on']:.2f}"
+        ours = f"{fixed(row['off'], 2)} → {fixed(row['on'], 2)}"
         n = f"{row['n']} tokens; {row['blocks']} {unit}"
     ci = f"{signed(row['diff'] * k, d)} [{signed(row['low'] * k, d)}, {signed(row['high'] * k, d)}]"
     return [ours, ci, n]
@@ -1263,7 +1267,10 @@ def sensitivity_verdict(index: Mapping[tuple[str, str, str], Mapping[str, Any]])
         text += ": its whole interval lies on the paper's side of 0. "
     else:
         text += (
-            "**No choice reverses the verdict**: no row's interval lies on the paper's side of 0. "
+            f"**No choice reverses the verdict on {SWEEP_MODEL}** (the one model swept; "
+            f"{len(arms) - 1} choices changed one at a time from the default): no row's interval "
+            "lies on the paper's side of 0; other models and other combinations of choices were "
+            "not run. "
         )
     if unresolved:
         text += "Not resolved (interval includes 0): " + "; ".join(
@@ -1350,7 +1357,7 @@ def claim_findings(rows: Sequence[Mapping[str, Any]]) -> str:
             continue
         nil = sum(_nil_size(r) is not None for r in claim)
         text = f"- **{model}**: {len(claim)} claim rows: {_verdict_counts(claim)}" + (
-            f"; {nil} of them practically nil in size" if nil else ""
+            f"; {nil} of the {len(claim)} practically nil in size" if nil else ""
         )
         text += "."
         least = []
@@ -1443,7 +1450,8 @@ def provenance_cells_table(
         f"{n_dirty} from a modified tree, {len(prov['unknown'])} of unknown state.\n\n{table}"
     )
     check = _recheck_note(root) if root is not None else ""
-    return text + (f"\n\n{check}" if check else "")
+    rerun = clean_rerun_note(root) if root is not None else ""
+    return text + "".join(f"\n\n{x}" for x in (check, rerun) if x)
 
 
 def _recheck_note(root: Path) -> str:
@@ -1463,6 +1471,53 @@ def _recheck_note(root: Path) -> str:
         f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
         f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
         f"({rel:.1e} of it)."
+    )
+
+
+#: Cells recomputed whole at a clean commit, to check cells that a modified tree made
+#: (``results/claims/clean-rerun/MODEL/CONFIG/TASK.json``; not read as claim cells).
+CLEAN_RERUN = "clean-rerun"
+
+
+def clean_rerun_note(root: Path) -> str:
+    """Per cell rerun at a clean commit (:data:`CLEAN_RERUN`), how it agrees with the stored
+    modified-tree cell: cloze accuracy and items whose verdict differs, or the summed window
+    NLL of a perplexity cell ('' when nothing was rerun)."""
+    reruns = load_cells(Path(root) / CLEAN_RERUN)
+    stored = load_cells(Path(root))
+    parts = []
+    for key, new in sorted(reruns.items()):
+        old = stored.get(key)
+        if old is None:
+            continue
+        was = str(old.get("commit", ""))
+        label = (
+            f"`{'/'.join(key)}` (stored: `{was[:12]}`"
+            f"{' + changes' if was.endswith('+dirty') else ''}"
+            f"{'' if new.get('tokens_sha256') == old.get('tokens_sha256') else '; OTHER TOKENS'})"
+        )
+        if key[2].startswith("cloze"):
+            a = np.asarray(old["values"]["correct"], bool)
+            b = np.asarray(new["values"]["correct"], bool)
+            lp = np.abs(
+                np.asarray(old["values"]["target_logprob"], float)
+                - np.asarray(new["values"]["target_logprob"], float)
+            )
+            parts.append(
+                f"{label}: accuracy {fixed(100 * a.mean(), 2)}% stored, "
+                f"{fixed(100 * b.mean(), 2)}% rerun; {int((a != b).sum())} of {len(a)} items "
+                f"change verdict; largest target log-probability difference {lp.max():.1e}"
+            )
+        else:
+            x = float(np.sum(old["values"]["window_nll"]))
+            y = float(np.sum(new["values"]["window_nll"]))
+            parts.append(f"{label}: summed window NLL {x:.6g} stored, {y:.6g} rerun")
+    if not parts:
+        return ""
+    commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
+    return (
+        f"Clean rerun (`{CLEAN_RERUN}/`): {len(parts)} modified-tree cells recomputed whole at "
+        f"{', '.join(f'`{c}`' for c in commits)}: " + "; ".join(parts) + "."
     )
 
 

@@ -1011,6 +1011,7 @@ STUDY = Study(
     golden=GOLDEN,
     assets=(*CLAIM_MODELS, "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
+    docs=("docs/case-studies/arach.md",),
 )
 
 

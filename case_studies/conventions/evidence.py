@@ -24,7 +24,7 @@ import xarray as xr
 
 import attncoda as ac
 
-from .._study import stratified_draws
+from .._study import stratified_draws, two_stage_draws
 
 METRICS = ac.METRICS
 PAIRS = (("kept", "dropped"), ("kept", "sink"))
@@ -32,7 +32,8 @@ CLUSTER_METRICS = ("js", "aitchison")
 #: The metrics the paper's abstract names (its flip range is quoted for these).
 CLAIM_METRICS = ("cosine", "js", "entropy")
 PUBLISHED_FLIPS = (0.17, 0.47)
-#: The paper's entropy-collapse split across training (Pythia 70M, 1B, 1.4B): sink share of the drop.
+#: The paper's entropy-collapse split across training (models of 70M, 1B and 1.4B parameters,
+#: not named by the abstract; Pythia is our guess from the sizes): sink share of the drop.
 PUBLISHED_ENTROPY = {"70M": 0.30, "1B": 0.95, "1.4B": 0.79}
 #: The clustering artifact: the kept-view MDS-1 follows the sink share (|rho| >= RHO) and the
 #: kept and dropped top-level partitions disagree (ARI at k=2 < ARI).
@@ -367,6 +368,8 @@ def weighted_interval(values: np.ndarray, p: np.ndarray, ci: float = 0.95) -> tu
     Examples
     --------
     >>> weighted_interval(np.array([3.0, 1.0, 2.0]), np.array([0.01, 0.01, 0.98]))
+    (2.0, 2.0)
+    >>> weighted_interval(np.array([3.0, 1.0, 2.0]), np.array([0.03, 0.03, 0.94]))
     (1.0, 3.0)
     >>> weighted_interval(np.array([3.0, 1.0, 2.0]), np.array([0.1, 0.0, 0.9]))
     (2.0, 3.0)
@@ -380,30 +383,6 @@ def weighted_interval(values: np.ndarray, p: np.ndarray, ci: float = 0.95) -> tu
     lo = v[np.searchsorted(cum, (1 - ci) / 2 - 1e-12, side="right")]
     hi = v[min(np.searchsorted(cum, (1 + ci) / 2 - 1e-12, side="left"), len(v) - 1)]
     return float(lo), float(hi)
-
-
-def two_stage_draws(strata: Sequence[str], n_boot: int, seed: int = 4) -> list[np.ndarray]:
-    """Two-stage bootstrap index draws: the strata (texts) drawn with replacement, then each
-    drawn stratum's members (windows) drawn with replacement within it.
-
-    Examples
-    --------
-    >>> d = two_stage_draws(["a", "a", "b"], 3)
-    >>> len(d), all(len(x) in (3, 4) for x in d)
-    (3, True)
-    """
-    labels = np.asarray(strata)
-    groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n_boot):
-        picks = rng.integers(0, len(groups), len(groups))
-        out.append(
-            np.concatenate(
-                [groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in picks]
-            )
-        )
-    return out
 
 
 def _by_counts(tc: xr.Dataset, counts: np.ndarray) -> xr.Dataset:
@@ -507,7 +486,34 @@ def claim_evidence(tc: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:
                 "two-stage",
                 N_BOOT_TWO_STAGE,
             )
+            rows[-1]["seeds_holding_0"] = seeds_holding_0(t, rows_w, wtext)
+            rows[-1]["n_seeds"] = N_SEEDS
     return pd.DataFrame(rows)
+
+
+#: Bootstrap seeds over which a verdict on whether an interval holds 0 is checked: an interval
+#: whose end lies at 0 within resampling error holds 0 under some seeds and not others.
+N_SEEDS = 40
+
+
+def seeds_holding_0(total: np.ndarray, rows: np.ndarray, wtext: np.ndarray) -> int:
+    """Of :data:`N_SEEDS` two-stage bootstraps (seeds ``4 .. 4 + N_SEEDS - 1``; seed 4 is the
+    claim table's), how many give a mean-change interval that holds 0.
+
+    Examples
+    --------
+    >>> wt = np.array(["a"] * 4 + ["b"] * 4)
+    >>> seeds_holding_0(np.array([1.0, -1, 2, -2, 1, -1, 2, -2]), np.ones(8), wt)
+    40
+    >>> seeds_holding_0(np.arange(1.0, 9.0), np.ones(8), wt)
+    0
+    """
+    n = 0
+    for seed in range(4, 4 + N_SEEDS):
+        draws = two_stage_draws(wtext, N_BOOT_TWO_STAGE, seed=seed)
+        lo, hi = _ci(np.array([total[i].sum() / rows[i].sum() for i in draws]))
+        n += bool(lo <= 0 <= hi)
+    return n
 
 
 def scale_evidence(small: xr.Dataset, large: xr.Dataset, key: dict[str, Any]) -> pd.DataFrame:

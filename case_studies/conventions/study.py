@@ -29,7 +29,15 @@ import xarray as xr
 import attncoda as ac
 from attncoda.hooks import assets
 
-from .._study import Golden, Provenance, Study, add_time_limit, markdown_table, read_manifest
+from .._study import (
+    Golden,
+    Provenance,
+    Study,
+    add_time_limit,
+    fixed,
+    markdown_table,
+    read_manifest,
+)
 from .._study import main as study_main
 from . import evidence as ev
 from .protocol import (
@@ -468,11 +476,11 @@ def _own_sep_share(key_pos: np.ndarray, length: int) -> float:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%" if np.isfinite(x) else "n/a"
+    return f"{fixed(100 * x, 0)}%" if np.isfinite(x) else "n/a"
 
 
 def _ci_pct(lo: float, hi: float) -> str:
-    return f"[{100 * lo:.0f}, {100 * hi:.0f}]" if np.isfinite(lo) else "n/a"
+    return f"[{fixed(100 * lo, 0)}, {fixed(100 * hi, 0)}]" if np.isfinite(lo) else "n/a"
 
 
 def _unit(row: Any) -> str:
@@ -558,11 +566,11 @@ def claims(
                     setting="first-token sink",
                     paper="17%-47% (range over ten unnamed models)",
                     # one decimal: whole percents made a narrow interval look like a point
-                    ours=f"{100 * value:.1f}%",
+                    ours=f"{fixed(100 * value, 1)}%",
                     per_text=", ".join(
-                        f"{tx} {100 * v:.1f}%" for tx, v in zip(texts, per, strict=True)
+                        f"{tx} {fixed(100 * v, 1)}%" for tx, v in zip(texts, per, strict=True)
                     ),
-                    ci=f"[{100 * lo:.1f}, {100 * hi:.1f}]",
+                    ci=f"[{fixed(100 * lo, 1)}, {fixed(100 * hi, 1)}]",
                     unit=unit,
                     n=f"{sample_note}; {int(r.n_triples):,} triples",
                     verdict=verdict,
@@ -637,11 +645,24 @@ def claims(
                 value, lo, hi, unit = x.value, x.ci_low, x.ci_high, _unit(x)
                 per = [getattr(x, f"text_{tx}") for tx in texts]
                 change, c_lo, c_hi = c.value, c.ci_low, c.ci_high
+                held = c.get("seeds_holding_0", np.nan)
+                n_seeds = c.get("n_seeds", np.nan)
             else:
+                held = n_seeds = np.nan
                 value, lo, hi, unit = w.sink_fraction, w.ci_low, w.ci_high, fallback_unit
                 per = [ef[sel & (ef.text == tx)].sink_fraction.iloc[0] for tx in texts]
                 change, c_lo, c_hi = w.mean_total_change, w.total_ci_low, w.total_ci_high
-            undefined = c_lo <= 0 <= c_hi
+            # undefined when the change's interval holds 0 under any bootstrap seed: an end at 0
+            # to within resampling error does not show a change
+            seeded = not pd.isna(held) and not pd.isna(n_seeds)
+            undefined = c_lo <= 0 <= c_hi or (seeded and int(held) > 0)
+            holds = (
+                f"holds 0 under {int(held)} of {int(n_seeds)} bootstrap seeds"
+                if seeded and 0 < int(held) < int(n_seeds)
+                else f"holds 0 under every one of {int(n_seeds)} bootstrap seeds"
+                if seeded and int(held) == int(n_seeds)
+                else "holds 0"
+            )
             spread = max(per) - min(per) > 1  # over 100 points between texts: a ratio to ~0
             rows.append(
                 dict(
@@ -656,12 +677,11 @@ def claims(
                     n=sample_note,
                     verdict="not comparable",
                     why=(
-                        f"the entropy does not change across depth: mean change {change:+.2f} "
-                        f"nats, 95% CI [{c_lo:+.2f}, {c_hi:+.2f}] holds 0, so a share of it is "
-                        "not defined"
+                        f"no change across depth is shown: mean change {fixed(change, 2, plus=True)} nats, 95% "
+                        f"CI [{fixed(c_lo, 2, plus=True)}, {fixed(c_hi, 2, plus=True)}] {holds}, so a share of it is not defined"
                         if undefined
                         else "depth, not training checkpoints (none offline); mean change "
-                        f"{change:+.2f} nats [{c_lo:+.2f}, {c_hi:+.2f}]"
+                        f"{fixed(change, 2, plus=True)} nats [{fixed(c_lo, 2, plus=True)}, {fixed(c_hi, 2, plus=True)}]"
                         + (" (a rise: the share is of a rise, not of a drop)" if c_lo > 0 else "")
                         + (
                             "; the texts disagree by over 100 points: a ratio to a small change"
@@ -736,9 +756,9 @@ def claims(
                 model=pair_key,
                 setting=f"1.5B minus 0.5B, {scope}",
                 paper="70M 30% -> 1B 95% -> 1.4B 79%",
-                ours=f"{100 * d:+.0f} pts ({_pct(pts[small])} -> {_pct(pts[large])})",
+                ours=f"{fixed(100 * d, 0, plus=True)} pts ({_pct(pts[small])} -> {_pct(pts[large])})",
                 per_text=per_txt,
-                ci=f"[{100 * lo:+.0f}, {100 * hi:+.0f}]",
+                ci=f"[{fixed(100 * lo, 0, plus=True)}, {fixed(100 * hi, 0, plus=True)}]",
                 unit=unit,
                 n=sample_note,
                 verdict="not comparable",
@@ -774,12 +794,12 @@ def _artifact_claim(
     s = a.set_index("stat")
     verdict, why = ev.artifact_verdict(a)
     rho = s.loc["rho_kept"]
-    ours = f"|rho(MDS-1, sink share)| {rho.value:.2f}"
-    ci = f"[{rho.ci_low:.2f}, {rho.ci_high:.2f}]"
+    ours = f"|rho(MDS-1, sink share)| {fixed(rho.value, 2)}"
+    ci = f"[{fixed(rho.ci_low, 2)}, {fixed(rho.ci_high, 2)}]"
     if "ari_k2" in s.index:
         ari = s.loc["ari_k2"]
-        ours += f"; ARI kept/dropped k=2 {ari.value:.2f}"
-        ci += f"; [{ari.ci_low:.2f}, {ari.ci_high:.2f}]"
+        ours += f"; ARI kept/dropped k=2 {fixed(ari.value, 2)}"
+        ci += f"; [{fixed(ari.ci_low, 2)}, {fixed(ari.ci_high, 2)}]"
         if ari.ci_low == ari.ci_high:
             why += "; the ARI is the same in every draw" + (
                 " (every text gives the same partitions)" if unit.startswith("texts") else ""
@@ -845,7 +865,7 @@ def run(
             texts_missing=[x for x in TEXTS if x not in texts],
             cells=str(cells),
         )
-    log(f"tables written in {time.perf_counter() - wall:.0f} s; results in {out}")
+    log(f"tables written in {fixed(time.perf_counter() - wall, 0)} s; results in {out}")
     return tables
 
 
@@ -905,7 +925,7 @@ def _artifact_numbers(stats: pd.DataFrame, model: str, sink: str) -> str:
     """``|rho| v [lo, hi], ARI k=2 v [lo, hi]`` of one (model, sink) artifact test."""
     a = stats[(stats.model == model) & (stats.sink_key == sink)].set_index("stat")
     return ", ".join(
-        f"{label} {a.loc[stat].value:.2f} [{a.loc[stat].ci_low:.2f}, {a.loc[stat].ci_high:.2f}]"
+        f"{label} {fixed(a.loc[stat].value, 2)} [{fixed(a.loc[stat].ci_low, 2)}, {fixed(a.loc[stat].ci_high, 2)}]"
         for stat, label in (("rho_kept", "|rho(MDS-1, sink share)|"), ("ari_k2", "ARI k=2"))
         if stat in a.index
     )
@@ -963,7 +983,7 @@ def claims_summary(results: Path) -> str:
             + (f"; the others: {'; '.join(outside)}" if outside else "")
             + (
                 f". The texts of one model and metric differ by at most "
-                f"{100 * spread.max():.0f} points."
+                f"{fixed(100 * spread.max(), 0)} points."
                 if len(spread)
                 else "."
             )
@@ -997,7 +1017,7 @@ def claims_summary(results: Path) -> str:
         if len(tok):
             top = tok.sort_values("share_of_rows", ascending=False).iloc[0]
             where = (
-                f"{100 * top.share_of_rows:.1f}% of MiniLM's rows attend most (mean over heads) to "
+                f"{fixed(100 * top.share_of_rows, 1)}% of MiniLM's rows attend most (mean over heads) to "
                 f"{top.most_attended}; "
             )
         choices = []
@@ -1005,7 +1025,7 @@ def claims_summary(results: Path) -> str:
             rho = _artifact_numbers(stats, "minilm-l6", p.sink_choice)
             choices.append(
                 f"sink = {PAIR_SINK_LABELS[p.sink_choice]} (mean sink share "
-                f"{100 * p.mean_sink_share:.1f}%): artifact {p.artifact} ({rho}; {p.why})"
+                f"{fixed(100 * p.mean_sink_share, 1)}%): artifact {p.artifact} ({rho}; {p.why})"
             )
         lines.append(
             f"- **BERT pair pipeline** ({int(pairs.pairs.iloc[0])} two-segment Wikipedia pairs "
@@ -1021,11 +1041,11 @@ def claims_summary(results: Path) -> str:
             fl, co = e.loc[("first->last", "all")], e.loc[("consecutive, pooled", "all")]
             texts = e.loc["first->last"].drop(index="all").sink_fraction
             part = (
-                f"{NAMES.get(model, model)} {fl.mean_total_change:+.2f} nats, sink share "
+                f"{NAMES.get(model, model)} {fixed(fl.mean_total_change, 2, plus=True)} nats, sink share "
                 f"{_pct(fl.sink_fraction)} / {_pct(co.sink_fraction)}"
             )
             if (ent[ent.model == model].ours == "undefined").any():
-                part += " (undefined in the claim table: the change's interval holds 0)"
+                part += " (undefined in the claim table: the change is not shown to differ from 0)"
             if texts.max() - texts.min() > 1:  # a spread over 100 points: a ratio to ~0
                 part += (
                     f" (per text {_pct(texts.min())} to {_pct(texts.max())}: a ratio to a small "
@@ -1082,7 +1102,7 @@ def intervals_note(cl: pd.DataFrame) -> str:
         f"The claim table holds {n} 95% intervals: {n_ci} in the CI column ({len(shown)} rows; "
         f"an artifact row holds two) and {n_why} of entropy changes in the why column. None is "
         f"corrected for multiplicity: each is a per-claim interval, to be read on its own; even "
-        f"if every one were exact, about {n / 20:.1f} of them would miss their value by chance. "
+        f"if every one were exact, about {fixed(n / 20, 1)} of them would miss their value by chance. "
         f"Resampling units: {by_unit}."
     )
 
@@ -1155,8 +1175,8 @@ def cost_table(results: Path) -> str:
                 NAMES.get(model, model) + (" pairs" if text == "pairs" else ""),
                 f"{int(g.windows.iloc[0])}",
                 f"{len(g)}",
-                f"{per_block.median():.0f} ({per_block.min():.0f}-{per_block.max():.0f})",
-                f"{g.analysis_s.median():.0f} ({g.analysis_s.min():.0f}-{g.analysis_s.max():.0f})",
+                f"{fixed(per_block.median(), 0)} ({fixed(per_block.min(), 0)}-{fixed(per_block.max(), 0)})",
+                f"{fixed(g.analysis_s.median(), 0)} ({fixed(g.analysis_s.min(), 0)}-{fixed(g.analysis_s.max(), 0)})",
             ]
         )
     return markdown_table(
@@ -1168,6 +1188,70 @@ def cost_table(results: Path) -> str:
             "analysis s per cell and sink, median (range)",
         ],
         rows,
+    )
+
+
+def flip_units_note(results: Path) -> str:
+    """How the flip rates' two intervals compare, rendered from ``flip_rates.csv`` and
+    ``claim_evidence.csv``: the claim table's over texts only, the window tables' over windows
+    (all texts' windows together), per model and claim metric."""
+    from .evidence import CLAIM_METRICS
+
+    fr, ev = _frame(results, "flip_rates"), _frame(results, "claim_evidence")
+    if not len(fr) or not len(ev):
+        return "No flip results yet."
+    ev = ev[(ev.claim == "flips") & (ev.sink_key == "first")]
+    ratios = []
+    for r in ev.itertuples():
+        w = fr[
+            (fr.model == r.model)
+            & (fr.metric == r.stat)
+            & (fr.sink_key == "first")
+            & (fr.pair == "kept/dropped")
+            & (fr.scope == "all")
+            & (fr.text == "all")
+        ]
+        if len(w) and r.stat in CLAIM_METRICS:
+            ratios.append((w.ci_high.iloc[0] - w.ci_low.iloc[0]) / (r.ci_high - r.ci_low))
+    if not ratios:
+        return "No flip results yet."
+    half, wider = sum(x >= 0.5 for x in ratios), sum(x > 1 for x in ratios)
+    return (
+        "Windows within a text are not redrawn for the flip rates: the repository holds their "
+        "per-text matrices, not per-window ones, so a second stage cannot be drawn from it (the "
+        "entropy claims keep per-window parts, and draw both stages). What that leaves out: the "
+        "window bootstrap of `flip_rates.csv` (windows of all texts together) gives intervals "
+        f"{fixed(min(ratios), 2)} to {fixed(max(ratios), 2)} times as wide as the texts' over the "
+        f"{len(ratios)} model-metric rates of the claim table (at least half as wide in {half} of "
+        f"them, wider in {wider}): the flip intervals hold the windows fixed, and a two-stage "
+        "interval could be wider than they are."
+    )
+
+
+def emma_flips_quote(results: Path) -> str:
+    """The sentence ``docs/conventions.md`` quotes: SmolLM2-135M's flip rates on *Emma*
+    (``kept`` vs ``dropped``, first-token sink), from ``flip_rates.csv``."""
+    fr = _frame(results, "flip_rates")
+    if not len(fr):
+        return "No flip results yet."
+    sel = fr[
+        (fr.model == "smollm2-135m")
+        & (fr.sink_key == "first")
+        & (fr.pair == "kept/dropped")
+        & (fr.scope == "all")
+        & (fr.text == "emma")
+    ].set_index("metric")
+    if not {"cosine", "js", "aitchison"} <= set(sel.index):
+        return "No flip results for SmolLM2-135M on Emma yet."
+
+    def rate(m: str) -> str:
+        r = sel.loc[m]
+        return f"{_pct(r.flip_rate)} [{_pct(r.ci_low)}, {_pct(r.ci_high)}]"
+
+    return (
+        f"On SmolLM2-135M over Austen's *Emma*, {rate('cosine')} of cosine and {rate('js')} of "
+        "Jensen-Shannon verdicts flip between `kept` and `dropped`, and "
+        f"{rate('aitchison')} of Aitchison ones (95% intervals over windows)."
     )
 
 
@@ -1250,7 +1334,7 @@ def render_tables(results: Path) -> dict[str, str]:
             if stat not in s.index:
                 return "n/a"
             r = s.loc[stat]
-            return f"{r.value:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]"
+            return f"{fixed(r.value, 2)} [{fixed(r.ci_low, 2)}, {fixed(r.ci_high, 2)}]"
 
         verdict, _ = ev.artifact_verdict(a)
         label = (
@@ -1296,8 +1380,8 @@ def render_tables(results: Path) -> dict[str, str]:
             rows.append(
                 [
                     f"{NAMES.get(model, model)} ({SINK_NAMES[sink]})",
-                    f"{fl.mean_total_change:+.2f} "
-                    f"[{fl.total_ci_low:+.2f}, {fl.total_ci_high:+.2f}]",
+                    f"{fixed(fl.mean_total_change, 2, plus=True)} "
+                    f"[{fixed(fl.total_ci_low, 2, plus=True)}, {fixed(fl.total_ci_high, 2, plus=True)}]",
                     f"{_pct(fl.sink_fraction)} {_ci_pct(fl.ci_low, fl.ci_high)}",
                     f"{_pct(co.sink_fraction)} {_ci_pct(co.ci_low, co.ci_high)}",
                     ", ".join(f"{r.text} {_pct(r.sink_fraction)}" for r in texts.itertuples()),
@@ -1321,6 +1405,8 @@ def render_tables(results: Path) -> dict[str, str]:
     return {
         "claims": claims_md,
         "claims-intervals": intervals_note(cl) if len(cl) else "",
+        "flip-units": flip_units_note(results),
+        "docs-emma-flips": emma_flips_quote(results),
         "cells-provenance": cells_provenance(results),
         "cost": cost_table(results),
         "claims-summary": claims_summary(results),
@@ -1410,6 +1496,7 @@ STUDY = Study(
     # what the quick mode (CI) needs; the full run also needs the two Qwen models
     assets=(*QUICK_MODELS, "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
+    docs=("docs/case-studies/conventions.md", "docs/conventions.md"),
 )
 
 

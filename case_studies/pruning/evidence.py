@@ -12,10 +12,11 @@ NLLs, so a killed run loses at most the cell in progress, a rerun skips every ce
 is complete and was made on the same tokens, and a damaged file is recomputed.
 
 The statistics (:func:`ratio_interval`, :func:`random_band`) come from the per-window NLLs:
-every interval is a paired bootstrap over windows stratified by text (each window a block of
-``window - 1`` consecutive predicted tokens resampled whole, each text's windows among
-themselves, the same draw for the two arms compared: the unpruned model, or another score),
-reported with the point ratio of each text.
+every interval is a paired bootstrap in two stages, the texts drawn with replacement and then
+the windows of each drawn text (each window a block of ``window - 1`` consecutive predicted
+tokens resampled whole, the same draw for the two arms compared: the unpruned model, or
+another score), reported with the interval that holds the texts fixed (windows within each
+text only) and the point ratio of each text.
 
 Examples
 --------
@@ -37,6 +38,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -62,9 +64,18 @@ from attncoda.hooks.scores import (
     score_info,
 )
 
-from .._study import Shard, stratified_draws, time_is_up, write_text
+from .._study import (
+    Shard,
+    fixed,
+    significant,
+    stratified_draws,
+    time_is_up,
+    two_stage_draws,
+    write_text,
+)
 
 __all__ = [
+    "CONDITIONAL_UNIT",
     "CONTROLS",
     "EARLY_LAYERS",
     "N_BOOT",
@@ -512,8 +523,10 @@ def _losses(rec: Mapping[str, Any], text: str | None = None) -> np.ndarray:
 
 #: Bootstrap resamples of every interval (:func:`ratio_interval`).
 N_BOOT = 2000
-#: What every interval of this protocol resamples (the claim table names it in each row).
-RESAMPLING_UNIT = (
+#: What the headline interval resamples (the claim table names it in each row).
+RESAMPLING_UNIT = "texts, then windows within each drawn text (a paired, two-stage bootstrap)"
+#: What the conditional interval beside it resamples.
+CONDITIONAL_UNIT = (
     "windows within each text (texts fixed: conditional on these texts; a paired, stratified "
     "bootstrap)"
 )
@@ -521,8 +534,10 @@ RESAMPLING_UNIT = (
 
 @dataclasses.dataclass(frozen=True)
 class RatioInterval:
-    """Perplexity of ``on`` over that of ``off`` (on the same windows), its bootstrap CI, and
-    the point ratio on each text's windows alone (``per_text``; empty for one text)."""
+    """Perplexity of ``on`` over that of ``off`` (on the same windows), its bootstrap CI over
+    texts then windows (``low``, ``high``: the headline), the CI with the texts held fixed
+    (``cond_low``, ``cond_high``: windows within each text only), and the point ratio on each
+    text's windows alone (``per_text``; empty for one text)."""
 
     ratio: float
     low: float
@@ -532,9 +547,21 @@ class RatioInterval:
     per_text: tuple[tuple[str, float], ...] = ()
     #: ``(on, off)``: the cells compared, where the interval came from :func:`ratio_interval`
     cells: tuple[Cell, Cell] | None = None
+    #: the interval conditional on these texts (windows resampled within each text only)
+    cond_low: float = math.nan
+    cond_high: float = math.nan
 
     def __str__(self) -> str:
         return f"{_num(self.ratio)}x [{_num(self.low)}, {_num(self.high)}]"
+
+    def conditional_text(self) -> str:
+        """The interval with the texts held fixed, e.g. ``"[929, 1045]"``."""
+        return f"[{_num(self.cond_low)}, {_num(self.cond_high)}]"
+
+    def conditional(self) -> RatioInterval:
+        """This comparison with the conditional interval as its interval (what a verdict would
+        say if the texts were held fixed)."""
+        return dataclasses.replace(self, low=self.cond_low, high=self.cond_high)
 
     def texts(self) -> str:
         """The per-text point ratios, e.g. ``"223x / 354x / 406x"`` (in the texts' order)."""
@@ -542,7 +569,9 @@ class RatioInterval:
 
 
 def _num(x: float) -> str:
-    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
+    """Three significant digits, whole numbers from 100 on (:func:`case_studies._study.fixed`'s
+    rounding rule)."""
+    return significant(x, 3) if x < 100 else fixed(x, 0)
 
 
 def ratio_interval(
@@ -553,17 +582,19 @@ def ratio_interval(
     text: str | None = None,
     n_boot: int = N_BOOT,
 ) -> RatioInterval:
-    """Perplexity ratio ``on / off`` with a 95% paired bootstrap CI over windows, stratified
-    by text, and the point ratio of each text.
+    """Perplexity ratio ``on / off`` with a 95% paired two-stage bootstrap CI (texts, then
+    windows within each drawn text), the CI with the texts held fixed, and the point ratio of
+    each text.
 
     Every window has the same number of predicted tokens, so the mean of the per-window mean
     NLLs is the token-weighted loss and ``exp`` of the bootstrap difference of means is the
     perplexity ratio. Windows (blocks of consecutive tokens) are resampled whole, the same
-    draw for both cells, and each text's windows only among themselves
-    (:func:`case_studies._study.stratified_draws`): every replicate keeps the
-    texts' mix, so the interval is conditional on these texts (:data:`RESAMPLING_UNIT`). With
-    three texts a bootstrap over texts would have ten distinct draws and understate the spread
-    between texts, so the per-text ratios are reported beside it instead.
+    draw for both cells. The headline interval (``low``, ``high``, :data:`RESAMPLING_UNIT`)
+    draws the texts with replacement and then each drawn text's windows
+    (:func:`case_studies._study.two_stage_draws`), so it carries the spread between texts; the
+    conditional one (``cond_low``, ``cond_high``, :data:`CONDITIONAL_UNIT`) resamples each
+    text's windows among themselves (:func:`case_studies._study.stratified_draws`) and holds
+    the texts fixed. With one text the two coincide.
 
     Raises
     ------
@@ -575,8 +606,13 @@ def ratio_interval(
     if len(set(np.asarray(cells[on]["n_tokens"]).tolist())) != 1:
         raise ValueError("windows of unequal length: the mean of window losses is not the loss")
     labels = [t for t in cells[on].get("texts", ["all"] * len(b)) if text is None or t == text]
-    draws = stratified_draws(labels, n_boot, seed=0)
-    diffs = b[draws].mean(axis=1) - a[draws].mean(axis=1)
+    d = b - a
+    cond = stratified_draws(labels, n_boot, seed=0)
+    c_low, c_high = np.quantile(d[cond].mean(axis=1), [0.025, 0.975])
+    two = _two_stage(tuple(labels), n_boot)
+    diffs = (
+        d[two].mean(axis=1) if isinstance(two, np.ndarray) else np.array([d[i].mean() for i in two])
+    )
     low, high = np.quantile(diffs, [0.025, 0.975])
     diff = float(b.mean() - a.mean())
     names = list(dict.fromkeys(labels))
@@ -602,7 +638,17 @@ def ratio_interval(
         n_tok,
         per_text,
         (on, off),
+        math.exp(float(c_low)),
+        math.exp(float(c_high)),
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _two_stage(labels: tuple[str, ...], n_boot: int) -> np.ndarray | list[np.ndarray]:
+    """The two-stage draws of one window layout (cached: every cell of a model shares them);
+    one array when every replicate has as many windows as the sample (equal texts)."""
+    draws = two_stage_draws(labels, n_boot, seed=0)
+    return np.stack(draws) if len({len(x) for x in draws}) == 1 else draws
 
 
 def random_band(

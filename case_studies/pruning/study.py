@@ -54,13 +54,16 @@ from .._study import (
     Study,
     add_shard,
     add_time_limit,
+    fixed,
     markdown_table,
     provenance_table,
     seconds_left,
+    significant,
 )
 from .._study import main as study_main
 from .evidence import (
     BASE,
+    CONDITIONAL_UNIT,
     CONTROLS,
     N_BOOT,
     RESAMPLING_UNIT,
@@ -409,7 +412,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _k_label(k: int, n: int) -> str:
-    return "k=0" if k == 0 else f"k={k} ({100 * k / n:.0f}%)"
+    return "k=0" if k == 0 else f"k={k} ({fixed(100 * k / n, 0)}%)"
 
 
 def _read(folder: Path) -> tuple[Any, dict[str, Any]]:
@@ -439,7 +442,7 @@ def perplexity_table(folders: Sequence[Path]) -> str:
             sub = rows[rows.score == score]
             cells = {int(r.k): _ppl(r) for r in sub.itertuples()}
             cells[0] = base
-            out.append([score, sub.channel.iloc[0], *(f"{cells[k]:.2f}" for k in ks)])
+            out.append([score, sub.channel.iloc[0], *(f"{fixed(cells[k], 2)}" for k in ks)])
     return markdown_table(["score", "channel", *(_k_label(k, n) for k in ks)], out)
 
 
@@ -458,7 +461,9 @@ def ratio_table(folder: Path) -> str:
         for k in ks:
             r = sub.loc[k]
             assert int(r.n_tokens) == int(base.n_tokens), (folder, score, k)
-            cells.append(f"{math.exp((float(r.nll) - float(base.nll)) / int(r.n_tokens)):.2f}x")
+            cells.append(
+                f"{fixed(math.exp((float(r.nll) - float(base.nll)) / int(r.n_tokens)), 2)}x"
+            )
         out.append([score, *cells])
     return markdown_table(["score", *(_k_label(k, n) for k in ks)], out)
 
@@ -487,13 +492,31 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
             f"{part.split(':')[0][1:]}x{len(part.split(':')[1].split(','))}"
             for part in pruned.split(";")
         )
-        out.append([score, f"{rho_g:+.2f}", f"{rho_s:+.2f}", layers])
+        picked = {
+            (int(part.split(":")[0][1:]), int(h))
+            for part in pruned.split(";")
+            for h in part.split(":")[1].split(",")
+        }
+        chosen = [
+            (int(la), int(h)) in picked for la, h in zip(heads["layer"], heads["head"], strict=True)
+        ]
+        share = float(heads.sink_share[chosen].mean())
+        out.append(
+            [
+                score,
+                f"{fixed(rho_g, 2, plus=True)}",
+                f"{fixed(rho_s, 2, plus=True)}",
+                layers,
+                f"{significant(share, 2)}",
+            ]
+        )
     return markdown_table(
         [
             "score",
             "rho(importance, gradient)",
             "rho(statistic, sink share)",
             f"layers of the first {k1} pruned (layer x heads)",
+            f"their mean sink share (all heads: {significant(float(heads.sink_share.mean()), 2)})",
         ],
         out,
     )
@@ -521,6 +544,14 @@ class ModelEvidence:
     cells: dict[Cell, dict[str, Any]]
     #: cells evaluated on :data:`WIDER_TEXTS` too (only those of borderline claims)
     wider: dict[Cell, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: read every interval with the texts held fixed (the conditional one): what the verdicts
+    #: would say without the spread between texts (:func:`side_changes`)
+    conditional: bool = False
+
+    def interval(self, on: Cell, off: Cell = BASE) -> RatioInterval:
+        """``on`` over ``off`` on this model's windows (:func:`ratio_interval`)."""
+        r = ratio_interval(self.cells, on, off)
+        return r.conditional() if self.conditional else r
 
     @property
     def ks(self) -> list[int]:
@@ -566,12 +597,19 @@ def _joined(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def wider_interval(m: ModelEvidence, r: RatioInterval) -> RatioInterval | None:
-    """``r``'s comparison over every text, the first ones and :data:`WIDER_TEXTS` (windows
-    resampled within each text, as every interval here), or ``None`` if not computed."""
+    """``r``'s comparison over every text, the first ones and :data:`WIDER_TEXTS` (the same
+    two-stage interval as every interval here), or ``None`` if not computed."""
     if r.cells is None or not all(c in m.wider and c in m.cells for c in r.cells):
         return None
     joined = {c: _joined(m.cells[c], m.wider[c]) for c in r.cells}
-    return ratio_interval(joined, *r.cells)
+    r = ratio_interval(joined, *r.cells)
+    return r.conditional() if m.conditional else r
+
+
+def widest(m: ModelEvidence, r: RatioInterval) -> RatioInterval:
+    """The widest evidence the study has for ``r``'s comparison: over every text where it was
+    also run on :data:`WIDER_TEXTS`, else ``r`` itself. Every verdict reads this one."""
+    return wider_interval(m, r) or r
 
 
 def _wider_words(label: str, wide: RatioInterval, threshold: float) -> str:
@@ -618,7 +656,7 @@ def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
                 f"{len(m.cells)} of {planned} ({state})",
                 f"{m.sample()} ({texts})",
                 f"{len(seeds)} of {m.meta['protocol']['random_seeds']}",
-                f"{secs / 3600:.1f} h",
+                f"{fixed(secs / 3600, 1)} h",
                 made_by,
             ]
         )
@@ -636,7 +674,7 @@ def coverage_table(models: dict[str, ModelEvidence], results: Path) -> str:
 
 
 def _ci(models: ModelEvidence, on: Cell, off: Cell = BASE) -> str:
-    return str(ratio_interval(models.cells, on, off)) if models.has(on, off) else "—"
+    return str(models.interval(on, off)) if models.has(on, off) else "—"
 
 
 def evidence_table(m: ModelEvidence | None) -> str:
@@ -658,7 +696,11 @@ def evidence_table(m: ModelEvidence | None) -> str:
     band = []
     for k in m.ks:
         med, p5, p95, n = random_band(m.cells, k)
-        band.append(f"{med:.3g}x [{p5:.3g}, {p95:.3g}] (n={n})" if n else "—")
+        band.append(
+            f"{significant(med, 3)}x [{significant(p5, 3)}, {significant(p95, 3)}] (n={n})"
+            if n
+            else "—"
+        )
     rows.append(["random (median [5%, 95%])", _CONTROL_NAMES["global"], "zero", *band])
     return markdown_table(["score", "order", "ablation", *(m.k_label(k) for k in m.ks)], rows)
 
@@ -727,18 +769,20 @@ class ChannelLayer:
     def layer_share(self) -> str:
         """The layer share of the gap's log as a range over the controls, each named, e.g.
         ``"67% (same number per layer) to 94% (layers 0-2 kept)"``; ``"n/a"`` without a gap or
-        a control. Neither control alone is *the* share: they bound it from two sides."""
+        a control. Neither control alone is *the* share, and that they bound it was not
+        shown: the range is the two controls' answers."""
         shares = self.layer_shares()
         if not shares:
             return "n/a"
         parts = [
-            f"{v:.0%} ({_CONTROL_NAMES[c]})" for c, v in sorted(shares.items(), key=lambda x: x[1])
+            f"{fixed(100 * (v), 0)}% ({_CONTROL_NAMES[c]})"
+            for c, v in sorted(shares.items(), key=lambda x: x[1])
         ]
         return (
             " to ".join(parts)
-            if len({f"{v:.0%}" for v in shares.values()}) > 1
+            if len({f"{fixed(100 * (v), 0)}%" for v in shares.values()}) > 1
             else (
-                f"{next(iter(shares.values())):.0%} ({' and '.join(_CONTROL_NAMES[c] for c in shares)})"
+                f"{fixed(100 * (next(iter(shares.values()))), 0)}% ({' and '.join(_CONTROL_NAMES[c] for c in shares)})"
             )
         )
 
@@ -755,11 +799,11 @@ def channel_layer(m: ModelEvidence) -> ChannelLayer | None:
         on = Cell(control, "zero", score, 0, k)
         sink = Cell(control, "zero", "sink_share", 0, k)
         if m.has(on):
-            ratio[control] = ratio_interval(m.cells, on)
+            ratio[control] = m.interval(on)
         if m.has(on, sink):
-            gap[control] = ratio_interval(m.cells, on, sink)
+            gap[control] = m.interval(on, sink)
         if control != "global" and m.has(on, Cell("global", "zero", score, 0, k)):
-            layer[control] = ratio_interval(m.cells, Cell("global", "zero", score, 0, k), on)
+            layer[control] = m.interval(Cell("global", "zero", score, 0, k), on)
     return ChannelLayer(score, k, ratio, gap, layer)
 
 
@@ -841,9 +885,9 @@ def gradient_table(models: dict[str, ModelEvidence]) -> str:
 
 def _verdict_100x(r: RatioInterval) -> str:
     if r.low > 100:
-        return "reproduced (CI above 100x)"
+        return "holds on our protocol (CI above 100x)"
     if r.high < 100:
-        return "not reproduced (CI below 100x)"
+        return "does not hold on our protocol (CI below 100x)"
     return "inconclusive (CI spans 100x)"
 
 
@@ -899,7 +943,11 @@ class _Claims:
                     self.intervals += 1
                     self.widened += 1
                     verdict += "; " + _wider_words(label, wide, threshold)
-        ours = "; ".join(f"{label}{': ' if label else ''}{r}" for label, r in shown)
+        ours = "; ".join(
+            f"{label}{': ' if label else ''}{r}"
+            + ("" if m.conditional else f" (texts fixed: {r.conditional_text()})")
+            for label, r in shown
+        )
         texts = "; ".join(f"{label}{': ' if label else ''}{r.texts()}" for label, r in shown)
         self.rows.append(
             [
@@ -909,7 +957,7 @@ class _Claims:
                 paper,
                 ours + (f"; {extra}" if extra else ""),
                 texts,
-                f"{m.sample()}; {m.design()}, CI conditional on these texts",
+                f"{m.sample()}; {m.design()}, CI over texts then windows",
                 verdict,
             ]
         )
@@ -931,32 +979,34 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                 "zero",
                 ">100x",
                 [(where, r)],
-                f"zero ablation: {_verdict_100x(r)}",
+                f"zero ablation: {_verdict_100x(widest(m, r))}",
                 threshold=100,
             )
             if m.has(mean):
-                rm = ratio_interval(m.cells, mean)
+                rm = m.interval(mean)
+                rw, rmw = widest(m, r), widest(m, rm)
                 out.add(
                     m,
                     "... the same cell with mean ablation (each pruned head's calibration mean)",
                     "mean",
                     ">100x",
                     [(where, rm)],
-                    f"mean ablation: {_verdict_100x(rm)}"
+                    f"mean ablation: {_verdict_100x(rmw)}"
                     + (
                         "; the >100x holds under zero ablation only"
-                        if r.low > 100 and rm.high < 100
+                        if rw.low > 100 and rmw.high < 100
                         else ""
                     ),
                     threshold=100,
                 )
             content = [
-                (s, ratio_interval(m.cells, Cell("global", "zero", s, 0, cl.k)))
+                (s, m.interval(Cell("global", "zero", s, 0, cl.k)))
                 for s in CONTENT
                 if m.has(Cell("global", "zero", s, 0, cl.k))
             ]
             if content:
-                values = [v for _, v in content]
+                values = [widest(m, v) for _, v in content]
+                rw = widest(m, r)
                 out.add(
                     m,
                     "... specific to the full-row scores? The content scores, same k, own order",
@@ -966,7 +1016,7 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     "not specific: a content score also costs >100x"
                     if any(v.low > 100 for v in values)
                     else "no >100x in either channel"
-                    if r.high < 100 and all(v.high < 100 for v in values)
+                    if rw.high < 100 and all(v.high < 100 for v in values)
                     else "specific: every content score below 100x"
                     if all(v.high < 100 for v in values)
                     else "inconclusive",
@@ -974,7 +1024,8 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                 )
             kept = [(_CONTROL_NAMES[c], v) for c, v in cl.ratio.items() if c != "global"]
             if kept:
-                still = [v for _, v in kept]
+                still = [widest(m, v) for _, v in kept]
+                rw = widest(m, r)
                 out.add(
                     m,
                     "... the same score and k with layer position controlled",
@@ -982,7 +1033,7 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     "—",
                     kept,
                     "no >100x to explain: below 100x in its own order"
-                    if r.high < 100
+                    if rw.high < 100
                     else "the >100x needs the early-layer order"
                     if all(v.high < 100 for v in still)
                     else "the >100x survives a layer control"
@@ -995,9 +1046,10 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     "reversed": f"contradicted: {cl.score} prunes better than the sink share "
                     "in its own order",
                     "both": f"both: layer position is {cl.layer_share()} of the gap's log "
-                    "(a range: each control bounds it from one side); the rest survives both "
+                    "(the two controls' shares: a range, not bounds; which control, if "
+                    "either, isolates layer position was not tested); the rest survives both "
                     "controls (channel)",
-                    "channel": "reproduced: a channel effect",
+                    "channel": "supported: a channel effect",
                     "layer": "contradicted: a layer-position effect",
                     "neither resolved": "inconclusive",
                 }[cl.effect]
@@ -1016,20 +1068,21 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
             ratios = score_ratios(m.cells, k, ATTENTION_SCORES)
             if ratios and m.has(grad, sink):
                 best = min(ratios, key=lambda s: ratios[s])
-                r = ratio_interval(m.cells, Cell("global", "zero", best, 0, k), grad)
-                rs = ratio_interval(m.cells, sink, grad)
+                r = m.interval(Cell("global", "zero", best, 0, k), grad)
+                rs = m.interval(sink, grad)
+                rw = widest(m, r)
                 versus = (
                     "as good as the gradient (CI includes 1)"
-                    if r.low <= 1 <= r.high
+                    if rw.low <= 1 <= rw.high
                     else "better than the gradient"
-                    if r.high < 1
+                    if rw.high < 1
                     else "worse than the gradient"
                 )
                 verdict = (
                     f"on {name}, yes: the sink share is the closest, {versus}"
                     if best == "sink_share"
                     else f"on {name}, no: {best} is the closest, {versus}; the sink share costs "
-                    f"{rs.ratio:.2g}x the gradient's perplexity"
+                    f"{significant(rs.ratio, 2)}x the gradient's perplexity"
                 )
                 shown = [(f"{best} / gradient", r)]
                 if best != "sink_share":
@@ -1046,8 +1099,9 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                 )
             med, p5, p95, n_orders = random_band(m.cells, k)
             if n_orders and m.has(sink):
-                r = ratio_interval(m.cells, sink)
-                where = "below" if r.high < p5 else "above" if r.low > p95 else "within"
+                r = m.interval(sink)
+                rw = widest(m, r)
+                where = "below" if rw.high < p5 else "above" if rw.low > p95 else "within"
                 out.add(
                     m,
                     f"Sink-channel pruning beats random orders ({m.k_label(k)})",
@@ -1055,7 +1109,7 @@ def _claims(models: dict[str, ModelEvidence]) -> _Claims:
                     "—",
                     [("sink share", r)],
                     f"{where} the random band",
-                    extra=f"random median {med:.3g}x, 5-95% [{p5:.3g}, {p95:.3g}] over "
+                    extra=f"random median {significant(med, 3)}x, 5-95% [{significant(p5, 3)}, {significant(p95, 3)}] over "
                     f"{n_orders} orders (a band over orders, not an interval)",
                 )
     return out
@@ -1075,7 +1129,7 @@ def claims_table(models: dict[str, ModelEvidence]) -> str:
             "question",
             "ablation",
             "paper",
-            "ours (95% CI)",
+            "ours (95% CI; in brackets, the CI with the texts fixed)",
             f"per text ({' | '.join(sorted(texts))})",
             "sample; interval",
             "verdict",
@@ -1103,13 +1157,18 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         f"The claim table holds {claims.intervals} intervals (95% each). **None is corrected "
         "for multiplicity**: each answers its own row, and about one in twenty of them would "
         "miss its target by chance alone; a Bonferroni correction over all of them would widen "
-        f"each to a {1 - 0.05 / claims.intervals:.2%} interval. Every interval is a paired "
+        f"each to a {fixed(100 * (1 - 0.05 / claims.intervals), 2)}% interval. Every interval is a paired "
         f"bootstrap ({N_BOOT:,} resamples) over {RESAMPLING_UNIT}: the windows come in runs of "
         f"{' or '.join(map(str, windows))} contiguous windows from each of "
-        f"{' or '.join(map(str, n_texts))} texts, and a bootstrap over so few texts would "
-        "understate how much another text could differ, so each row shows the per-text point "
-        "ratios beside the pooled one: where they straddle a threshold, the pooled interval does "
-        "not settle the question for text in general."
+        f"{' or '.join(map(str, n_texts))} texts, and each replicate draws the texts with "
+        "replacement and then the windows of each drawn text, so the interval carries the spread "
+        "between texts (with so few texts it is coarse: a bootstrap over three texts has ten "
+        "distinct draws of them). Beside it, in brackets, is the interval over "
+        f"{CONDITIONAL_UNIT}, which is narrower and holds only for these texts. Each row also "
+        "shows the per-text point ratios: where they straddle a threshold, the row says so. "
+        "Every verdict reads the widest evidence the study has: the two-stage interval, over all "
+        "texts where a comparison was widened. "
+        + side_changes(models)
         + (
             f" Where they straddle, the comparison was also run on {len(WIDER_TEXTS)} more texts "
             f"({', '.join(WIDER_TEXTS)}; the same windows each; `run --wider`): "
@@ -1119,6 +1178,25 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
             if claims.widened
             else ""
         )
+    )
+
+
+def side_changes(models: dict[str, ModelEvidence]) -> str:
+    """The sentence that says which verdicts change side when the texts are held fixed (the
+    conditional interval in place of the two-stage one), rendered from the two claim tables."""
+    two = _claims(models).rows
+    fixed = _claims({n: dataclasses.replace(m, conditional=True) for n, m in models.items()}).rows
+    changed = [
+        f"{a[0]}, '{a[1]}' ({b[7].split('; ')[0]} with the texts fixed; "
+        f"{a[7].split('; ')[0]} over texts and windows)"
+        for a, b in zip(two, fixed, strict=True)
+        if a[7].split("; ")[0] != b[7].split("; ")[0]
+    ]
+    if not changed:
+        return "No verdict changes side when the texts are held fixed."
+    return (
+        f"{len(changed)} verdict{'s change' if len(changed) > 1 else ' changes'} side when the "
+        f"texts are held fixed: {'; '.join(changed)}."
     )
 
 
@@ -1176,7 +1254,7 @@ def mean_ablation_answer(models: dict[str, ModelEvidence]) -> str:
         for score in m.meta["protocol"]["mean_scores"]:
             mean, zero = Cell("global", "mean", score, 0, k), Cell("global", "zero", score, 0, k)
             if m.has(mean, zero):
-                rm, rz = ratio_interval(m.cells, mean), ratio_interval(m.cells, zero)
+                rm, rz = m.interval(mean), m.interval(zero)
                 pairs.append(
                     f"{score} {rm}{f' (per text {rm.texts()})' if rm.per_text else ''} mean vs "
                     f"{rz}{f' (per text {rz.texts()})' if rz.per_text else ''} zero"
@@ -1222,7 +1300,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
                 f"agree to {worst:.1e} (largest relative difference), perplexity "
-                f"{ppl[0]:.4f} then, {ppl[1]:.4f} now."
+                f"{fixed(ppl[0], 4)} then, {fixed(ppl[1], 4)} now."
             )
         if not rows:
             continue
@@ -1254,10 +1332,10 @@ def compute_note(models: dict[str, ModelEvidence]) -> str:
             continue
         lines.append(
             f"- **{name}**: {len(m.cells)} cells x {windows} windows = "
-            f"{len(m.cells) * windows:,} forward passes, {secs.sum() / 3600:.1f} h of one thread; "
-            f"a cell took {np.median(secs):.0f} s (median; {secs.min():.0f}-{secs.max():.0f} s), "
-            f"a window {np.median(secs) / windows:.1f} s "
-            f"({secs.min() / windows:.1f}-{secs.max() / windows:.1f} s)."
+            f"{len(m.cells) * windows:,} forward passes, {fixed(secs.sum() / 3600, 1)} h of one thread; "
+            f"a cell took {fixed(np.median(secs), 0)} s (median; {fixed(secs.min(), 0)}-{fixed(secs.max(), 0)} s), "
+            f"a window {fixed(np.median(secs) / windows, 1)} s "
+            f"({fixed(secs.min() / windows, 1)}-{fixed(secs.max() / windows, 1)} s)."
         )
     return "\n".join(lines) if lines else "No cells yet."
 
@@ -1267,7 +1345,7 @@ def earlier_wall(folders: Sequence[Path]) -> str:
     parts = []
     for folder in folders:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        parts.append(f"{meta['wall_s'] / 60:.0f} min (`{folder.name}`)")
+        parts.append(f"{fixed(meta['wall_s'] / 60, 0)} min (`{folder.name}`)")
     return (
         "Wall time of the earlier run (the `wall_s` of each `meta.json`): " + ", ".join(parts) + "."
     )
@@ -1282,10 +1360,10 @@ def sink_by_layer(folder: Path) -> str:
     return (
         f"Mean sink share per layer on the calibration text (`{folder.name}/head_scores.csv`, "
         "column `sink_share`), layer: share: "
-        + ", ".join(f"{int(layer)}: {v:.2f}" for layer, v in per_layer.items())
+        + ", ".join(f"{int(layer)}: {fixed(v, 2)}" for layer, v in per_layer.items())
         + ". The three most sink-dominated heads: "
         + ", ".join(
-            f"layer {int(r.layer)} head {int(r.head)} ({r.sink_share:.5g})"
+            f"layer {int(r.layer)} head {int(r.head)} ({significant(r.sink_share, 5)})"
             for r in top.itertuples()
         )
         + "."
@@ -1347,6 +1425,7 @@ STUDY = Study(
     add_arguments=_arguments,
     # the numbers in these phrases name the protocol (a control, an interval's level), not results
     definitions=("layers 0-2", "95% paired", "[95% CI", "5-95% band"),
+    docs=("docs/case-studies/pruning.md",),
 )
 
 
