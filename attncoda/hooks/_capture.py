@@ -33,6 +33,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -1583,7 +1584,8 @@ def _stream_target(stream_to: Any, what: str) -> Path:
 
 class _StreamClaim:
     """The first capture streaming to a new store owns it for its whole block: an exclusive
-    ``fcntl.flock`` on ``.NAME.attncoda.stream.lock`` beside the store, taken before the model
+    ``fcntl.flock`` on a lock file named by the store's real path (in the system's temporary
+    folder), taken before the model
     runs and released (the file removed) when the block ends. A second capture given the same
     ``stream_to=`` is refused at setup, instead of both appending into one store. The lock is
     the kernel's: a killed capture leaves no claim (its file is taken over by the next one)."""
@@ -1592,7 +1594,11 @@ class _StreamClaim:
         # the store's folder is made now, before the model runs: its first append would fail
         # there after the first pass (the parent was checked writable by _stream_target)
         store.parent.mkdir(parents=True, exist_ok=True)
-        self.path = store.with_name(f".{store.name}.attncoda.stream.lock")
+        # the lock file lives in the system's temporary folder, named by the store's real path:
+        # a capture killed mid-pass (SIGTERM ends it before any cleanup) leaves nothing in the
+        # user's folder, and the next capture takes the file over (the lock is the kernel's)
+        key = hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:24]
+        self.path = Path(tempfile.gettempdir()) / f"attncoda-stream-{key}.lock"
         self.fh: Any = open(self.path, "a+b")  # held for the block
         try:
             import fcntl

@@ -539,7 +539,7 @@ def list_models(family: str | None = None) -> list[ModelEntry]:
     >>> [e.name for e in list_models("pythia")]
     ['pythia-70m', 'pythia-1b', 'pythia-1.4b']
     >>> len({e.family for e in list_models()})
-    10
+    11
     """
     if family is None:
         return list(MODELS)
