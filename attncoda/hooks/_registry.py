@@ -325,19 +325,23 @@ def _attention_fn(
     delegate = delegate_for(module, act.previous if act else "sdpa", kwargs)
     observers = [obs for obs in _OBSERVERS.get() if obs.model_id == model_id]
     out = None
+
+    def notify(obs: _Observer) -> Any:
+        with torch.no_grad():
+            return obs.fn(
+                module,
+                layer,
+                query,
+                key,
+                attention_mask,
+                scaling,
+                kwargs,
+                value=value if not dropout else None,
+            )
+
     for obs in observers:
         if obs.computes:
-            with torch.no_grad():
-                got = obs.fn(
-                    module,
-                    layer,
-                    query,
-                    key,
-                    attention_mask,
-                    scaling,
-                    kwargs,
-                    value=value if not dropout else None,
-                )
+            got = notify(obs)
             out = got if out is None else out
     if out is None:
         out, _ = delegate(
@@ -352,17 +356,7 @@ def _attention_fn(
         )
     for obs in observers:
         if not obs.computes:
-            with torch.no_grad():
-                obs.fn(
-                    module,
-                    layer,
-                    query,
-                    key,
-                    attention_mask,
-                    scaling,
-                    kwargs,
-                    value=value if not dropout else None,
-                )
+            notify(obs)
     for p in plugins:
         out = p.adjust_output(module, layer, out)
     return out, None
