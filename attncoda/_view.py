@@ -140,12 +140,20 @@ def token_labels(
                 f"{len(tokens) if not isinstance(tokens, str) else 'a single string'}"
             )
         return {p: str(t) for p, t in zip(positions, tokens, strict=True)}
-    for name, fmt in (("token", "{}"), ("token_id", "#{}")):
-        if name in ds.coords or name in ds.data_vars:
-            da = ds[name]
+    return _labels_along(ds, sample, "position", positions, "token")
+
+
+def _labels_along(
+    ds: xr.Dataset, sample: int, dim: str, positions: list[int], name: str
+) -> dict[int, str]:
+    """Labels of ``positions`` along ``dim`` from the variable ``name`` (its text), else
+    ``NAME_id`` (``#id``), else ``@position``."""
+    for var, fmt in ((name, "{}"), (f"{name}_id", "#{}")):
+        if var in ds.variables:
+            da = ds[var]
             if "sample" in da.dims:
                 da = da.isel(sample=sample)
-            if da.dims == ("position",) and da.sizes["position"] == len(positions):
+            if da.dims == (dim,) and da.sizes[dim] == len(positions):
                 # padding that a concatenation left without text reads as an empty token
                 return {
                     p: fmt.format(v) if isinstance(v, (str, int)) else ""
@@ -176,17 +184,7 @@ def query_labels(ds: xr.Dataset, sample: int = 0) -> dict[int, str]:
     if not is_cross(ds):
         keys = token_labels(ds, sample)
         return {q: keys.get(q, f"@{q}") for q in q_pos}
-    for name, fmt in (("query_token", "{}"), ("query_token_id", "#{}")):
-        if name in ds.variables:
-            da = ds[name]
-            if "sample" in da.dims:
-                da = da.isel(sample=sample)
-            if da.dims == ("query",) and da.sizes["query"] == len(q_pos):
-                return {
-                    q: fmt.format(v) if isinstance(v, (str, int)) else ""
-                    for q, v in zip(q_pos, da.values.tolist(), strict=True)
-                }
-    return {q: f"@{q}" for q in q_pos}
+    return _labels_along(ds, sample, "query", q_pos, "query_token")
 
 
 class HeadView:
