@@ -77,6 +77,64 @@ def test_fast_summaries_equal_explicit(family):
         )
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("padding", [None, "left", "right"])
+def test_summaries_in_one_pass_equal_eager_rows_and_keep_outputs(family, padding, monkeypatch):
+    """Summaries and the layer's output from one pass over the logits (the model's kernel not
+    run): summaries equal the float64 decomposition of HF eager's weights, outputs stay as
+    close to the SDPA forward's as eager's own are (plus fp32 rounding)."""
+    from attncoda.hooks import _capture
+
+    model = zoo.tiny_twin(family)
+    if padding is None:
+        batch = zoo.tiny_batch(model, length=11)
+    else:
+        batch = zoo.tiny_batch(model, length=11, left_padding=padding == "left")
+        if padding == "right":  # the first sample's last 3 tokens are padding
+            batch["attention_mask"][0, -3:] = 0
+    used = []
+    real = _capture._one_pass_summaries
+    monkeypatch.setattr(_capture, "_one_pass_summaries", lambda *a: used.append(1) or real(*a))
+    before = forward(model, batch)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        eager = forward(model, batch)
+    finally:
+        model.set_attn_implementation(previous)
+    sink = "learned" if family == "gpt_oss" else "first"
+    with capture(model, what="summaries", sink=sink) as cap:
+        during = forward(model, batch)
+    valid = batch["attention_mask"].numpy().astype(bool)
+    # without padding every query sees a key: the one pass runs but for learned sinks
+    # (GPT-OSS), soft-capped logits (Gemma 2) and a relative position bias (MPNet: a float mask)
+    if padding is None:
+        assert bool(used) == (family not in ("gpt_oss", "gemma2", "mpnet")), used
+    tol = float(np.abs(eager.numpy() - before.numpy()).max()) + 1e-5
+    np.testing.assert_array_less(
+        np.abs(during.numpy() - before.numpy())[valid], tol, err_msg="outputs moved"
+    )
+    weights = eager_weights(model, batch).astype(np.float64)
+    ds = cap.dataset
+    v = valid[:, None, None, :]
+    if family == "gpt_oss":
+        return  # learned sinks: the rows test above compares them
+    keys = np.arange(weights.shape[-1])
+    sink_keys = keys[None, :] == ds.sink_index.values[:, None]
+    sink_keys = np.broadcast_to(sink_keys[:, None, None, None, :], weights.shape)
+    with np.errstate(divide="ignore"):
+        logits = np.where(v[..., None], np.log(weights), 0.0)  # -inf at invisible keys
+    d = ac.decompose(logits, sink=sink_keys, from_logits=True, degenerate="nan")
+    for name in ac.SUMMARY_VARIABLES:
+        if name == "balance":  # from the logits, which eager's weights do not give
+            continue
+        got = np.where(v, ds[name].values, np.nan)
+        want = np.where(v, getattr(d, name), np.nan)
+        finite = np.isfinite(want)
+        assert (np.isfinite(got) == finite).all(), name
+        np.testing.assert_allclose(got[finite], want[finite], atol=3e-5, rtol=1e-4, err_msg=name)
+
+
 def test_padding_and_batching_match_single_samples():
     model = zoo.tiny_twin("llama")
     batch = zoo.tiny_batch(model, length=10, left_padding=True)
