@@ -593,9 +593,13 @@ def _one_pass_applies(
     call: summaries alone, not ``exact_outputs``, every head and every query of the call, the
     conditions of the SDPA summaries (:func:`_fast_path_applies`: the first key as the sink, no
     soft-capping, a boolean mask or none), every query seeing a key, and logits that cannot
-    reach NaN or +-inf."""
+    reach NaN or +-inf. On CPU only: on CUDA the model's fused kernel and the summaries' own
+    (flash or memory-efficient) SDPA call never form a block of logits in memory, and cost
+    less than a loop of blocks would."""
     spec = session.spec
     if spec.what != "summaries" or spec.exact_outputs or kwargs.get("s_aux") is not None:
+        return False
+    if not _one_pass_pays_off(ctx.q.device):
         return False
     if not _fast_path_applies(spec, ctx) or ctx.sinks_logit is not None:
         return False
@@ -610,6 +614,12 @@ def _one_pass_applies(
         kv_len = ctx.k.shape[-2]
         return bool(ctx.mask[..., :kv_len].any(dim=-1).all())
     return True
+
+
+def _one_pass_pays_off(device: torch.device) -> bool:
+    """Whether a loop over blocks of logits costs less than the two fused attention calls it
+    replaces: on CPU (see :data:`_ONE_PASS_ROWS`), not on CUDA."""
+    return device.type == "cpu"
 
 
 def _one_pass_summaries(
