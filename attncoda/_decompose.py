@@ -474,13 +474,15 @@ def _decompose_first_sink(
         assert probs is not None
         l0s = l0
         e = xp.empty_like(probs) if content_out is None else content_out
+        # whole rows, then the sink's part set: a pass over contiguous rows costs less than
+        # one over the strided content columns
         if is_np:
-            np.divide(probs[..., 1:], s_c[..., None], out=e[..., 1:])
+            np.divide(probs, s_c[..., None], out=e)
         else:
-            e[..., 1:] = probs[..., 1:] / s_c[..., None]
+            e[...] = probs / s_c[..., None]
         e[..., 0] = 0.0
-        w = log  # ours: log c = log x - log s_c on the content; 0 * log x0 at the sink
-        w[..., 1:] -= log_sc[..., None]
+        w = log  # ours: log c = log x - log s_c on the content; 0 * (finite) at the sink
+        w -= log_sc[..., None]
     elif vis is None:
         # shift by the content mean, known from the row sums (no pass for a maximum): the
         # largest content part then has exp(w) >= 1, so the content sum cannot underflow
