@@ -13,9 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -31,35 +29,32 @@ def outside_file(tmp_path: Path) -> Path:
     return secret
 
 
-def relink_netcdf(src: Path, dst: Path, change: Callable[[str, Any, Any], bool]) -> None:
-    """Copy netCDF ``src`` to ``dst`` with h5py, letting ``change(name, dset, out)`` write a
-    hostile replacement for a dataset (returns True when it did)."""
-    import h5py
-
-    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
-        for key, value in fin.attrs.items():
-            fout.attrs[key] = value
-        for name in fin:
-            if not change(name, fin[name], fout):
-                fin.copy(name, fout)
-
-
 def netcdf_with_external_storage(src: Path, dst: Path, variable: str, where: str) -> Path:
     """``dst``: the capture ``src`` whose ``variable`` keeps its bytes in the file ``where``
-    (HDF5 external storage; a relative ``where`` resolves against the reader's directory)."""
+    (HDF5 external storage; a relative ``where`` resolves against the reader's directory).
+    The variable keeps its attributes and dimension scales, so that a reader that does not
+    refuse it reads ``where``'s bytes as its values."""
+    import h5py
 
-    def external(name: str, dset: Any, out: Any) -> bool:
-        if name != variable:
-            return False
-        dtype = np.dtype("S4") if dset.dtype.kind == "O" else dset.dtype  # strings: fixed width
-        size = int(np.prod(dset.shape)) * dtype.itemsize
-        new = out.create_dataset(name, dset.shape, dtype, external=[(where, 0, size)])
-        for k, v in dset.attrs.items():
-            if k not in ("DIMENSION_LIST", "REFERENCE_LIST"):
-                new.attrs[k] = v
-        return True
-
-    relink_netcdf(src, dst, external)
+    shutil.copyfile(src, dst)
+    with h5py.File(dst, "r+") as f:
+        old = f[variable]
+        skip = ("DIMENSION_LIST", "REFERENCE_LIST")
+        attrs = {k: v for k, v in old.attrs.items() if k not in skip}
+        scales = [axis[0] if len(axis) else None for axis in old.dims]
+        for axis, scale in zip(old.dims, scales, strict=True):
+            if scale is not None:
+                axis.detach_scale(scale)
+        dtype = np.dtype("S4") if old.dtype.kind == "O" else old.dtype  # strings: fixed width
+        shape = old.shape
+        del f[variable]
+        size = int(np.prod(shape)) * dtype.itemsize
+        new = f.create_dataset(variable, shape, dtype, external=[(where, 0, size)])
+        for k, v in attrs.items():
+            new.attrs[k] = v
+        for axis, scale in zip(new.dims, scales, strict=True):
+            if scale is not None:
+                axis.attach_scale(scale)
     return dst
 
 
@@ -71,7 +66,7 @@ def netcdf_with_link(src: Path, dst: Path, other: Path, link: str) -> Path:
 
     with h5py.File(other, "w") as f:
         f["data"] = np.frombuffer((OUTSIDE * 8).encode(), np.uint8)
-    relink_netcdf(src, dst, lambda *a: False)
+    shutil.copyfile(src, dst)
     with h5py.File(dst, "a") as f:
         if link == "external":
             f["notes"] = h5py.ExternalLink(str(other), "/data")
@@ -241,5 +236,46 @@ def hostile_analysis_folder(good: Path, tmp_path: Path) -> Path:
             "tables": [{"file": t, "caption": HOSTILE_TEXT, "max_rows": 5} for t in tables],
         }
     )
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+#: A process that swaps ``FOLDER/sub`` with a symlink to ``OUTSIDE`` for ``SECONDS``, as fast as
+#: it can (``python -c SYMLINK_TOGGLER FOLDER OUTSIDE SECONDS``); it prints ``go`` when it starts.
+SYMLINK_TOGGLER = """
+import os, sys, time
+folder, outside, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+sub, real = os.path.join(folder, "sub"), os.path.join(folder, "sub.real")
+print("go", flush=True)
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    os.rename(sub, real)
+    os.symlink(outside, sub)
+    os.unlink(sub)
+    os.rename(real, sub)
+"""
+
+
+def raced_analysis_folder(good: Path, tmp_path: Path, reads: int) -> Path:
+    """``tmp_path/analysis``: a copy of ``good`` whose manifest shows the table ``sub/t.csv``
+    ``reads`` times, listed in a forged stamp with the hash of ``tmp_path/outside/t.csv``
+    (which holds :data:`SECRET`); ``sub`` is an empty folder, for :data:`SYMLINK_TOGGLER` to
+    swap with a symlink to ``outside`` while the report reads it."""
+    from attncoda import _atomic
+    from attncoda._report import MANIFEST
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "t.csv").write_text(f"a,b\n{SECRET},1\n")
+    folder = tmp_path / "analysis"
+    shutil.copytree(good, folder)
+    (folder / "sub").mkdir()
+    stamp = json.loads((folder / _atomic.STAMP).read_text())
+    stamp["files"].append("sub/t.csv")
+    stamp["sha256"]["sub/t.csv"] = sha(outside / "t.csv")
+    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    table = {"file": "sub/t.csv", "caption": "raced", "max_rows": 5}
+    manifest["sections"].append({"heading": "raced", "text": [], "tables": [table] * reads})
     (folder / MANIFEST).write_text(json.dumps(manifest))
     return folder

@@ -21,7 +21,13 @@ from pathlib import Path
 
 import pytest
 from browser import needs_chromium, open_page
-from hostile_inputs import HOSTILE_SVG, SECRET, forge_stamp, hostile_analysis_folder
+from hostile_inputs import (
+    HOSTILE_SVG,
+    SECRET,
+    SYMLINK_TOGGLER,
+    forge_stamp,
+    hostile_analysis_folder,
+)
 
 import attncoda as ac
 from attncoda import _atomic
@@ -232,20 +238,6 @@ def test_attncodas_own_pages_are_replaced_with_overwrite(tmp_path, good) -> None
 # issue #48: reads that cannot be raced, temp files that cannot be planted
 
 
-_TOGGLER = """
-import os, sys, time
-folder, outside, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-sub, real = os.path.join(folder, "sub"), os.path.join(folder, "sub.real")
-print("go", flush=True)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    os.rename(sub, real)
-    os.symlink(outside, sub)
-    os.unlink(sub)
-    os.rename(real, sub)
-"""
-
-
 def test_a_symlink_swapped_in_mid_read_never_yields_the_outside_file(tmp_path):
     folder, outside = tmp_path / "analysis", tmp_path / "outside"
     (folder / "sub").mkdir(parents=True)
@@ -257,7 +249,7 @@ def test_a_symlink_swapped_in_mid_read_never_yields_the_outside_file(tmp_path):
     stamp["sha256"]["sub/t.csv"] = hashlib.sha256(SECRET.encode()).hexdigest()
     (folder / _atomic.STAMP).write_text(json.dumps(stamp))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _TOGGLER, str(folder), str(outside), "3"],
+        [sys.executable, "-c", SYMLINK_TOGGLER, str(folder), str(outside), "3"],
         stdout=subprocess.PIPE,
         text=True,
     )
