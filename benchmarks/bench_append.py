@@ -4,11 +4,13 @@ capture, this tree's code against the commit before the undo was added (issue #4
 Since commit 4cc7be0 an append first keeps what it may change (the store's metadata files and
 every array's last chunk along ``sample``, one walk over the store's files) so that a failed
 append can be taken back. This script times the append with this tree's ``attncoda`` and with
-the code of the commit before it (``--old``, default ``4cc7be0^``, taken with ``git archive``
-into a temporary folder; nothing in the repository changes).
+the code of the commit before it (``--old``, default ``4cc7be0^``), and with the undo's own
+commit (``--also``, default ``4cc7be0``: its only change from ``--old`` is the undo; this tree
+also holds the other checks of #48, such as the walk that refuses symlinks in a store), each
+taken with ``git archive`` into a temporary folder (nothing in the repository changes).
 
 Each timed append runs in a fresh interpreter on a fresh copy of the same store (the copy is
-not timed); the two sides are interleaved and their order alternates every round. The store
+not timed); the sides are interleaved and their order rotates every round. The store
 holds 38 samples of 4 layers, 8 heads and 200 tokens with rows (~100 MB on disk, compressed).
 Two sizes are appended: one pass of 2 samples (what a streamed capture appends) and 20 samples
 (~55 MB on disk). Reported: medians over the rounds of wall and process CPU seconds
@@ -106,6 +108,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--old", default="4cc7be0^", help="the commit before the undo (git rev)")
+    ap.add_argument(
+        "--also",
+        default="4cc7be0",
+        help="another commit timed beside them ('' for none): by default the undo's own commit, "
+        "whose only change from --old is the undo (this tree also holds other #48 checks)",
+    )
     ap.add_argument("--sizes", default="2,20", help="samples appended, comma-separated")
     ap.add_argument("--base", type=int, default=38, help="samples in the store (38: ~100 MB)")
     args = ap.parse_args()
@@ -117,6 +125,11 @@ def main() -> None:
         old.mkdir()
         commit = _old_tree(args.old, old)
         sides = {"new": ROOT, "old": old}
+        if args.also:
+            (root / "also").mkdir()
+            also = _old_tree(args.also, root / "also")
+            sides[args.also] = root / "also"
+            print(f"also timed: {args.also} = {also[:7]}", flush=True)
         sys.path.insert(0, str(ROOT))
         import attncoda as ac
 
@@ -134,7 +147,8 @@ def main() -> None:
         results: dict[tuple[int, str], list[dict[str, float]]] = {}
         for r in range(args.rounds):
             for n in sizes:
-                order = ["new", "old"] if r % 2 == 0 else ["old", "new"]
+                names = list(sides)
+                order = names[r % len(names) :] + names[: r % len(names)]  # rotates each round
                 for side in order:
                     work = root / "work.zarr"
                     shutil.rmtree(work, ignore_errors=True)
@@ -158,20 +172,18 @@ def main() -> None:
             )
         load1 = os.getloadavg()
         print(f"\nmedians of {args.rounds} rounds (load average {load0[0]:.2f} -> {load1[0]:.2f})")
-        print("appended   old: wall / cpu s     new: wall / cpu s     cpu new/old")
+        print("appended    side      wall s (min-max)          cpu s (min-max)      cpu / old")
         for n in sizes:
-            med = {
-                side: (
-                    statistics.median(x["wall"] for x in results[(n, side)]),
-                    statistics.median(x["cpu"] for x in results[(n, side)]),
+            old_cpu = statistics.median(x["cpu"] for x in results[(n, "old")])
+            for side in sides:
+                walls = [x["wall"] for x in results[(n, side)]]
+                cpus = [x["cpu"] for x in results[(n, side)]]
+                cpu = statistics.median(cpus)
+                print(
+                    f"{n:2d} samples  {side:8}  {statistics.median(walls):6.3f} "
+                    f"({min(walls):.3f}-{max(walls):.3f})   {cpu:6.3f} "
+                    f"({min(cpus):.3f}-{max(cpus):.3f})   {cpu / old_cpu:6.3f}"
                 )
-                for side in ("old", "new")
-            }
-            (ow, oc), (nw, nc) = med["old"], med["new"]
-            print(
-                f"{n:2d} samples  {ow:7.3f} / {oc:6.3f}      {nw:7.3f} / {nc:6.3f}"
-                f"        {nc / oc:5.3f}"
-            )
         undo = results[(0, "undo")]
         print(
             f"the undo alone (new code, before an append): wall "
