@@ -50,8 +50,8 @@ pytest.importorskip("matplotlib")
 STRACE_MISSING = opened_files.strace_missing()
 needs_strace = pytest.mark.skipif(
     STRACE_MISSING is not None,
-    reason=f"the strace half of this evidence needs strace: {STRACE_MISSING} (the audit-hook "
-    "half runs in the test of the same name without _strace)",
+    reason=f"the strace record needs strace: {STRACE_MISSING} (the audit-hook record of the "
+    "same cases is checked by the tests that do not need strace)",
 )
 
 NETCDF_CASES = [
