@@ -6,6 +6,7 @@ error. Every test here runs real processes on real files.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -183,3 +184,88 @@ def test_the_lock_is_reentrant_and_removed_after_use(tmp_path) -> None:
     ds = ac.testing.synthetic_rows(n_samples=1, n_layers=1, n_heads=3, length=4)
     ac.save(ds, tmp_path / "y.zarr", append=True)
     assert np.array_equal(ac.load(tmp_path / "y.zarr")["sample"].values, [0])
+
+
+# --------------------------------------------------------------------------------------------
+# two streamed captures to one new store (issue #48): the first owns it for its whole block
+
+_STREAMER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import torch
+    from attncoda.hooks import CaptureError, capture, zoo
+
+    store, sync, me, other, seed = Path(sys.argv[1]), Path(sys.argv[2]), *sys.argv[3:6]
+    model = zoo.tiny_twin("llama")  # 2 layers, 4 heads, no download
+    batch = zoo.tiny_batch(model, length=8, seed=int(seed))
+
+    def wait_for(*names):
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            for name in names:
+                if (sync / name).exists():
+                    return name
+            time.sleep(0.005)
+        raise SystemExit(f"{me}: no {names} after 300 s")
+
+    # a barrier: both processes are set up before either claims the store
+    (sync / f"ready-{me}").touch()
+    wait_for(f"ready-{other}")
+    try:
+        with capture(model, stream_to=store) as cap:
+            (sync / f"won-{me}").touch()
+            # hold the block open until the other has tried (or has entered its own block:
+            # the failure this test is for, reported instead of waiting forever)
+            both = wait_for(f"tried-{other}", f"won-{other}") == f"won-{other}"
+            with torch.no_grad():
+                model(**batch)
+        data = {name: cap.dataset[name].values.tolist() for name in cap.dataset.data_vars}
+        print(json.dumps({"outcome": "won", "both": both, "data": data}))
+    except CaptureError as exc:
+        (sync / f"tried-{me}").touch()
+        print(json.dumps({"outcome": "refused", "message": str(exc)}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_processes_streaming_to_one_new_store_give_one_owner(tmp_path: Path) -> None:
+    """Two real processes start ``capture(model, stream_to=SAME)`` together (a file barrier);
+    the one that claims the store holds its block open until the other has tried: exactly one
+    captures, the other is refused at setup in one line, and the store holds only the
+    winner's samples. (They used to merge silently, both exiting 0.)"""
+    pytest.importorskip("transformers")
+    store, sync = tmp_path / "out" / "s.zarr", tmp_path / "sync"
+    sync.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = {
+        me: subprocess.Popen(
+            [sys.executable, "-c", _STREAMER, str(store), str(sync), me, other, seed],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for me, other, seed in (("a", "b", "1"), ("b", "a", "2"))
+    }
+    results = {}
+    for me, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        results[me] = json.loads(out.strip().splitlines()[-1])
+    outcomes = sorted(r["outcome"] for r in results.values())
+    brief = {me: {k: v for k, v in r.items() if k != "data"} for me, r in results.items()}
+    assert outcomes == ["refused", "won"], brief
+    winner = next(r for r in results.values() if r["outcome"] == "won")
+    loser = next(me for me, r in results.items() if r["outcome"] == "refused")
+    assert not winner["both"], "both processes were inside a capture of the store at once"
+    message = results[loser]["message"]
+    assert "another capture is streaming" in message and "\n" not in message
+    assert not (sync / f"won-{loser}").exists()  # refused at setup: its block never ran
+    stored = ac.load(store)
+    assert stored.sizes["sample"] == 2  # the winner's samples only, value for value
+    assert sorted(stored.data_vars) == sorted(winner["data"])
+    for name, values in winner["data"].items():
+        assert json.dumps(stored[name].values.tolist()) == json.dumps(values), name
+    assert _leftovers(store.parent) == [] and sorted(os.listdir(store.parent)) == ["s.zarr"]

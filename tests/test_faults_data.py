@@ -22,6 +22,12 @@ from unittest import mock
 import numpy as np
 import pytest
 import xarray as xr
+from hostile_inputs import (
+    netcdf_with_external_storage,
+    netcdf_with_link,
+    outside_file,
+    zarr_with_symlink,
+)
 
 import attncoda as ac
 from attncoda import _atomic
@@ -684,56 +690,21 @@ def test_variables_outside_the_schema_are_named_on_load(tmp_path, ds):
 # --------------------------------------------------------------------------------------------
 # a capture's data come from the capture alone (issue #48, family 1)
 
-OUTSIDE = "OUTSIDE-SECRET-5e1a"
-
-
-def _outside_file(tmp_path: Path) -> Path:
-    secret = tmp_path / "elsewhere" / "secret.txt"
-    secret.parent.mkdir()
-    secret.write_bytes((OUTSIDE * 64).encode())
-    return secret
-
-
-def _relink_netcdf(src: Path, dst: Path, change) -> None:
-    """Copy netCDF ``src`` to ``dst`` with h5py, letting ``change(name, dset, out)`` write a
-    hostile replacement for a dataset (returns True when it did)."""
-    import h5py
-
-    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
-        for key, value in fin.attrs.items():
-            fout.attrs[key] = value
-        for name in fin:
-            if not change(name, fin[name], fout):
-                fin.copy(name, fout)
-
 
 @pytest.mark.parametrize("how", ["absolute", "relative", "etc_passwd"])
 @pytest.mark.parametrize("variable", ["token", "log_attn"])
 def test_a_netcdf_whose_variable_lives_in_another_file_is_refused(tmp_path, ds, how, variable):
     src = ac.save(ds, tmp_path / "a.nc")
-    secret = _outside_file(tmp_path)
+    secret = outside_file(tmp_path)
     if how == "etc_passwd":
         if not Path("/etc/passwd").is_file():
             pytest.skip("no /etc/passwd")
         where = "/etc/passwd"
     else:
         where = str(secret) if how == "absolute" else os.path.relpath(secret, tmp_path)
-    hostile = tmp_path / "hostile.nc"
-
-    def external(name, dset, out):
-        if name != variable:
-            return False
-        dtype = np.dtype("S4") if dset.dtype.kind == "O" else dset.dtype  # strings: fixed width
-        size = int(np.prod(dset.shape)) * dtype.itemsize
-        new = out.create_dataset(name, dset.shape, dtype, external=[(where, 0, size)])
-        for k, v in dset.attrs.items():
-            if k not in ("DIMENSION_LIST", "REFERENCE_LIST"):
-                new.attrs[k] = v
-        return True
-
     if how == "etc_passwd" and Path(where).stat().st_size < 4 * ds["token"].size:
         pytest.skip("/etc/passwd is too short for the tokens")
-    _relink_netcdf(src, hostile, external)
+    hostile = netcdf_with_external_storage(src, tmp_path / "hostile.nc", variable, where)
     cwd = os.getcwd()
     os.chdir(tmp_path)  # relative external paths resolve against the reader's directory
     try:
@@ -747,23 +718,9 @@ def test_a_netcdf_whose_variable_lives_in_another_file_is_refused(tmp_path, ds, 
 
 @pytest.mark.parametrize("link", ["external", "soft", "virtual"])
 def test_a_netcdf_with_links_or_virtual_data_is_refused(tmp_path, ds, link):
-    import h5py
 
     src = ac.save(ds, tmp_path / "a.nc")
-    other = tmp_path / "other.h5"
-    with h5py.File(other, "w") as f:
-        f["data"] = np.frombuffer((OUTSIDE * 8).encode(), np.uint8)
-    hostile = tmp_path / "hostile.nc"
-    _relink_netcdf(src, hostile, lambda *a: False)
-    with h5py.File(hostile, "a") as f:
-        if link == "external":
-            f["notes"] = h5py.ExternalLink(str(other), "/data")
-        elif link == "soft":
-            f["notes"] = h5py.SoftLink("/log_attn")
-        else:
-            layout = h5py.VirtualLayout(shape=(len(OUTSIDE) * 8,), dtype=np.uint8)
-            layout[:] = h5py.VirtualSource(str(other), "data", shape=(len(OUTSIDE) * 8,))
-            f.create_virtual_dataset("notes", layout)
+    hostile = netcdf_with_link(src, tmp_path / "hostile.nc", tmp_path / "other.h5", link)
     with pytest.raises(ac.SchemaError, match=r"refused: (variable )?/notes"):
         ac.load(hostile)
 
@@ -771,18 +728,7 @@ def test_a_netcdf_with_links_or_virtual_data_is_refused(tmp_path, ds, link):
 @pytest.mark.parametrize("what", ["chunk", "metadata", "folder"])
 def test_a_zarr_store_with_a_symlink_is_refused_before_any_read(tmp_path, ds, what):
     store = ac.save(ds, tmp_path / "cap.zarr")
-    secret = _outside_file(tmp_path)
-    if what == "chunk":
-        chunk = next(p for p in sorted((store / "token").iterdir()) if not p.name.startswith("."))
-        chunk.unlink()
-        chunk.symlink_to(secret)
-    elif what == "metadata":
-        (store / "token" / ".zattrs").unlink()
-        (store / "token" / ".zattrs").symlink_to(secret)
-    else:
-        moved = tmp_path / "elsewhere" / "log_attn"
-        shutil.move(store / "log_attn", moved)
-        (store / "log_attn").symlink_to(moved)
+    zarr_with_symlink(store, outside_file(tmp_path), what)
     for check_values in (True, False):
         with (
             mock.patch("attncoda._data._verify_zarr_chunks") as verify,

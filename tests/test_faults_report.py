@@ -21,6 +21,13 @@ from pathlib import Path
 
 import pytest
 from browser import needs_chromium, open_page
+from hostile_inputs import (
+    HOSTILE_SVG,
+    SECRET,
+    SYMLINK_TOGGLER,
+    forge_stamp,
+    hostile_analysis_folder,
+)
 
 import attncoda as ac
 from attncoda import _atomic
@@ -29,52 +36,7 @@ from attncoda._report import MANIFEST, REPORT
 
 pytest.importorskip("matplotlib")
 
-SECRET = "TOPSECRET-8c1f2e"
 ROOT = Path(__file__).resolve().parents[1]
-
-#: Hostile markup, each piece marked ``data-hostile`` (or named HOSTILE) so the DOM check finds it.
-HOSTILE_SVG = {
-    "script": '<script data-hostile="1">document.title="HOSTILE"</script>',
-    "img_onerror": '<img data-hostile="1" src="x" onerror="document.title=\'HOSTILE\'"/>',
-    "meta_refresh": '<meta data-hostile="1" http-equiv="refresh" content="0;url=http://127.0.0.1:9/"/>',
-    "a_javascript": '<a data-hostile="1" href="javascript:alert(1)"><text>HOSTILE</text></a>',
-    "foreign_object": (
-        '<foreignObject data-hostile="1"><div xmlns="http://www.w3.org/1999/xhtml">'
-        "HOSTILE</div></foreignObject>"
-    ),
-    "use_remote": '<use data-hostile="1" href="http://127.0.0.1:9/x.svg#a"/>',
-    "xlink_image": (
-        '<image data-hostile="1" xmlns:xlink="http://www.w3.org/1999/xlink" '
-        'xlink:href="http://127.0.0.1:9/x.png" width="9" height="9"/>'
-    ),
-    "on_attribute": '<rect data-hostile="1" x="1" y="1" width="5" height="5" onclick="x()"/>',
-    "on_attribute_known_tag": '<rect x="1" y="1" width="5" height="5" onmouseover="x()"/>',
-    "style_import": '<style data-hostile="1">@import url(http://127.0.0.1:9/x.css);</style>',
-    "style_attr_url": '<rect x="1" y="1" width="5" height="5" style="fill:url(http://127.0.0.1:9/)"/>',
-    "animate_href": '<set data-hostile="1" attributeName="href" to="javascript:alert(1)"/>',
-    "iframe": '<iframe data-hostile="1" src="http://127.0.0.1:9/"/>',
-    "html_namespace": '<h:b xmlns:h="http://www.w3.org/1999/xhtml" data-hostile="1">HOSTILE</h:b>',
-}
-
-HOSTILE_TEXT = (
-    '"><script data-hostile="1">document.title="HOSTILE"</script><img data-hostile="1" src=x '
-    "onerror=alert(1)><meta http-equiv=refresh content=0;url=http://127.0.0.1:9/>"
-)
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _forge_stamp(folder: Path, names: list[str]) -> None:
-    """What an attacker would do: list the names with their hashes (followed through links)."""
-    stamp = json.loads((folder / _atomic.STAMP).read_text())
-    for name in names:
-        target = folder / name
-        if target.exists():
-            stamp["files"].append(name)
-            stamp["sha256"][name] = _sha(target)
-    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
 
 
 @pytest.fixture(scope="module")
@@ -88,81 +50,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def hostile(good: Path, tmp_path: Path) -> Path:
     """A copy of a real analysis folder, every field and file turned hostile."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    secret_svg = (good / "sink_grid_view.svg").read_text().replace("</svg>", "")
-    secret_svg += f"<text>{SECRET}</text></svg>"
-    (outside / "secret.svg").write_text(secret_svg)
-    (outside / "secret.csv").write_text(f"a,b\n{SECRET},1\n")
-    (outside / "secret.txt").write_text(SECRET)
-    shutil.copy(good / "sink_grid.png", outside / "secret.png")
-    folder = tmp_path / "analysis"
-    shutil.copytree(good, folder)
-    view = (folder / "sink_grid_view.svg").read_text()
-    for key, markup in HOSTILE_SVG.items():
-        (folder / f"evil_{key}.svg").write_text(view.replace("</svg>", markup + "</svg>"))
-    (folder / "evil_doctype.svg").write_text(
-        f'<!DOCTYPE svg [<!ENTITY s SYSTEM "file://{outside}/secret.txt">]>'
-        + view.replace("</svg>", "<text>&s;</text></svg>")
-    )
-    (folder / "evil_changed.svg").write_text(view)
-    for kind in ("svg", "csv", "png", "txt"):
-        os.symlink(outside / f"secret.{kind}", folder / f"link.{kind}")
-    os.symlink(outside, folder / "linkdir")
-    evil = [f"evil_{k}.svg" for k in HOSTILE_SVG] + ["evil_doctype.svg", "evil_changed.svg"]
-    _forge_stamp(folder, [*evil, "link.svg", "link.csv", "link.png", "link.txt"])
-    stamp = json.loads((folder / _atomic.STAMP).read_text())
-    for kind in ("svg", "csv"):  # through a linked folder; and names that are paths out
-        stamp["sha256"][f"linkdir/secret.{kind}"] = _sha(outside / f"secret.{kind}")
-        stamp["sha256"][str(outside / f"secret.{kind}")] = _sha(outside / f"secret.{kind}")
-        stamp["sha256"][f"../outside/secret.{kind}"] = _sha(outside / f"secret.{kind}")
-    (folder / _atomic.STAMP).write_text(json.dumps(stamp))
-    (folder / "evil_changed.svg").write_text(
-        view.replace("</svg>", HOSTILE_SVG["script"] + "</svg>")
-    )
-
-    manifest = json.loads((folder / MANIFEST).read_text())
-    views = [
-        *evil,
-        str(outside / "secret.svg"),
-        "../outside/secret.svg",
-        "link.svg",
-        "linkdir/secret.svg",
-        "~/secret.svg",
-        "javascript:alert(1)",
-    ]
-    tables = [
-        str(outside / "secret.csv"),
-        "../outside/secret.csv",
-        "link.csv",
-        "linkdir/secret.csv",
-        "link.txt",
-    ]
-    stems = [str(outside / "secret"), "../outside/secret", "link", HOSTILE_TEXT]
-    manifest["title"] = HOSTILE_TEXT
-    manifest["summary"] = [HOSTILE_TEXT]
-    manifest["meta"] = {HOSTILE_TEXT: HOSTILE_TEXT, "nested": {"x": HOSTILE_TEXT}}
-    manifest["numbers"].update(
-        sink_tokens=[HOSTILE_TEXT], sink_rate_threshold=HOSTILE_TEXT, mean_sink_share="x"
-    )
-    manifest["files"] = [
-        str(outside / "secret.txt"),
-        "../outside/secret.txt",
-        "javascript:alert(1)",
-        HOSTILE_TEXT,
-        "link.txt",
-    ]
-    manifest["sections"].append(
-        {
-            "heading": HOSTILE_TEXT,
-            "text": [HOSTILE_TEXT],
-            "figures": [{"stem": "sink_grid", "caption": HOSTILE_TEXT, "view": v} for v in views]
-            + [{"stem": s, "caption": HOSTILE_TEXT} for s in stems],
-            "tables": [{"file": t, "caption": HOSTILE_TEXT, "max_rows": 5} for t in tables],
-        }
-    )
-    (folder / MANIFEST).write_text(json.dumps(manifest))
-    return folder
+    return hostile_analysis_folder(good, tmp_path)
 
 
 def _check_page(page: str) -> None:
@@ -228,7 +116,7 @@ def test_read_own_file_refuses_each_way_out(good: Path, tmp_path: Path) -> None:
     shutil.copytree(good, folder)
     (tmp_path / "s.csv").write_text(SECRET)
     os.symlink(tmp_path / "s.csv", folder / "l.csv")
-    _forge_stamp(folder, ["l.csv"])
+    forge_stamp(folder, ["l.csv"])
     for name in (str(tmp_path / "s.csv"), "../s.csv", "l.csv", "./layers.csv", "a//b", "", None):
         with pytest.raises(ac.InputError):
             _atomic.read_own_file(folder, name)
@@ -350,20 +238,6 @@ def test_attncodas_own_pages_are_replaced_with_overwrite(tmp_path, good) -> None
 # issue #48: reads that cannot be raced, temp files that cannot be planted
 
 
-_TOGGLER = """
-import os, sys, time
-folder, outside, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-sub, real = os.path.join(folder, "sub"), os.path.join(folder, "sub.real")
-print("go", flush=True)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
-    os.rename(sub, real)
-    os.symlink(outside, sub)
-    os.unlink(sub)
-    os.rename(real, sub)
-"""
-
-
 def test_a_symlink_swapped_in_mid_read_never_yields_the_outside_file(tmp_path):
     folder, outside = tmp_path / "analysis", tmp_path / "outside"
     (folder / "sub").mkdir(parents=True)
@@ -375,7 +249,7 @@ def test_a_symlink_swapped_in_mid_read_never_yields_the_outside_file(tmp_path):
     stamp["sha256"]["sub/t.csv"] = hashlib.sha256(SECRET.encode()).hexdigest()
     (folder / _atomic.STAMP).write_text(json.dumps(stamp))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _TOGGLER, str(folder), str(outside), "3"],
+        [sys.executable, "-c", SYMLINK_TOGGLER, str(folder), str(outside), "3"],
         stdout=subprocess.PIPE,
         text=True,
     )
