@@ -481,8 +481,7 @@ def _decompose_first_sink(
         else:
             e[...] = probs / s_c[..., None]
         e[..., 0] = 0.0
-        w = log  # ours: log c = log x - log s_c on the content; 0 * (finite) at the sink
-        w -= log_sc[..., None]
+        w = log  # ours: log x on the content (log c + log s_c); 0 * (finite) at the sink
     elif vis is None:
         # shift by the content mean, known from the row sums (no pass for a maximum): the
         # largest content part then has exp(w) >= 1, so the content sum cannot underflow
@@ -531,12 +530,12 @@ def _decompose_first_sink(
                 import torch
 
                 w.clamp_(min=torch.finfo(w.dtype).min)
-        w -= log_sc[..., None]
+    # H(c) = -sum c (w - log s_c) = log s_c - sum c w, as sum c = 1: no pass to shift w
     if is_np:
-        h_content = -np.einsum("...i,...i->...", e, w)
+        h_content = log_sc - np.einsum("...i,...i->...", e, w)
     else:
         w *= e
-        h_content = -xp.sum(w, axis=-1)
+        h_content = log_sc - xp.sum(w, axis=-1)
     log_total = xp.logaddexp(l0s, log_sc)
     log_s = l0s - log_total
     log_1ms = log_sc - log_total
