@@ -11,7 +11,9 @@ rows with ``ds.coda.view``, and writes ``docs/images/report.png`` (the top of th
 ``docs/images/head_view.png``. For the explorer it captures the rows of every head over one
 256-token passage of *Emma*, saves ``ac.explore`` of them, drives the page over the DevTools
 protocol (``tests/browser.py``: a hovered cell, then two heads compared) and writes
-``docs/images/explorer.png`` and ``docs/images/explorer_compare.png``. Each screenshot is taken
+``docs/images/explorer.png``, ``docs/images/explorer_tokens.png`` (the hovered cell clicked:
+its query's row over the passage's tokens) and ``docs/images/explorer_compare.png``. Each
+screenshot is taken
 into the temporary folder and moved into place, so an interrupted run leaves the previous images
 as they were.
 """
@@ -127,7 +129,8 @@ def _ready(tab) -> None:
 
 
 def explorer_screenshots(folder: Path) -> None:
-    """``explorer.png`` (a hovered cell) and ``explorer_compare.png`` (two heads, dropped)."""
+    """``explorer.png`` (a hovered cell), ``explorer_tokens.png`` (that cell locked: the
+    token view) and ``explorer_compare.png`` (two heads, dropped)."""
     from browser import open_page
 
     explorer, prev, diffuse, key = _explorer_rows()
@@ -140,15 +143,26 @@ def explorer_screenshots(folder: Path) -> None:
             "(() => { const b = document.querySelector('#acx-pa .acx-over')"
             ".getBoundingClientRect(); return [b.x, b.y]; })()"
         )
-        tab.hover(x0 + col["x"] + geo["cs"] / 2, y0 + geo["top"] + (row + 0.5) * geo["cs"])
+        x, y = x0 + col["x"] + geo["cs"] / 2, y0 + geo["top"] + (row + 0.5) * geo["cs"]
+        tab.hover(x, y)
         if not tab.evaluate("document.getElementById('acx-pa').dataset.hoverQuery"):
             sys.exit("the explorer's screenshot missed its cell")
         _shot(tab, HERE / "explorer.png")
-    # a wider window for two heads side by side
-    with open_page(page, folder / "profile2", 1560, 1000) as tab:
+        # a click locks the cell: the token view colours the passage by that query's row
+        for kind in ("mousePressed", "mouseReleased"):
+            tab.call(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+            )
+        if tab.evaluate("document.getElementById('acx-tokens').dataset.query") != str(QUERY):
+            sys.exit("the explorer's click did not lock its cell")
+        _shot(tab, HERE / "explorer_tokens.png", "#acx-tokens")
+    # compare mode stacks the two views, each at full width (tokens stay readable); the
+    # views' column scrolls within the window, so the window is tall enough for both
+    with open_page(page, folder / "profile2", 1560, 2300) as tab:
         _ready(tab)
-        # two heads side by side under the dropped convention: the sharpest previous-token
-        # head beside the most diffuse one (the selects take layer and head indices)
+        # two heads under the dropped convention: the sharpest previous-token head above the
+        # most diffuse one (the selects take layer and head indices)
         tab.evaluate(
             "(() => { const set = (sel, v) => { sel.value = String(v);"
             " sel.dispatchEvent(new Event('change')); };"
@@ -168,7 +182,7 @@ def main() -> None:
     if sys.argv[1:] == ["explorer"]:
         with tempfile.TemporaryDirectory() as tmp:
             explorer_screenshots(Path(tmp))
-        print(f"wrote {HERE / 'explorer.png'} and {HERE / 'explorer_compare.png'}")
+        print(f"wrote {HERE / 'explorer.png'}, explorer_tokens.png and explorer_compare.png")
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "demo"
