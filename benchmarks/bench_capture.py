@@ -258,6 +258,65 @@ def length_rows(length: int, repeats: int, model: Any, tokenizer: Any) -> list[d
     return rows
 
 
+def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
+    """One layer's attention alone, SmolLM2's shape (9 heads over 3 KV heads expanded, head
+    size 64, causal, batch 1, random q/k/v): the summaries in one pass (output included) and the
+    route of ``exact_outputs=True`` (the model's SDPA call plus the summaries' own), each against
+    the plain SDPA call. With the forward rows above, this says how far each route can be from
+    the plain forward: the attention's share of the forward times its ratio here."""
+    import torch
+
+    from attncoda.hooks import _capture
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 9, length, 64) for _ in range(3))
+    ctx = _capture._LayerContext(
+        q=q,
+        k=k,
+        mask=None,
+        offset=0,
+        scale=0.125,
+        softcap=None,
+        sliding=None,
+        causal=True,
+        sinks_logit=None,
+        sink_index=torch.zeros(1, dtype=torch.long),
+    )
+    pos = torch.arange(length)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sides = {
+        "sdpa": lambda: sdpa(q, k, v, is_causal=True),
+        "one_pass": lambda: _capture._one_pass_summaries(ctx, pos, 256, v),
+        "two_calls": lambda: (
+            sdpa(q, k, v, is_causal=True),
+            _capture._fast_summaries(ctx, pos, 256),
+        ),
+    }
+    with one_thread():
+        m = interleave_reliable(
+            sides, repeats, [("one_pass", "sdpa", 1.0), ("two_calls", "sdpa", 1.0)]
+        )
+    label = "plain SDPA call, one layer (9 heads, d=64, causal)"
+    return [
+        row(
+            f"one layer's attention: summaries in one pass, T={length}",
+            m,
+            "one_pass",
+            "sdpa",
+            None,
+            anchor_label=label,
+        ),
+        row(
+            f"one layer's attention: SDPA + the summaries' SDPA call, T={length}",
+            m,
+            "two_calls",
+            "sdpa",
+            None,
+            anchor_label=label,
+        ),
+    ]
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Rows for the benchmark table (keys: benchmark, project_s, anchor, anchor_s, ratio, target, holds)."""
     model, tokenizer = _load()
@@ -265,6 +324,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for length in (512,) if quick else LENGTHS:
         rows += length_rows(length, 1 if quick else (3 if length <= 2048 else 2), model, tokenizer)
     del model
+    for length in (512,) if quick else LENGTHS:
+        rows += attention_rows(length, 3 if quick or length <= 2048 else 5)
     if not quick:
         rows += qwen_rows()
         length = 2048
