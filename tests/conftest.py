@@ -111,11 +111,47 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     _finished[0] += 1
 
 
+_REPO = Path(__file__).resolve().parents[1]
+_tree_before: list[dict[str, str] | None] = [None]
+
+
+def _working_tree() -> dict[str, str] | None:
+    """The repository's changed and new files (not ignored ones: caches, venvs, build outputs)
+    with a sha256 of each, or None outside a git checkout (an sdist)."""
+    import hashlib
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(_REPO), "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state = {}
+    for entry in out.split(b"\0"):
+        if len(entry) < 4:
+            continue
+        name = entry[3:].decode("utf-8", "surrogateescape")
+        path = _REPO / name
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "-"
+        except OSError:
+            digest = "?"
+        state[name] = f"{entry[:2].decode()} {digest}"
+    return state
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """In the process that reports (not in an xdist worker), a daemon thread that writes one
-    line when no test has finished for ``HEARTBEAT_S``: the tests running and for how long
+    """In the process that reports (not in an xdist worker): the state of the repository's
+    working tree, which no test may change (checked at the end), and a daemon thread that writes
+    one line when no test has finished for ``HEARTBEAT_S``: the tests running and for how long
     (or that the workers are still starting and collecting)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or HEARTBEAT_S <= 0:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    _tree_before[0] = _working_tree()
+    if HEARTBEAT_S <= 0:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
@@ -143,7 +179,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    _tests_done.set()  # the heartbeat stops: what follows is the summary
+    """The heartbeat stops (what follows is the summary); a run that changed, added or removed
+    a file of the repository's working tree fails, naming the files (tests write under their
+    ``tmp_path``; a file you edit while the tests run is named too)."""
+    _tests_done.set()
+    before = _tree_before[0]
+    if os.environ.get("PYTEST_XDIST_WORKER") or before is None:
+        return
+    after = _working_tree()
+    if after is None or after == before:
+        return
+    changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = (
+        f"the tests changed {len(changed)} file(s) of the working tree: "
+        + ", ".join(changed[:10])
+        + (" ..." if len(changed) > 10 else "")
+    )
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(line, red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
