@@ -622,6 +622,78 @@ def _one_pass_pays_off(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+@dataclass
+class _LogitBlock:
+    """A block of a layer's logits from :func:`_logit_blocks`: queries ``start + r0 ..
+    start + r0 + m - 1`` of ``pos`` (in a chunk of ``n`` from ``start``), every head, over the
+    first ``seen`` keys, ``(b, h, m, seen)`` in the caller's scratch; ``hidden`` marks the keys
+    those queries cannot see (``None``: consecutive causal queries, of which only the triangle
+    after the block's first query is hidden)."""
+
+    start: int
+    n: int
+    r0: int
+    m: int
+    seen: int
+    logits: torch.Tensor
+    hidden: torch.Tensor | None
+
+
+def _logit_blocks(
+    ctx: _LayerContext,
+    pos: torch.Tensor,
+    chunk: int,
+    block: int,
+    scratch: torch.Tensor,
+    fill: float,
+) -> Iterator[_LogitBlock]:
+    """The logits ``(scale q) k^T`` of the queries at ``pos``, a block of ``block`` queries at a
+    time (all heads), each over the keys it can see, soft-capped as the model does, with
+    ``fill`` at the keys its queries cannot see, written into ``scratch`` (``b * h * block *
+    keys`` floats, reused: a block is gone once the next is asked for). Chunks of ``chunk``
+    queries share one visibility mask; for consecutive causal queries only the triangle after
+    the block's first query is filled (the keys before it are all visible) and a block sees
+    keys up to its last query. The scale is folded into q (a ``d``-wide multiply instead of a
+    ``T``-wide one)."""
+    q, k = ctx.q, ctx.k
+    b, h, kv, _ = k.shape
+    kt = k.transpose(-1, -2)
+    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
+    upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
+    for start in range(0, len(pos), chunk):
+        qp = pos[start : start + chunk]
+        n = len(qp)
+        first = int(qp[0])
+        visible_len = int(qp.max()) + 1 if ctx.causal else kv
+        consecutive = (
+            plain_causal
+            and visible_len == first + n
+            and bool((qp == torch.arange(first, first + n, device=qp.device)).all())
+        )
+        hidden = None
+        if not consecutive:
+            vis, _ = ctx.visible(qp, visible_len)  # (b|1, h|1, n, visible_len), boolean
+            hidden = ~vis
+        qc = _rows_at(q, qp - ctx.offset).mul(ctx.scale)
+        for r0 in range(0, n, block):
+            m = min(block, n - r0)
+            seen = first + r0 + m if hidden is None else visible_len
+            logits = torch.matmul(
+                qc[:, :, r0 : r0 + m],
+                kt[..., :seen],
+                out=scratch[: b * h * m * seen].view(b, h, m, seen),
+            )
+            if ctx.softcap is not None:
+                logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+            if hidden is None:  # query first + r0 + i sees keys up to first + r0 + i
+                logits[..., first + r0 :].masked_fill_(upper[:m, :m], fill)
+                yield _LogitBlock(start, n, r0, m, seen, logits, None)
+            else:
+                block_hidden = hidden[:, :, r0 : r0 + m]
+                logits.masked_fill_(block_hidden, fill)
+                yield _LogitBlock(start, n, r0, m, seen, logits, block_hidden)
+
+
 def _one_pass_summaries(
     ctx: _LayerContext, pos: torch.Tensor, chunk: int, value: torch.Tensor
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -653,62 +725,36 @@ def _one_pass_summaries(
     z_s = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
     lse_c = torch.empty_like(z_s)
     h_c = torch.empty_like(z_s)
-    kt = k.transpose(-1, -2)
     row_bytes = 4 * b * h * max(kv, 1)
     block = max(1, min(chunk, _ONE_PASS_ROWS, _BLOCK_MAX_BYTES // row_bytes))
     scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
-    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
-    upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
-    vis_rows = None
-    for start in range(0, nq, chunk):
-        qp = pos[start : start + chunk]
-        n = len(qp)
-        first = int(qp[0])
-        visible_len = int(qp.max()) + 1 if ctx.causal else kv
-        consecutive = (
-            plain_causal
-            and visible_len == first + n
-            and bool((qp == torch.arange(first, first + n, device=qp.device)).all())
+    for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN):
+        logits, m, seen = blk.logits, blk.m, blk.seen
+        i = blk.start + blk.r0
+        in_view = sink < seen  # the sink is a key this block can see (else it is hidden)
+        at = sink.clamp(max=seen - 1)
+        zs = logits[bidx, :, :, at]  # (b, h, m): a copy
+        zs = torch.where(in_view[:, None, None], zs, torch.full_like(zs, _HIDDEN))
+        logits[bidx, :, :, at] = torch.where(
+            in_view[:, None, None], torch.full_like(zs, _HIDDEN), logits[bidx, :, :, at]
         )
-        hidden = None
-        if not consecutive:
-            vis, _ = ctx.visible(qp, visible_len)  # (b|1, 1, n, visible_len), boolean
-            hidden = ~vis
-        qc = _rows_at(q, qp - ctx.offset).mul(ctx.scale)
-        for r0 in range(0, n, block):
-            m = min(block, n - r0)
-            seen = first + r0 + m if hidden is None else visible_len
-            size = b * h * m * seen
-            logits = torch.matmul(
-                qc[:, :, r0 : r0 + m], kt[..., :seen], out=scratch[0, :size].view(b, h, m, seen)
-            )
-            if hidden is None:  # query first + r0 + i sees keys up to first + r0 + i
-                logits[..., first + r0 :].masked_fill_(upper[:m, :m], _HIDDEN)
-            else:
-                logits.masked_fill_(hidden[:, :, r0 : r0 + m], _HIDDEN)
-            i = start + r0
-            in_view = sink < seen  # the sink is a key this block can see (else it is hidden)
-            at = sink.clamp(max=seen - 1)
-            zs = logits[bidx, :, :, at]  # (b, h, m): a copy
-            zs = torch.where(in_view[:, None, None], zs, torch.full_like(zs, _HIDDEN))
-            logits[bidx, :, :, at] = torch.where(
-                in_view[:, None, None], torch.full_like(zs, _HIDDEN), logits[bidx, :, :, at]
-            )
-            top = logits.amax(dim=-1, keepdim=True)
-            logits.sub_(top)
-            e = torch.exp(logits, out=scratch[1, :size].view(b, h, m, seen))
-            z = e.sum(dim=-1)
-            a = torch.linalg.vecdot(e, logits)  # sum e (l - m) <= 0; hidden keys add 0
-            log_z = torch.log(z)
-            lse = top[..., 0] + log_z
-            s = torch.sigmoid(zs - lse)[..., None]
-            content = torch.matmul(e, value[:, :, :seen]).div_(z[..., None])
-            output[:, :, i : i + m] = torch.lerp(content, v_sink[:, :, None, :], s)
-            z_s[:, :, i : i + m] = zs
-            lse_c[:, :, i : i + m] = lse
-            h_c[:, :, i : i + m] = log_z - a / z
+        top = logits.amax(dim=-1, keepdim=True)
+        logits.sub_(top)
+        e = torch.exp(logits, out=scratch[1, : logits.numel()].view(logits.shape))
+        z = e.sum(dim=-1)
+        a = torch.linalg.vecdot(e, logits)  # sum e (l - m) <= 0; hidden keys add 0
+        log_z = torch.log(z)
+        lse = top[..., 0] + log_z
+        s = torch.sigmoid(zs - lse)[..., None]
+        content = torch.matmul(e, value[:, :, :seen]).div_(z[..., None])
+        output[:, :, i : i + m] = torch.lerp(content, v_sink[:, :, None, :], s)
+        z_s[:, :, i : i + m] = zs
+        lse_c[:, :, i : i + m] = lse
+        h_c[:, :, i : i + m] = log_z - a / z
     sink_seen = z_s > _HIDDEN / 2
     has_content = lse_c > _HIDDEN / 2
+    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
+    vis_rows = None
     z_s = torch.where(sink_seen, z_s, torch.full_like(z_s, -math.inf))
     logodds = torch.where(has_content, z_s - lse_c, torch.full_like(z_s, math.inf))
     h_c = torch.where(has_content, h_c.clamp_min(0.0), torch.full_like(h_c, math.nan))
@@ -822,11 +868,9 @@ def _rows_fast(
     """Log-attention rows written straight into ``rows``, with as few passes as it takes.
 
     Per chunk of queries, blocks of queries (:data:`_BLOCK_BYTES` of logits, all heads, or
-    :data:`_BLOCK_ROWS` queries if more): the logits ``(scale q) k^T`` over the keys the block
-    can see go into one reused scratch array (the scale folded into q: a ``d``-wide multiply
-    instead of a ``T``-wide one), the invisible keys are set to ``-inf`` (for consecutive
-    causal queries only the triangle after the block's first query: the keys before it are
-    all visible), then torch's fused log-softmax
+    :data:`_BLOCK_ROWS` queries if more): the logits over the keys the block can see, ``-inf``
+    at those it cannot (:func:`_logit_blocks`, into one reused scratch array), then torch's
+    fused log-softmax
     (max-shifted: ``(l - m) - log sum exp(l - m)``) goes into a second scratch array and is
     copied once into the rows' buffer, whose keys after the block's last visible one are set
     to ``-inf``. Rows with no visible key (padding queries) are ``-inf`` throughout, as on the
@@ -843,63 +887,37 @@ def _rows_fast(
     output = None
     if value is not None:
         output = torch.empty(b, h, len(pos), value.shape[-1], dtype=torch.float32, device=q.device)
-    kt = k.transpose(-1, -2)
     row_bytes = 4 * b * h * max(kv, 1)
     wide = min(_BLOCK_ROWS, _BLOCK_MAX_BYTES // row_bytes)
     block = max(1, min(chunk, max(_BLOCK_BYTES // row_bytes, wide)))
     scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
-    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
-    upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
-    for start in range(0, len(pos), chunk):
-        qp = pos[start : start + chunk]
-        n = len(qp)
-        first = int(qp[0])
-        visible_len = int(qp.max()) + 1 if ctx.causal else kv
-        consecutive = (
-            plain_causal
-            and visible_len == first + n
-            and bool((qp == torch.arange(first, first + n, device=qp.device)).all())
-        )
-        hidden = dead = None
-        if not consecutive:
-            vis, _ = ctx.visible(qp, visible_len)  # (b|1, h|1, n, visible_len), boolean
-            hidden = ~vis
-            dead = hidden.all(dim=-1, keepdim=True)
-            dead = dead if bool(dead.any()) else None
-        qc = q.index_select(2, qp - ctx.offset).mul_(ctx.scale)
-        dest = rows.chunk(start, n)  # (b, h, n, kv)
-        for r0 in range(0, n, block):
-            m = min(block, n - r0)
-            # a block of consecutive causal queries sees keys up to its last query
-            seen = first + r0 + m if hidden is None else visible_len
-            size = b * h * m * seen
-            logits = torch.matmul(
-                qc[:, :, r0 : r0 + m], kt[..., :seen], out=scratch[0, :size].view(b, h, m, seen)
-            )
-            if ctx.softcap is not None:
-                logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
-            if hidden is None:  # query first + r0 + i sees keys up to first + r0 + i
-                logits[..., first + r0 :].masked_fill_(upper[:m, :m], -math.inf)
-            else:
-                logits.masked_fill_(hidden[:, :, r0 : r0 + m], -math.inf)
-            out = dest[:, :, r0 : r0 + m, :seen]
-            direct = out.dtype == torch.float32 and out.is_contiguous()
-            lp = out if direct else scratch[1, :size].view(b, h, m, seen)
-            torch.log_softmax(logits, dim=-1, out=lp)
-            if output is not None:
-                assert value is not None
-                probs = torch.exp(lp, out=logits)  # the logits are used up
-                i = start + r0
-                output[:, :, i : i + m] = torch.matmul(probs, value[:, :, :seen])
-            if dead is not None:
-                lp.masked_fill_(dead[:, :, r0 : r0 + m], -math.inf)  # not NaN
-            if not direct:
-                if out.dtype == torch.float16:  # visible keys stay finite (see above)
-                    lp = torch.where(torch.isneginf(lp), lp, lp.clamp(min=_F16_MIN))
-                out.copy_(lp)
-            if seen < kv:
-                dest[:, :, r0 : r0 + m, seen:] = -math.inf
-        rows.written(start, n)
+    dest: torch.Tensor | None = None
+    for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], -math.inf):
+        logits, r0, m, seen = blk.logits, blk.r0, blk.m, blk.seen
+        if r0 == 0:
+            dest = rows.chunk(blk.start, blk.n)  # (b, h, n, kv)
+        assert dest is not None
+        out = dest[:, :, r0 : r0 + m, :seen]
+        direct = out.dtype == torch.float32 and out.is_contiguous()
+        lp = out if direct else scratch[1, : logits.numel()].view(logits.shape)
+        torch.log_softmax(logits, dim=-1, out=lp)
+        if output is not None:
+            assert value is not None
+            probs = torch.exp(lp, out=logits)  # the logits are used up
+            i = blk.start + r0
+            output[:, :, i : i + m] = torch.matmul(probs, value[:, :, :seen])
+        if blk.hidden is not None:  # rows with no visible key (padding queries): -inf, not NaN
+            dead = blk.hidden.all(dim=-1, keepdim=True)
+            if bool(dead.any()):
+                lp.masked_fill_(dead, -math.inf)
+        if not direct:
+            if out.dtype == torch.float16:  # visible keys stay finite (see above)
+                lp = torch.where(torch.isneginf(lp), lp, lp.clamp(min=_F16_MIN))
+            out.copy_(lp)
+        if seen < kv:
+            dest[:, :, r0 : r0 + m, seen:] = -math.inf
+        if r0 + m == blk.n:
+            rows.written(blk.start, blk.n)
     return output
 
 
