@@ -313,14 +313,18 @@ def _own_output_applies(
     kernel does not run as well: the rows cost about what HF eager's weights cost."""
     if session.spec.what != "rows" or kwargs.get("s_aux") is not None:
         return False
+    return _whole_call(session, ctx, positions, n_heads) and _rows_fast_applies(ctx, writer)
+
+
+def _whole_call(session: _Session, ctx: _LayerContext, positions: list[int], n_heads: int) -> bool:
+    """Whether every head and every query of a layer call are captured, each query seeing a
+    key (padding queries may see none): then its output can come from the captured logits."""
     q_len = ctx.q.shape[-2]
     if session.heads != list(range(n_heads)) or len(positions) != q_len:
         return False
     if positions[0] != ctx.offset or positions[-1] != ctx.offset + q_len - 1:
         return False
-    if not _rows_fast_applies(ctx, writer):
-        return False
-    if ctx.mask is not None:  # every query sees a key (padding queries may see none)
+    if ctx.mask is not None:
         kv_len = ctx.k.shape[-2]
         return bool(ctx.mask[..., :kv_len].any(dim=-1).all())
     return True
@@ -603,17 +607,7 @@ def _one_pass_applies(
         return False
     if not _fast_path_applies(spec, ctx) or ctx.sinks_logit is not None:
         return False
-    q_len = ctx.q.shape[-2]
-    if session.heads != list(range(n_heads)) or len(positions) != q_len:
-        return False
-    if positions[0] != ctx.offset or positions[-1] != ctx.offset + q_len - 1:
-        return False
-    if not _logits_bounded(ctx):
-        return False
-    if ctx.mask is not None:  # every query sees a key (padding queries may see none)
-        kv_len = ctx.k.shape[-2]
-        return bool(ctx.mask[..., :kv_len].any(dim=-1).all())
-    return True
+    return _whole_call(session, ctx, positions, n_heads) and _logits_bounded(ctx)
 
 
 def _one_pass_pays_off(device: torch.device) -> bool:
