@@ -81,6 +81,7 @@ from ._plot import (
     save_figure,
 )
 from ._profiles import head_profiles, sink_rate
+from ._progress import quiet_tqdm_auto as _quiet_tqdm_auto
 from ._report import Analysis, ReportError, analyze, check_report, load_analysis, write_report
 from ._tables import read_table, write_table
 from ._version import __version__
@@ -193,3 +194,5 @@ __all__ = [
     "write_report",
     "write_table",
 ]
+
+_quiet_tqdm_auto()  # a kernel without ipywidgets: no red TqdmWarning (see _progress)

@@ -260,6 +260,8 @@ def test_save_notebook_and_accessor(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     frame = ex._repr_html_()
     src = re.search(r'src="([^"]*)"', frame).group(1)  # type: ignore[union-attr]
     assert src.startswith("attncoda-explorer/") and frame == ex._repr_html_()
+    # lazy: JupyterLab rewrites the relative src to its /files/ URL before the frame loads
+    assert 'loading="lazy"' in frame
     assert (tmp_path / src).read_text(encoding="utf-8").startswith(ex.html)
     assert len(list((tmp_path / "attncoda-explorer").iterdir())) == 1
     # a name taken by a file attncoda did not write: left alone, the page goes inline

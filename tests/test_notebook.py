@@ -144,6 +144,29 @@ def test_figures_accessors_and_views_show_in_a_fresh_kernel(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+def test_the_core_alone_prints_no_tqdm_warning_in_a_fresh_kernel(tmp_path: Path) -> None:
+    """``import attncoda`` then ``ac.explore`` (no model, no attncoda.hooks) in a kernel
+    without ipywidgets: no red TqdmWarning ('IProgress not found') in the cell's output. The
+    explorer's summaries import ``tqdm.auto``, which warned there (seen in JupyterLab)."""
+    pytest.importorskip("tqdm")
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("ipywidgets is installed: tqdm.auto has its widgets and never warns")
+    source = (
+        "import attncoda as ac\n"
+        "ds = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=12)\n"
+        "ac.explore(ds)"
+    )
+    node = execute(build.wrap([build.code_cell(source, "html")]), tmp_path)
+    stderr = "".join(o.get("text", "") for o in node.cells[0].outputs if o.get("name") == "stderr")
+    assert "TqdmWarning" not in stderr, stderr[:2000]
+    assert "<iframe" in node.cells[0].outputs[-1]["data"]["text/html"]
+
+
+@pytest.mark.slow
 def test_a_notebook_showing_the_explorer_twice_stores_its_data_once(tmp_path: Path) -> None:
     """The saved notebook holds an ``<iframe src>`` per display and the page is written once
     beside it: the notebook and its page cost, with two displays, at most 1.2 times what they

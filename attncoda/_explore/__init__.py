@@ -168,7 +168,12 @@ class Explorer:
             path = self.notebook_file()
         except (OSError, AttncodaError):  # read-only, or a name taken by a file not ours
             return self._iframe(f'srcdoc="{html.escape(self.html, quote=True)}"')
-        return self._iframe(f'src="{html.escape(path.as_posix(), quote=True)}"')
+        # loading="lazy": JupyterLab rewrites a relative src to its /files/ URL a moment after
+        # the output is inserted; an iframe that loads at once fetches the relative URL first,
+        # which the lab serves as its own app: the first display showed a blank nested
+        # JupyterLab (checked in JupyterLab 4, headless chromium), the lazy one the explorer
+        src = html.escape(path.as_posix(), quote=True)
+        return self._iframe(f'loading="lazy" src="{src}"')
 
     def embed(self) -> _Embedded:
         """The page to show inside the notebook's output itself (``<iframe srcdoc>``): the

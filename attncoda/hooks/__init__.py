@@ -22,27 +22,7 @@ Modules, one idea each (import them by name, e.g. ``from attncoda.hooks import g
 from __future__ import annotations
 
 import importlib
-import sys
-import warnings
 from typing import TYPE_CHECKING, Any
-
-
-def _quiet_tqdm_auto() -> None:
-    """Import ``tqdm.auto`` once with its TqdmWarning ('IProgress not found') silenced: in a
-    Jupyter kernel without ipywidgets, transformers' own import of it printed that warning in
-    red in a notebook's first cell, though its bars only fall back to text (they still work)."""
-    if "ipykernel" not in sys.modules:  # only a kernel warns; elsewhere nothing to import early
-        return
-    try:
-        from tqdm import TqdmWarning
-    except ImportError:  # pragma: no cover - tqdm comes with transformers
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TqdmWarning)
-        import tqdm.auto  # noqa: F401
-
-
-_quiet_tqdm_auto()
 
 if TYPE_CHECKING:
     from ._capture import (
