@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from case_studies._study import ROOT, Provenance, write_text
+from case_studies._study import ROOT, Provenance, fixed, write_text
 
 RESULT = ROOT / "docs" / "results" / "whisper-sinks.json"
 PAGE = ROOT / "docs" / "whisper.md"
@@ -114,14 +114,14 @@ def tables(result: dict[str, Any]) -> dict[str, str]:
     for layer in range(len(s["encoder"])):
         peak = ", ".join(str(k) for k in result["cross_peak_key"][layer])
         sinks.append(
-            f"| {layer} | {s['encoder'][layer]:.3f} | {s['decoder'][layer]:.3f} | "
-            f"{s['cross'][layer]:.3f} | {peak} |"
+            f"| {layer} | {fixed(s['encoder'][layer], 3)} | {fixed(s['decoder'][layer], 3)} | "
+            f"{fixed(s['cross'][layer], 3)} | {peak} |"
         )
     clips = ["| clip | seconds (frames) | text | transcription | WER |", "|---|---|---|---|---|"]
     for c in result["clips"]:
         clips.append(
-            f"| {c['name']} | {c['seconds']:.1f} ({c['speech_frames']}) | {c['text']} | "
-            f"{c['transcription']} | {c['wer']:.2f} |"
+            f"| {c['name']} | {fixed(c['seconds'], 1)} ({c['speech_frames']}) | {c['text']} | "
+            f"{c['transcription']} | {fixed(c['wer'], 2)} |"
         )
     return {"whisper-sinks": "\n".join(sinks), "whisper-transcriptions": "\n".join(clips)}
 
@@ -137,15 +137,15 @@ def readme_row(result: dict[str, Any]) -> str:
     share = result["sink_share"]["decoder"]
     n = len(share)
     size = (
-        f"{result['parameters'] / 1e6:.0f}M params, {entry.layers}+{entry.layers} layers "
+        f"{fixed(result['parameters'] / 1e6, 0)}M params, {entry.layers}+{entry.layers} layers "
         f"(encoder + decoder), {entry.heads} heads ({entry.kv_heads} KV)"
     )
     sink = (
         f"`<\\|startoftranscript\\|>` (decoder position 0; top key in "
         f"{sum(result['decoder_sink_top'])}/{n} layers)"
     )
-    summary = f"{sum(share) / n:.2f} / {sum(share[n // 2 :]) / (n - n // 2):.2f} / {max(share):.2f}"
-    fetch = f"`{asset.fetch_command}` ({asset.download_size / 1e6:,.0f} MB)"
+    summary = f"{fixed(sum(share) / n, 2)} / {fixed(sum(share[n // 2 :]) / (n - n // 2), 2)} / {fixed(max(share), 2)}"
+    fetch = f"`{asset.fetch_command}` ({fixed(asset.download_size / 1e6, 0, thousands=True)} MB)"
     return f"| `whisper-base` | {entry.family} | {size} | {sink} | {summary} | {fetch} |"
 
 

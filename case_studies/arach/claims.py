@@ -49,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, fixed, time_is_up, write_text
+from .._study import Shard, fixed, scientific, significant, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -937,10 +937,12 @@ def _nil_size(row: Mapping[str, Any]) -> str | None:
     low, high = float(row["low"]), float(row["high"])
     if str(row["measure"]).startswith("cloze"):
         far = max(abs(low), abs(high)) * 100
-        return f"the whole CI within {far:.1f} points of 0" if far <= NIL_CLOZE_POINTS else None
+        return (
+            f"the whole CI within {fixed(far, 1)} points of 0" if far <= NIL_CLOZE_POINTS else None
+        )
     far = max(abs(low), abs(high)) / float(row["off"])
     if far <= NIL_PPL_RELATIVE:
-        return f"the whole CI within {far * 100:.1f}% of plain perplexity"
+        return f"the whole CI within {fixed(far * 100, 1)}% of plain perplexity"
     return None
 
 
@@ -1179,7 +1181,7 @@ def intervals_note(table: str, rows: Sequence[Mapping[str, Any]]) -> str:
         f"The claim table holds {n} 95% intervals. Each is a marginal, paired percentile "
         f"bootstrap interval: cloze rows resample {unit}, since items from one passage are "
         "correlated; perplexity rows resample whole windows. None is corrected for "
-        f"multiplicity: if ARACH changed nothing, about {n * 0.05:.1f} of the {n} would still be "
+        f"multiplicity: if ARACH changed nothing, about {fixed(n * 0.05, 1)} of the {n} would still be "
         "expected to exclude 0 by chance. " + _same_side(rows)
     )
 
@@ -1304,7 +1306,7 @@ def long_table(
                         TEXT_NAME[text],
                         "plain",
                         str(window),
-                        f"{float(np.exp(nll.sum() / tokens.sum())):.2f}",
+                        fixed(float(np.exp(nll.sum() / tokens.sum())), 2),
                         "",
                         f"{int(tokens.sum())} tokens; {len(nll)} windows",
                         "",
@@ -1469,8 +1471,8 @@ def _recheck_note(root: Path) -> str:
     return (
         f"Spot check (`{RECHECK_FILE}`): window {', '.join(map(str, doc['windows']))} of "
         f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
-        f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
-        f"({rel:.1e} of it)."
+        f"the largest difference from the stored summed window NLL is {scientific(max(diffs), 2)} nats "
+        f"({scientific(rel, 1)} of it)."
     )
 
 
@@ -1506,12 +1508,14 @@ def clean_rerun_note(root: Path) -> str:
             parts.append(
                 f"{label}: accuracy {fixed(100 * a.mean(), 2)}% stored, "
                 f"{fixed(100 * b.mean(), 2)}% rerun; {int((a != b).sum())} of {len(a)} items "
-                f"change verdict; largest target log-probability difference {lp.max():.1e}"
+                f"change verdict; largest target log-probability difference {scientific(lp.max(), 1)}"
             )
         else:
             x = float(np.sum(old["values"]["window_nll"]))
             y = float(np.sum(new["values"]["window_nll"]))
-            parts.append(f"{label}: summed window NLL {x:.6g} stored, {y:.6g} rerun")
+            parts.append(
+                f"{label}: summed window NLL {significant(x, 6)} stored, {significant(y, 6)} rerun"
+            )
     if not parts:
         return ""
     commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
@@ -1563,12 +1567,12 @@ def claim_summary(
         parts = []
         cloze = [r for r in mine if r["measure"] == "cloze"]
         if cloze:
-            half = [f"{(r['high'] - r['low']) * 50:.1f}" for r in cloze]
+            half = [fixed((r["high"] - r["low"]) * 50, 1) for r in cloze]
             lo_half, hi_half = min(half, key=float), max(half, key=float)
             plural = "s" if lo_half != hi_half else ""
             halves = f"half-width{plural} {_one_or_range(lo_half, hi_half, '-')}"
             parts.append(
-                f"cloze on {cloze[0]['n']:,} items: plain {cloze[0]['off'] * 100:.1f}%, ARACH − "
+                f"cloze on {cloze[0]['n']:,} items: plain {fixed(cloze[0]['off'] * 100, 1)}%, ARACH − "
                 f"plain {_span(cloze, 100, 1)} points over {len(cloze)} of "
                 f"{len(core)} configurations (95% CI {halves}; "
                 f"{_verdict_counts(cloze)})"
@@ -1578,7 +1582,7 @@ def claim_summary(
             if ppl:
                 parts.append(
                     f"perplexity of {MEASURE_LABEL[f'ppl-{text}'].split(', ')[1]} on "
-                    f"{ppl[0]['n']:,} tokens: plain {ppl[0]['off']:.2f}, ARACH − plain "
+                    f"{ppl[0]['n']:,} tokens: plain {fixed(ppl[0]['off'], 2)}, ARACH − plain "
                     f"{_span(ppl, 1, 2)} over {len(ppl)} configurations ({_verdict_counts(ppl)})"
                 )
         missing = len(core) * len(measures) - sum(r["measure"] in measures for r in mine)
@@ -1643,11 +1647,11 @@ def cost_table(cells: Mapping[tuple[str, str, str], dict]) -> str:
             [
                 model,
                 *(
-                    f"{med[key]:.0f}" if key in med else "?"
+                    fixed(med[key], 0) if key in med else "?"
                     for key in ((True, "ppl"), (False, "ppl"), (True, "cloze"), (False, "cloze"))
                 ),
                 f"{len(mine)} / {planned_cells(model)}",
-                f"{total / 3600:.1f} h"
+                f"{fixed(total / 3600, 1)} h"
                 + ("" if known else " (lower bound: a cell kind not yet timed)"),
             ]
         )

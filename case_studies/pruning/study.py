@@ -57,6 +57,7 @@ from .._study import (
     fixed,
     markdown_table,
     provenance_table,
+    scientific,
     seconds_left,
     significant,
 )
@@ -442,7 +443,7 @@ def perplexity_table(folders: Sequence[Path]) -> str:
             sub = rows[rows.score == score]
             cells = {int(r.k): _ppl(r) for r in sub.itertuples()}
             cells[0] = base
-            out.append([score, sub.channel.iloc[0], *(f"{fixed(cells[k], 2)}" for k in ks)])
+            out.append([score, sub.channel.iloc[0], *(fixed(cells[k], 2) for k in ks)])
     return markdown_table(["score", "channel", *(_k_label(k, n) for k in ks)], out)
 
 
@@ -504,10 +505,10 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
         out.append(
             [
                 score,
-                f"{fixed(rho_g, 2, plus=True)}",
-                f"{fixed(rho_s, 2, plus=True)}",
+                fixed(rho_g, 2, plus=True),
+                fixed(rho_s, 2, plus=True),
                 layers,
-                f"{significant(share, 2)}",
+                significant(share, 2),
             ]
         )
     return markdown_table(
@@ -1299,7 +1300,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
             rows.append(
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
-                f"agree to {worst:.1e} (largest relative difference), perplexity "
+                f"agree to {scientific(worst, 1)} (largest relative difference), perplexity "
                 f"{fixed(ppl[0], 4)} then, {fixed(ppl[1], 4)} now."
             )
         if not rows:
@@ -1310,7 +1311,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
         lines.append(
             f"**{name}: {len(dirty & clean)} of its {len(dirty)} cells from a modified (or "
             f"unrecorded) tree recomputed at a clean commit**; per-window NLLs agree to "
-            f"{worst_all:.1e} at most (largest relative difference)"
+            f"{scientific(worst_all, 1)} at most (largest relative difference)"
             + (f"; not yet recomputed: {', '.join(left)}." if left else ".")
         )
         lines.extend(rows)
