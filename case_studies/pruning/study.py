@@ -1154,6 +1154,7 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
             for w in m.meta.get("texts", {}).values()
         }
     )
+    draws_of = [*n_texts, *([n_texts[-1] + len(WIDER_TEXTS)] if claims.widened else [])]
     return (
         f"The claim table holds {claims.intervals} intervals (95% each). **None is corrected "
         "for multiplicity**: each answers its own row, and about one in twenty of them would "
@@ -1163,8 +1164,8 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         f"{' or '.join(map(str, windows))} contiguous windows from each of "
         f"{' or '.join(map(str, n_texts))} texts, and each replicate draws the texts with "
         "replacement and then the windows of each drawn text, so the interval carries the spread "
-        "between texts (with so few texts it is coarse: a bootstrap over three texts has ten "
-        "distinct draws of them). Beside it, in brackets, is the interval over "
+        f"between texts (with so few texts it is coarse: {_text_draws(draws_of)}). Beside it, in "
+        "brackets, is the interval over "
         f"{CONDITIONAL_UNIT}, which is narrower and holds only for these texts. Each row also "
         "shows the per-text point ratios: where they straddle a threshold, the row says so. "
         "Every verdict reads the widest evidence the study has: the two-stage interval, over all "
@@ -1179,6 +1180,22 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
             if claims.widened
             else ""
         )
+    )
+
+
+def _text_draws(counts: Sequence[int]) -> str:
+    """How many different sets of texts a two-stage replicate can draw, for each number of texts
+    an interval resamples (n texts drawn n times with replacement: C(2n - 1, n) multisets).
+
+    Examples
+    --------
+    >>> _text_draws([3, 5])
+    'a bootstrap over 3 texts has 10 distinct draws of them, over 5 texts 126'
+    """
+    first, *rest = (f"{n} texts {math.comb(2 * n - 1, n):,}" for n in counts)
+    n, draws = first.split(" texts ")
+    return f"a bootstrap over {n} texts has {draws} distinct draws of them" + "".join(
+        f", over {p}" for p in rest
     )
 
 
