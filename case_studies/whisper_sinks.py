@@ -21,7 +21,6 @@ from case_studies._study import ROOT, Provenance, fixed, write_text
 
 RESULT = ROOT / "docs" / "results" / "whisper-sinks.json"
 PAGE = ROOT / "docs" / "whisper.md"
-PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 
 
 def run() -> dict[str, Any]:
@@ -29,7 +28,7 @@ def run() -> dict[str, Any]:
     import torch
 
     from attncoda.hooks import assets, capture
-    from attncoda.hooks.assets import transcribe
+    from attncoda.hooks.assets import teacher_forced_batch, transcribe
     from attncoda.hooks.evaluate import word_error_rate
 
     prov = Provenance("whisper-sinks", "run", command="python -m case_studies.whisper_sinks run")
@@ -44,14 +43,11 @@ def run() -> dict[str, Any]:
     tops: list[list[bool]] = []  # per clip, per decoder layer
     for name, (audio, text) in clips.items():
         hyp = transcribe(model, processor, audio)
-        feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
-        ids = processor.tokenizer(
-            PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
-        )
-        dec = ids.input_ids
+        batch = teacher_forced_batch(processor, audio, text)
+        dec = batch["decoder_input_ids"]
         prov.tokens(f"whisper-base/{name}", dec)
         with torch.no_grad(), capture(model, what="summaries") as cap:
-            model(input_features=feats, decoder_input_ids=dec)
+            model(**batch)
         for stack, ds in cap.datasets.items():
             # mean over heads and queries (the decoder's query 0 sees only its sink: left out)
             s = ds.sink_share.values[0]
@@ -61,7 +57,7 @@ def run() -> dict[str, Any]:
         with torch.no_grad(), capture(
             model, what="rows", layers={"decoder": None, "cross": None}
         ) as cap:  # fmt: skip
-            model(input_features=feats, decoder_input_ids=dec)
+            model(**batch)
         rows = np.exp(cap.datasets["cross"].log_attn.values[0])  # layer, head, query, key
         own = np.exp(cap.datasets["decoder"].log_attn.values[0].astype(np.float64))
         half = own.shape[-1] // 2  # the later queries' mean over heads: is the sink their top key?
