@@ -423,5 +423,41 @@ def test_a_clean_rerun_states_its_agreement_with_each_modified_tree_cell(tmp_pat
     assert len(claims.load_cells(tmp_path)) == 1  # the rerun is not a claim cell
     note = claims.clean_rerun_note(tmp_path)
     assert f"`{'a' * 12}` + changes" in note and f"`{'b' * 12}`" in note
-    assert "accuracy 75.00% stored, 50.00% rerun; 1 of 4 items change verdict" in note
-    assert "largest target log-probability difference 5.0e-01" in note
+    assert "| accuracy 75.00% | accuracy 50.00% | 1 of 4 items change verdict" in note
+    assert "target log-probability 5.0e-01 | no |" in note
+    assert (
+        "1 of the 1 modified-tree cells (1 of 1 cloze)" in note and "0 of the 1 rerun agree" in note
+    )
+
+    # a perplexity cell: perplexity and summed NLL of both, the largest window difference, and
+    # agreement within RERUN_RTOL; a modified-tree cell not rerun is named
+    def ppl(commit, nll):
+        return {
+            **cell(commit, [], []),
+            "task": "ppl-wikipedia",
+            "values": {"window_nll": nll, "window_tokens": [100, 100]},
+        }
+
+    for task in ("ppl-wikipedia", "ppl-mobydick"):
+        claims._write_cell(
+            claims.cell_path(tmp_path, "m", config, task),
+            {**ppl("a" * 40 + "+dirty", [200.0, 300.0]), "task": task},
+        )
+    near = 300.0 * (1 + claims.RERUN_RTOL / 2)
+    claims._write_cell(
+        claims.cell_path(tmp_path / claims.CLEAN_RERUN, "m", config, "ppl-wikipedia"),
+        ppl("b" * 40, [200.0, near]),
+    )
+    note = claims.clean_rerun_note(tmp_path)
+    assert "2 of the 3 modified-tree cells (1 of 2 perplexity, 1 of 1 cloze)" in note
+    assert "not rerun yet: `m/same_b-0.5/ppl-mobydick`" in note
+    row = next(r for r in note.splitlines() if "ppl-wikipedia" in r)
+    assert f"| perplexity {np.exp(2.5):.3f}; summed NLL 500.000 |" in row
+    assert f"perplexity {np.exp((200 + near) / 200):.3f}; summed NLL 500.015 |" in row
+    assert "| 1.5e-02 nats in a window (5.0e-05 of it) | yes |" in row
+    claims._write_cell(
+        claims.cell_path(tmp_path / claims.CLEAN_RERUN, "m", config, "ppl-wikipedia"),
+        ppl("b" * 40, [200.0, 300.0 * (1 + 2 * claims.RERUN_RTOL)]),
+    )
+    row = next(r for r in claims.clean_rerun_note(tmp_path).splitlines() if "ppl-wikipedia" in r)
+    assert row.endswith("| no |")

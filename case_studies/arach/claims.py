@@ -49,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, fixed, scientific, significant, time_is_up, write_text
+from .._study import Shard, fixed, scientific, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -1480,48 +1480,86 @@ def _recheck_note(root: Path) -> str:
 #: (``results/claims/clean-rerun/MODEL/CONFIG/TASK.json``; not read as claim cells).
 CLEAN_RERUN = "clean-rerun"
 
+#: A rerun perplexity cell agrees with the stored one when every window's summed NLL is within
+#: this relative difference (the spread of float32 kernels between runs is about 1e-6).
+RERUN_RTOL = 1e-4
+
+
+def _rerun_row(key: tuple[str, str, str], old: Mapping[str, Any], new: Mapping[str, Any]) -> list:
+    """One row of :func:`clean_rerun_note`'s table: the cell, where the stored one was made,
+    both values, the largest difference and whether they agree."""
+    was = str(old.get("commit", ""))
+    made = f"`{was[:12]}`{' + changes' if was.endswith('+dirty') else ''}"
+    same_tokens = new.get("tokens_sha256") == old.get("tokens_sha256")
+    if key[2].startswith("cloze"):
+        a = np.asarray(old["values"]["correct"], bool)
+        b = np.asarray(new["values"]["correct"], bool)
+        lp = np.abs(
+            np.asarray(old["values"]["target_logprob"], float)
+            - np.asarray(new["values"]["target_logprob"], float)
+        )
+        values = [f"accuracy {fixed(100 * x.mean(), 2)}%" for x in (a, b)]
+        changed = int((a != b).sum())
+        largest = (
+            f"{changed} of {len(a)} items change verdict; target log-probability "
+            f"{scientific(float(lp.max()), 1)}"
+        )
+        agrees = changed == 0
+    else:
+        values = []
+        for cell in (old, new):
+            nll = np.asarray(cell["values"]["window_nll"], float)
+            tokens = np.asarray(cell["values"]["window_tokens"], float)
+            values.append(
+                f"perplexity {fixed(float(np.exp(nll.sum() / tokens.sum())), 3)}; summed NLL "
+                f"{fixed(float(nll.sum()), 3, thousands=True)}"
+            )
+        x = np.asarray(old["values"]["window_nll"], float)
+        y = np.asarray(new["values"]["window_nll"], float)
+        rel = np.abs(x - y) / np.abs(x)
+        largest = (
+            f"{scientific(float(np.abs(x - y).max()), 1)} nats in a window "
+            f"({scientific(float(rel.max()), 1)} of it)"
+            if rel.max() > 0
+            else f"none: all {len(x)} windows' NLLs identical"
+        )
+        agrees = bool(rel.max() <= RERUN_RTOL)
+    verdict = "yes" if agrees and same_tokens else "no" + ("" if same_tokens else " (OTHER TOKENS)")
+    return [f"`{'/'.join(key)}`", made, *values, largest, verdict]
+
 
 def clean_rerun_note(root: Path) -> str:
     """Per cell rerun at a clean commit (:data:`CLEAN_RERUN`), how it agrees with the stored
-    modified-tree cell: cloze accuracy and items whose verdict differs, or the summed window
-    NLL of a perplexity cell ('' when nothing was rerun)."""
+    modified-tree cell, as a table: cloze accuracy and the items whose verdict differs, or a
+    perplexity cell's perplexity, summed NLL and largest window difference; with how many of
+    the modified-tree cells have been rerun ('' when none was)."""
+    from .._study import markdown_table
+
     reruns = load_cells(Path(root) / CLEAN_RERUN)
     stored = load_cells(Path(root))
-    parts = []
-    for key, new in sorted(reruns.items()):
-        old = stored.get(key)
-        if old is None:
-            continue
-        was = str(old.get("commit", ""))
-        label = (
-            f"`{'/'.join(key)}` (stored: `{was[:12]}`"
-            f"{' + changes' if was.endswith('+dirty') else ''}"
-            f"{'' if new.get('tokens_sha256') == old.get('tokens_sha256') else '; OTHER TOKENS'})"
-        )
-        if key[2].startswith("cloze"):
-            a = np.asarray(old["values"]["correct"], bool)
-            b = np.asarray(new["values"]["correct"], bool)
-            lp = np.abs(
-                np.asarray(old["values"]["target_logprob"], float)
-                - np.asarray(new["values"]["target_logprob"], float)
-            )
-            parts.append(
-                f"{label}: accuracy {fixed(100 * a.mean(), 2)}% stored, "
-                f"{fixed(100 * b.mean(), 2)}% rerun; {int((a != b).sum())} of {len(a)} items "
-                f"change verdict; largest target log-probability difference {scientific(lp.max(), 1)}"
-            )
-        else:
-            x = float(np.sum(old["values"]["window_nll"]))
-            y = float(np.sum(new["values"]["window_nll"]))
-            parts.append(
-                f"{label}: summed window NLL {significant(x, 6)} stored, {significant(y, 6)} rerun"
-            )
-    if not parts:
+    rows = [_rerun_row(k, stored[k], new) for k, new in sorted(reruns.items()) if k in stored]
+    if not rows:
         return ""
+    dirty = {k for k, c in stored.items() if str(c.get("commit", "")).endswith("+dirty")}
+    counts = []
+    for kind, label in (("ppl", "perplexity"), ("cloze", "cloze")):
+        of = {k for k in dirty if k[2].startswith(kind)}
+        if of:
+            counts.append(f"{len(of & set(reruns))} of {len(of)} {label}")
+    names = [f"`{'/'.join(k)}`" for k in sorted(dirty - set(reruns))]
     commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
+    agree = sum(r[-1] == "yes" for r in rows)
+    table = markdown_table(
+        ["cell", "stored cell made at", "stored", "rerun", "largest difference", "agrees"], rows
+    )
     return (
-        f"Clean rerun (`{CLEAN_RERUN}/`): {len(parts)} modified-tree cells recomputed whole at "
-        f"{', '.join(f'`{c}`' for c in commits)}: " + "; ".join(parts) + "."
+        f"Clean rerun (`{CLEAN_RERUN}/`): {len(dirty & set(reruns))} of the {len(dirty)} "
+        f"modified-tree cells ({', '.join(counts)}) recomputed whole at "
+        f"{', '.join(f'`{c}`' for c in commits)}; {agree} of the {len(rows)} rerun agree with the "
+        "stored cell (a perplexity cell: every window's summed NLL within a relative "
+        f"{scientific(RERUN_RTOL, 0)}; a cloze cell: no item changes verdict)"
+        + (f"; not rerun yet: {', '.join(names)}" if names else "")
+        + f".\n\n{table}"
     )
 
 
