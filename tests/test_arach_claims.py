@@ -461,3 +461,56 @@ def test_a_clean_rerun_states_its_agreement_with_each_modified_tree_cell(tmp_pat
     )
     row = next(r for r in claims.clean_rerun_note(tmp_path).splitlines() if "ppl-wikipedia" in r)
     assert row.endswith("| no |")
+
+
+def test_modified_tree_cells_are_rerun_whole_into_clean_rerun_and_nothing_else(
+    tmp_path, monkeypatch
+):
+    """``rerun_modified_cells`` computes exactly the ``+dirty`` cells (the others of their
+    configurations are copied into the scratch folder first), writes them under
+    ``clean-rerun/`` with the clean commit, leaves the stored cells alone, and refuses to run
+    from a modified tree."""
+    root = tmp_path / "claims"
+    _run(root)
+    for other in root.glob("twin/*/*.json"):  # clean, whatever state this tree is in
+        cell = json.loads(other.read_text())
+        other.write_text(json.dumps({**cell, "commit": "1" * 40}))
+    marked = [
+        claims.cell_path(root, "twin", CONFIGS[1], "ppl-wikipedia"),
+        claims.cell_path(root, "twin", CONFIGS[2], "cloze-austen"),
+    ]
+    for path in marked:
+        cell = json.loads(path.read_text())
+        path.write_text(json.dumps({**cell, "commit": "0" * 40 + "+dirty"}))
+    stored = {p: p.read_text() for p in root.glob("twin/*/*.json")}
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    computed = []
+
+    def kwargs():
+        return {
+            "plan": PLAN,
+            "progress": computed.append,
+            "load_model": lambda _n: (model, tok),
+            "texts": _corpora,
+        }
+
+    monkeypatch.setattr(claims, "_git_commit", lambda: "0" * 40 + "+dirty")
+    with pytest.raises(ac.InputError, match="commit your changes first"):
+        claims.rerun_modified_cells(root, "twin", tmp_path / "scratch", **kwargs())
+    monkeypatch.setattr(claims, "_git_commit", lambda: "c" * 40)
+    written = claims.rerun_modified_cells(root, "twin", tmp_path / "scratch", **kwargs())
+    assert len(computed) == 2 and all("ppl-wikipedia" in m or "cloze-austen" in m for m in computed)
+    assert written == [root / claims.CLEAN_RERUN / p.relative_to(root) for p in sorted(marked)]
+    for path, new in zip(sorted(marked), written, strict=True):
+        again, old = json.loads(new.read_text()), json.loads(stored[path])
+        assert again["commit"] == "c" * 40 and again["values"] == old["values"]
+    assert {p: p.read_text() for p in root.glob("twin/*/*.json")} == stored
+    note = claims.clean_rerun_note(root)
+    assert "2 of the 2 modified-tree cells (1 of 1 perplexity, 1 of 1 cloze)" in note
+    assert "2 of the 2 rerun agree" in note
+    # only one kind, and nothing left to compute on a second call
+    assert claims.rerun_modified_cells(root, "twin", tmp_path / "s2", kind="ppl", **kwargs()) == [
+        written[0] if "ppl" in written[0].name else written[1]
+    ]

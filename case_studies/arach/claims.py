@@ -585,6 +585,100 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
     return [list(items[i * per_source : (i + 1) * per_source]) for i in range(len(CLOZE_SOURCES))]
 
 
+def rerun_modified_cells(
+    root: str | Path, model_name: str, scratch: str | Path, *, kind: str = "", **run: Any
+) -> list[Path]:
+    """Recompute whole, at the current clean commit, every cell of ``model_name`` that a
+    modified tree made (``+dirty``), into ``root/clean-rerun/`` (:data:`CLEAN_RERUN`), where
+    :func:`clean_rerun_note` compares each with the stored cell.
+
+    The stored cells stay the claim cells. :func:`run_claims` computes into ``scratch``, which
+    first receives every other cell of the configurations involved (a clean rerun's copy where
+    there is one), so that it computes exactly the modified-tree cells: checked before any cell
+    is computed.
+
+    Parameters
+    ----------
+    root : path-like
+        The cells folder (``results/claims``).
+    model_name : str
+    scratch : path-like
+        An empty or earlier scratch folder (a rerun cut short resumes there).
+    kind : str, optional
+        Only the cells whose task starts with it (``"ppl"``, ``"cloze"``).
+    **run
+        Passed to :func:`run_claims` (``plan``, ``threads``, ``progress``, ``load_model``, ...).
+
+    Returns
+    -------
+    list of Path
+        The cells written under ``root/clean-rerun``.
+
+    Raises
+    ------
+    InputError
+        When the working tree has uncommitted changes (the rerun must record a clean commit),
+        or when the scratch folder would compute other cells than the modified-tree ones.
+    """
+    import shutil
+
+    if _git_commit().endswith("+dirty"):
+        raise InputError("commit your changes first: a clean rerun must record a clean commit")
+    root, scratch = Path(root), Path(scratch)
+    stored = load_cells(root)
+    dirty = {
+        k: c
+        for k, c in stored.items()
+        if k[0] == model_name
+        and k[2].startswith(kind)
+        and str(c.get("commit", "")).endswith("+dirty")
+    }
+    if not dirty:
+        return []
+    configs = {Config(**c["config"]).name: Config(**c["config"]) for c in dirty.values()}
+    configs.pop(Config().name, None)
+    order = [Config(), *sorted(configs.values(), key=lambda c: (c.offset is None, c.name))]
+    scratch.mkdir(parents=True, exist_ok=True)
+    if (root / PASSAGES_FILE).is_file():
+        shutil.copy2(root / PASSAGES_FILE, scratch / PASSAGES_FILE)
+    for (model, name, task), cell in stored.items():
+        if model != model_name or (model, name, task) in dirty:
+            continue
+        if name not in {c.name for c in order}:
+            continue
+        config = Config(**cell["config"])
+        clean = cell_path(root / CLEAN_RERUN, model, config, task)
+        target = cell_path(scratch, model, config, task)
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(clean if clean.is_file() else cell_path(root, model, config, task), target)
+
+    def done(key: tuple[str, str, str]) -> Path | None:
+        path = cell_path(scratch, key[0], Config(**dirty[key]["config"]), key[2])
+        return path if read_cell(path) is not None else None
+
+    todo = [k for k in dirty if done(k) is None]
+    dry = run_claims(
+        model_name, scratch, configs=order, **{**run, "time_limit_s": 0, "progress": None}
+    )
+    if dry["left"] != len(todo):
+        raise InputError(
+            f"{scratch} would compute {dry['left']} cells, not the {len(todo)} modified-tree "
+            "cells left: a configuration involved has cells missing from the store"
+        )
+    run_claims(model_name, scratch, configs=order, **run)
+    written = []
+    for key in sorted(dirty):
+        path = done(key)
+        if path is None:  # a time limit stopped the run first
+            continue
+        target = root / CLEAN_RERUN / path.relative_to(scratch)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        written.append(target)
+    return written
+
+
 #: The file, beside the cells, of :func:`recheck_cells`.
 RECHECK_FILE = "recheck-dirty-cells.json"
 
