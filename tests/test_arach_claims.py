@@ -510,6 +510,16 @@ def test_modified_tree_cells_are_rerun_whole_into_clean_rerun_and_nothing_else(
     note = claims.clean_rerun_note(root)
     assert "2 of the 2 modified-tree cells (1 of 1 perplexity, 1 of 1 cloze)" in note
     assert "2 of the 2 rerun agree" in note
+    assert "With the reruns in place of the stored cells, no number of a claim row moves." in note
+    # a rerun far from its stored cell: the claim row it enters moves, by the perplexity shown
+    moved = json.loads(written[1].read_text())
+    nll = moved["values"]["window_nll"]
+    moved["values"]["window_nll"] = [2 * x for x in nll]
+    written[1].write_text(json.dumps(moved))
+    note = claims.clean_rerun_note(root)
+    assert "of the 1 claim rows whose numbers move change verdict; the largest change" in note
+    assert note.split("interval end is ")[1].split()[1] == "perplexity."
+    written[1].write_text(json.dumps({**moved, "values": {**moved["values"], "window_nll": nll}}))
     # only one kind, and nothing left to compute on a second call
     assert claims.rerun_modified_cells(root, "twin", tmp_path / "s2", kind="ppl", **kwargs()) == [
         written[0] if "ppl" in written[0].name else written[1]

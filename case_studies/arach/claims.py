@@ -49,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, fixed, scientific, time_is_up, write_text
+from .._study import Shard, fixed, scientific, significant, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -1643,6 +1643,7 @@ def clean_rerun_note(root: Path) -> str:
     names = [f"`{'/'.join(k)}`" for k in sorted(dirty - set(reruns))]
     commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
     agree = sum(r[-1] == "yes" for r in rows)
+    effect = _rerun_effect(Path(root), stored, reruns)
     table = markdown_table(
         ["cell", "stored cell made at", "stored", "rerun", "largest difference", "agrees"], rows
     )
@@ -1653,7 +1654,53 @@ def clean_rerun_note(root: Path) -> str:
         "stored cell (a perplexity cell: every window's summed NLL within a relative "
         f"{scientific(RERUN_RTOL, 0)}; a cloze cell: no item changes verdict)"
         + (f"; not rerun yet: {', '.join(names)}" if names else "")
-        + f".\n\n{table}"
+        + f". {effect}\n\n{table}"
+    )
+
+
+def _rerun_effect(
+    root: Path,
+    stored: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    reruns: Mapping[tuple[str, str, str], Mapping[str, Any]],
+) -> str:
+    """What the claim rows would say with the rerun cells in place of the stored ones: how many
+    change verdict, and the largest change of an ARACH − plain difference or interval end
+    (:func:`summarise` of the configurations involved, both ways, at the tables' resampling)."""
+    keys = [k for k in reruns if k in stored]
+    models = {k[0] for k in keys}
+    configs = {k[1] for k in keys} | {Config().name}
+    sub = {k: c for k, c in stored.items() if k[0] in models and k[1] in configs}
+    swapped = {**sub, **{k: reruns[k] for k in keys}}
+
+    def index(cells: Mapping[tuple[str, str, str], Any]) -> dict[tuple, dict[str, Any]]:
+        return {(r["model"], r["config"], r["measure"]): r for r in summarise(root, cells=cells)}
+
+    before, after = index(sub), index(swapped)
+    shown = ("off", "on", "diff", "low", "high")
+    touched = [k for k in before if k in after and any(before[k][f] != after[k][f] for f in shown)]
+    flips = [k for k in touched if verdict(before[k]) != verdict(after[k])]
+    parts = []
+    for kind, scale, unit in (("ppl", 1.0, "perplexity"), ("cloze", 100.0, "accuracy points")):
+        moved = [
+            scale * abs(after[k][f] - before[k][f])
+            for k in touched
+            if k[2].startswith(kind)
+            for f in ("diff", "low", "high")
+        ]
+        if moved:
+            parts.append(f"{significant(max(moved), 2)} {unit}")
+    if not touched:
+        return "With the reruns in place of the stored cells, no number of a claim row moves."
+    return (
+        f"With the reruns in place of the stored cells, {len(flips)} of the {len(touched)} claim "
+        "rows whose numbers move change verdict"
+        + (
+            "; the largest change of an ARACH − plain difference or interval end is "
+            + " and ".join(parts)
+            if parts
+            else ""
+        )
+        + "."
     )
 
 
