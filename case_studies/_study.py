@@ -203,7 +203,9 @@ def provenance_table(folder: Path) -> str:
         ["started", str(m.get("started", "unknown"))],
         [
             "wall time",
-            f"{m['wall_s']:.0f} s" if isinstance(m.get("wall_s"), (int, float)) else "unknown",
+            f"{fixed(m['wall_s'], 0)} s"
+            if isinstance(m.get("wall_s"), (int, float))
+            else "unknown",
         ],
         ["versions", shown or "not recorded"],
     ]
@@ -244,23 +246,24 @@ def _decimal(x: float) -> Decimal:
     return Decimal(f"{x:.12g}")
 
 
-def fixed(x: float, digits: int, *, plus: bool = False) -> str:
+def fixed(x: float, digits: int, *, plus: bool = False, thousands: bool = False) -> str:
     """``x`` with ``digits`` decimals, rounded half away from zero (the studies' one rule: an
     exact half always goes away from zero, whatever its binary form); never ``-0``; ``plus``
-    writes a ``+`` before a value that is not negative (as ``f"{x:+.2f}"``).
+    writes a ``+`` before a value that is not negative (as ``f"{x:+.2f}"``), ``thousands`` a
+    comma between groups of three digits (as ``f"{x:,.0f}"``).
 
     Examples
     --------
     >>> from case_studies._study import fixed
     >>> fixed(-5.25, 1), fixed(-10.75, 1), fixed(100 * 0.1075, 1), fixed(2.5, 0), fixed(-0.04, 1)
     ('-5.3', '-10.8', '10.8', '3', '0.0')
-    >>> fixed(0.125, 2, plus=True), fixed(-0.001, 2, plus=True)
-    ('+0.13', '+0.00')
+    >>> fixed(0.125, 2, plus=True), fixed(-0.001, 2, plus=True), fixed(1234567.5, 0, thousands=True)
+    ('+0.13', '+0.00', '1,234,568')
     """
     if not math.isfinite(x):
         return str(x)
     r = _decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
-    text = f"{abs(r) if r == 0 else r:f}"
+    text = format(abs(r) if r == 0 else r, ",f" if thousands else "f")
     return "+" + text if plus and not text.startswith("-") else text
 
 
@@ -281,6 +284,28 @@ def significant(x: float, n: int) -> str:
         return "0"
     r = d.quantize(Decimal(1).scaleb(d.adjusted() - n + 1), rounding=ROUND_HALF_UP)
     return f"{r.normalize():f}"
+
+
+def scientific(x: float, digits: int) -> str:
+    """``x`` in scientific notation with ``digits`` decimals in the mantissa, by the same rule as
+    :func:`fixed` (as ``f"{x:.{digits}e}"`` writes it, without its binary-noise roundings).
+
+    Examples
+    --------
+    >>> from case_studies._study import scientific
+    >>> scientific(0.00925, 1), scientific(9.96e-5, 1), scientific(-1.25e-3, 1), scientific(0, 2)
+    ('9.3e-03', '1.0e-04', '-1.3e-03', '0.00e+00')
+    """
+    if not math.isfinite(x):
+        return str(x)
+    d = _decimal(x)
+    exponent = 0 if d == 0 else d.adjusted()
+    step = Decimal(1).scaleb(-digits)
+    mantissa = d.scaleb(-exponent).quantize(step, rounding=ROUND_HALF_UP)
+    if abs(mantissa) >= 10:  # 9.96 to one decimal is 10.0: one more power of ten
+        exponent += 1
+        mantissa = d.scaleb(-exponent).quantize(step, rounding=ROUND_HALF_UP)
+    return f"{abs(mantissa) if mantissa == 0 else mantissa:f}e{exponent:+03d}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from case_studies._study import ROOT, Provenance, markdown_table, write_text
+from case_studies._study import ROOT, Provenance, fixed, markdown_table, write_text
 
 MODELS = ("minilm-l6", "mpnet-base")
 LENGTH = 256
@@ -83,7 +83,7 @@ def run() -> int:
 
 def _triple(values: Sequence[float]) -> str:
     v = np.asarray(values)
-    return f"{v.mean():.2f} / {v[len(v) // 2 :].mean():.2f} / {v.max():.2f}"
+    return f"{fixed(v.mean(), 2)} / {fixed(v[len(v) // 2 :].mean(), 2)} / {fixed(v.max(), 2)}"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -113,7 +113,11 @@ def render(result: dict[str, Any]) -> str:
     per_layer = markdown_table(
         ["model", "key", "share by layer, from layer 0"],
         [
-            [f"`{name}`", f"`{m[key + '_token']}`", " ".join(f"{v:.2f}" for v in m[key + "_share"])]
+            [
+                f"`{name}`",
+                f"`{m[key + '_token']}`",
+                " ".join(f"{fixed(v, 2)}" for v in m[key + "_share"]),
+            ]
             for name, m in result["models"].items()
             for key in ("first", "end")
         ],

@@ -17,11 +17,10 @@ import sys
 import time
 from typing import Any
 
-from case_studies._study import ROOT, Provenance, write_text
+from case_studies._study import ROOT, Provenance, fixed, write_text
 
 RESULT = ROOT / "docs" / "results" / "whisper-sinks.json"
 PAGE = ROOT / "docs" / "whisper.md"
-PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 
 
 def run() -> dict[str, Any]:
@@ -29,7 +28,7 @@ def run() -> dict[str, Any]:
     import torch
 
     from attncoda.hooks import assets, capture
-    from attncoda.hooks.assets import transcribe
+    from attncoda.hooks.assets import teacher_forced_batch, transcribe
     from attncoda.hooks.evaluate import word_error_rate
 
     prov = Provenance("whisper-sinks", "run", command="python -m case_studies.whisper_sinks run")
@@ -44,14 +43,11 @@ def run() -> dict[str, Any]:
     tops: list[list[bool]] = []  # per clip, per decoder layer
     for name, (audio, text) in clips.items():
         hyp = transcribe(model, processor, audio)
-        feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
-        ids = processor.tokenizer(
-            PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
-        )
-        dec = ids.input_ids
+        batch = teacher_forced_batch(processor, audio, text)
+        dec = batch["decoder_input_ids"]
         prov.tokens(f"whisper-base/{name}", dec)
         with torch.no_grad(), capture(model, what="summaries") as cap:
-            model(input_features=feats, decoder_input_ids=dec)
+            model(**batch)
         for stack, ds in cap.datasets.items():
             # mean over heads and queries (the decoder's query 0 sees only its sink: left out)
             s = ds.sink_share.values[0]
@@ -61,7 +57,7 @@ def run() -> dict[str, Any]:
         with torch.no_grad(), capture(
             model, what="rows", layers={"decoder": None, "cross": None}
         ) as cap:  # fmt: skip
-            model(input_features=feats, decoder_input_ids=dec)
+            model(**batch)
         rows = np.exp(cap.datasets["cross"].log_attn.values[0])  # layer, head, query, key
         own = np.exp(cap.datasets["decoder"].log_attn.values[0].astype(np.float64))
         half = own.shape[-1] // 2  # the later queries' mean over heads: is the sink their top key?
@@ -114,14 +110,14 @@ def tables(result: dict[str, Any]) -> dict[str, str]:
     for layer in range(len(s["encoder"])):
         peak = ", ".join(str(k) for k in result["cross_peak_key"][layer])
         sinks.append(
-            f"| {layer} | {s['encoder'][layer]:.3f} | {s['decoder'][layer]:.3f} | "
-            f"{s['cross'][layer]:.3f} | {peak} |"
+            f"| {layer} | {fixed(s['encoder'][layer], 3)} | {fixed(s['decoder'][layer], 3)} | "
+            f"{fixed(s['cross'][layer], 3)} | {peak} |"
         )
     clips = ["| clip | seconds (frames) | text | transcription | WER |", "|---|---|---|---|---|"]
     for c in result["clips"]:
         clips.append(
-            f"| {c['name']} | {c['seconds']:.1f} ({c['speech_frames']}) | {c['text']} | "
-            f"{c['transcription']} | {c['wer']:.2f} |"
+            f"| {c['name']} | {fixed(c['seconds'], 1)} ({c['speech_frames']}) | {c['text']} | "
+            f"{c['transcription']} | {fixed(c['wer'], 2)} |"
         )
     return {"whisper-sinks": "\n".join(sinks), "whisper-transcriptions": "\n".join(clips)}
 
@@ -137,15 +133,15 @@ def readme_row(result: dict[str, Any]) -> str:
     share = result["sink_share"]["decoder"]
     n = len(share)
     size = (
-        f"{result['parameters'] / 1e6:.0f}M params, {entry.layers}+{entry.layers} layers "
+        f"{fixed(result['parameters'] / 1e6, 0)}M params, {entry.layers}+{entry.layers} layers "
         f"(encoder + decoder), {entry.heads} heads ({entry.kv_heads} KV)"
     )
     sink = (
         f"`<\\|startoftranscript\\|>` (decoder position 0; top key in "
         f"{sum(result['decoder_sink_top'])}/{n} layers)"
     )
-    summary = f"{sum(share) / n:.2f} / {sum(share[n // 2 :]) / (n - n // 2):.2f} / {max(share):.2f}"
-    fetch = f"`{asset.fetch_command}` ({asset.download_size / 1e6:,.0f} MB)"
+    summary = f"{fixed(sum(share) / n, 2)} / {fixed(sum(share[n // 2 :]) / (n - n // 2), 2)} / {fixed(max(share), 2)}"
+    fetch = f"`{asset.fetch_command}` ({fixed(asset.download_size / 1e6, 0, thousands=True)} MB)"
     return f"| `whisper-base` | {entry.family} | {size} | {sink} | {summary} | {fetch} |"
 
 

@@ -423,5 +423,104 @@ def test_a_clean_rerun_states_its_agreement_with_each_modified_tree_cell(tmp_pat
     assert len(claims.load_cells(tmp_path)) == 1  # the rerun is not a claim cell
     note = claims.clean_rerun_note(tmp_path)
     assert f"`{'a' * 12}` + changes" in note and f"`{'b' * 12}`" in note
-    assert "accuracy 75.00% stored, 50.00% rerun; 1 of 4 items change verdict" in note
-    assert "largest target log-probability difference 5.0e-01" in note
+    assert "| accuracy 75.00% | accuracy 50.00% | 1 of 4 items change verdict" in note
+    assert "target log-probability 5.0e-01 | no |" in note
+    assert (
+        "1 of the 1 modified-tree cells (1 of 1 cloze)" in note and "0 of the 1 rerun agree" in note
+    )
+
+    # a perplexity cell: perplexity and summed NLL of both, the largest window difference, and
+    # agreement within RERUN_RTOL; a modified-tree cell not rerun is named
+    def ppl(commit, nll):
+        return {
+            **cell(commit, [], []),
+            "task": "ppl-wikipedia",
+            "values": {"window_nll": nll, "window_tokens": [100, 100]},
+        }
+
+    for task in ("ppl-wikipedia", "ppl-mobydick"):
+        claims._write_cell(
+            claims.cell_path(tmp_path, "m", config, task),
+            {**ppl("a" * 40 + "+dirty", [200.0, 300.0]), "task": task},
+        )
+    near = 300.0 * (1 + claims.RERUN_RTOL / 2)
+    claims._write_cell(
+        claims.cell_path(tmp_path / claims.CLEAN_RERUN, "m", config, "ppl-wikipedia"),
+        ppl("b" * 40, [200.0, near]),
+    )
+    note = claims.clean_rerun_note(tmp_path)
+    assert "2 of the 3 modified-tree cells (1 of 2 perplexity, 1 of 1 cloze)" in note
+    assert "not rerun yet: `m/same_b-0.5/ppl-mobydick`" in note
+    row = next(r for r in note.splitlines() if "ppl-wikipedia" in r)
+    assert f"| perplexity {np.exp(2.5):.3f}; summed NLL 500.000 |" in row
+    assert f"perplexity {np.exp((200 + near) / 200):.3f}; summed NLL 500.015 |" in row
+    assert "| 1.5e-02 nats in a window (5.0e-05 of it) | yes |" in row
+    claims._write_cell(
+        claims.cell_path(tmp_path / claims.CLEAN_RERUN, "m", config, "ppl-wikipedia"),
+        ppl("b" * 40, [200.0, 300.0 * (1 + 2 * claims.RERUN_RTOL)]),
+    )
+    row = next(r for r in claims.clean_rerun_note(tmp_path).splitlines() if "ppl-wikipedia" in r)
+    assert row.endswith("| no |")
+
+
+def test_modified_tree_cells_are_rerun_whole_into_clean_rerun_and_nothing_else(
+    tmp_path, monkeypatch
+):
+    """``rerun_modified_cells`` computes exactly the ``+dirty`` cells (the others of their
+    configurations are copied into the scratch folder first), writes them under
+    ``clean-rerun/`` with the clean commit, leaves the stored cells alone, and refuses to run
+    from a modified tree."""
+    root = tmp_path / "claims"
+    _run(root)
+    for other in root.glob("twin/*/*.json"):  # clean, whatever state this tree is in
+        cell = json.loads(other.read_text())
+        other.write_text(json.dumps({**cell, "commit": "1" * 40}))
+    marked = [
+        claims.cell_path(root, "twin", CONFIGS[1], "ppl-wikipedia"),
+        claims.cell_path(root, "twin", CONFIGS[2], "cloze-austen"),
+    ]
+    for path in marked:
+        cell = json.loads(path.read_text())
+        path.write_text(json.dumps({**cell, "commit": "0" * 40 + "+dirty"}))
+    stored = {p: p.read_text() for p in root.glob("twin/*/*.json")}
+    model = zoo.tiny_twin("llama")
+    tok = zoo.ByteTokenizer(model.config.vocab_size)
+    tok.pad_token_id = 0
+    computed = []
+
+    def kwargs():
+        return {
+            "plan": PLAN,
+            "progress": computed.append,
+            "load_model": lambda _n: (model, tok),
+            "texts": _corpora,
+        }
+
+    monkeypatch.setattr(claims, "_git_commit", lambda: "0" * 40 + "+dirty")
+    with pytest.raises(ac.InputError, match="commit your changes first"):
+        claims.rerun_modified_cells(root, "twin", tmp_path / "scratch", **kwargs())
+    monkeypatch.setattr(claims, "_git_commit", lambda: "c" * 40)
+    written = claims.rerun_modified_cells(root, "twin", tmp_path / "scratch", **kwargs())
+    assert len(computed) == 2 and all("ppl-wikipedia" in m or "cloze-austen" in m for m in computed)
+    assert written == [root / claims.CLEAN_RERUN / p.relative_to(root) for p in sorted(marked)]
+    for path, new in zip(sorted(marked), written, strict=True):
+        again, old = json.loads(new.read_text()), json.loads(stored[path])
+        assert again["commit"] == "c" * 40 and again["values"] == old["values"]
+    assert {p: p.read_text() for p in root.glob("twin/*/*.json")} == stored
+    note = claims.clean_rerun_note(root)
+    assert "2 of the 2 modified-tree cells (1 of 1 perplexity, 1 of 1 cloze)" in note
+    assert "2 of the 2 rerun agree" in note
+    assert "With the reruns in place of the stored cells, no number of a claim row moves." in note
+    # a rerun far from its stored cell: the claim row it enters moves, by the perplexity shown
+    moved = json.loads(written[1].read_text())
+    nll = moved["values"]["window_nll"]
+    moved["values"]["window_nll"] = [2 * x for x in nll]
+    written[1].write_text(json.dumps(moved))
+    note = claims.clean_rerun_note(root)
+    assert "of the 1 claim rows whose numbers move change verdict; the largest change" in note
+    assert note.split("interval end is ")[1].split()[1] == "perplexity."
+    written[1].write_text(json.dumps({**moved, "values": {**moved["values"], "window_nll": nll}}))
+    # only one kind, and nothing left to compute on a second call
+    assert claims.rerun_modified_cells(root, "twin", tmp_path / "s2", kind="ppl", **kwargs()) == [
+        written[0] if "ppl" in written[0].name else written[1]
+    ]

@@ -407,6 +407,8 @@ def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
     assert study.borderline_cells({"m": m}) == {"m": {E.BASE, entropy}}
     before = study.claims_note({"m": m})
     assert "more texts" not in before
+    # the coarseness counts the draws of the texts each interval resamples: C(2n - 1, n)
+    assert "a bootstrap over 2 texts has 3 distinct draws of them)" in before
 
     first, second = study.WIDER_TEXTS
     for values, words in (
@@ -423,6 +425,7 @@ def test_a_borderline_comparison_is_widened_to_more_texts_where_computed():
         assert words in row and "(16 windows)" in row
         note = study.claims_note({"m": m})
         assert "1 of the intervals above are over all 4 texts" in note
+        assert "a bootstrap over 2 texts has 3 distinct draws of them, over 4 texts 35)" in note
         n = int(before.split("holds ")[1].split(" intervals")[0])
         assert f"holds {n + 1} intervals" in note
 

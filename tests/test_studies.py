@@ -8,6 +8,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from case_studies import STUDIES, _study
@@ -395,3 +396,96 @@ def test_no_sentence_says_more_than_its_numbers_again(page: str) -> None:
     text = " ".join((_study.ROOT / page).read_text(encoding="utf-8").split())
     back = [s for s in OVERCLAIMS[page] if s in text]
     assert not back, f"{page}: {back} (issue #50: make the sentence as strong as its numbers)"
+
+
+# --------------------------------------------------------------------------------------------
+# one rounding rule (issue #50)
+
+
+def test_the_rounding_rule_sends_exact_halves_away_from_zero_and_agrees_elsewhere() -> None:
+    from case_studies._study import fixed, scientific, significant
+
+    # exact halves, whatever their binary form (100 * 0.1075 is 10.749999999999998)
+    assert [fixed(x, 1) for x in (-5.25, -10.75, 100 * 0.1075, 0.45)] == [
+        "-5.3",
+        "-10.8",
+        "10.8",
+        "0.5",
+    ]
+    assert [significant(x, 2) for x in (0.285, 236.5, 1.25e-7)] == ["0.29", "240", "0.00000013"]
+    assert [scientific(x, 1) for x in (0.00925, -1.25e-3, 9.96e-5)] == [
+        "9.3e-03",
+        "-1.3e-03",
+        "1.0e-04",
+    ]
+    assert fixed(-0.001, 2) == "0.00" and fixed(-0.001, 2, plus=True) == "+0.00"
+    assert fixed(1234567.5, 0, thousands=True) == "1,234,568"
+    # away from halves the rule writes what Python's formats write
+    rng = np.random.default_rng(0)
+    for x in rng.standard_normal(300) * 10.0 ** rng.integers(-6, 7, 300):
+        x = float(x)
+        assert fixed(x, 3) == f"{x:.3f}".replace("-0.000", "0.000"), x
+        assert fixed(x, 0, thousands=True, plus=True) in (f"{x:+,.0f}", "+0"), x
+        assert scientific(x, 2) == f"{x:.2e}", x
+        assert significant(x, 6) == np.format_float_positional(float(f"{x:.6g}"), trim="-"), x
+
+
+#: Functions whose precision formats are not rendered into a README or docs page: the rule's
+#: own decimal conversion, progress lines kept in a variable, and a data file's column.
+_NOT_RENDERED = {
+    ("_study.py", "_decimal"),
+    ("arach/claims.py", "run_claims"),
+    ("arach/study.py", "stamp"),
+    ("rpa/run.py", "train_one"),
+    ("rpa/run.py", "write_runs_table"),
+    ("rpa/study.py", "train_all"),
+}
+_LOGS = {"print", "say", "log", "progress"}
+
+
+def _precision_formats(path: Path) -> list[tuple[str, int, str]]:
+    """``(function, line, spec)`` of every f-string format with a precision (``.2f``, ``.1e``,
+    ``.0%``, ``.3g``) outside a call of print / say / log / progress."""
+    import ast
+    import re
+
+    found = []
+
+    def visit(node: ast.AST, func: str, in_log: bool) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            func = node.name
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")
+            in_log = in_log or name in _LOGS
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None and not in_log:
+            spec = "".join(
+                str(v.value) for v in node.format_spec.values if isinstance(v, ast.Constant)
+            )
+            if re.search(r"\.\d+[eEfFgG%]", spec):
+                found.append((func, node.lineno, spec))
+        for child in ast.iter_child_nodes(node):
+            visit(child, func, in_log)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "<module>", False)
+    return found
+
+
+def test_the_studies_render_numbers_only_through_the_rounding_rule(tmp_path: Path) -> None:
+    """An f-string's ``.2f`` rounds the binary value (−10.75 is −10.7499… and shows as −10.7):
+    a number a study renders goes through fixed / significant / scientific instead."""
+    root = _study.ROOT / "case_studies"
+    bad = [
+        f"{path.relative_to(root)}:{line} in {func}: {spec}"
+        for path in sorted(root.rglob("*.py"))
+        for func, line, spec in _precision_formats(path)
+        if (path.relative_to(root).as_posix(), func) not in _NOT_RENDERED
+    ]
+    assert not bad, bad
+    # the scan sees a format in a renderer, and none in a progress line
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        'def row(x):\n    say(f"{x:.1f}")\n    return [f"{x:.2f}", f"{x:,}", f"{x:+.0%}"]\n',
+        encoding="utf-8",
+    )
+    assert _precision_formats(probe) == [("row", 3, ".2f"), ("row", 3, "+.0%")]

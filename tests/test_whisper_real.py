@@ -19,7 +19,6 @@ from attncoda.hooks.assets import transcribe  # noqa: E402
 from attncoda.hooks.evaluate import word_error_rate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 #: Highest WER per clip; measured 0.13-0.40 (docs/whisper.md), espeak-ng 1.51.
 MAX_WER, MAX_MEAN_WER = 0.5, 0.3
 
@@ -57,10 +56,26 @@ def test_transcription_of_the_speech_corpus_is_close_to_the_text(whisper):
     assert np.mean(list(wers.values())) <= MAX_MEAN_WER, wers
 
 
-def _batch(processor, audio, text):
-    feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
-    ids = processor.tokenizer(PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt")
-    return {"input_features": feats, "decoder_input_ids": ids.input_ids}
+@pytest.mark.real
+@pytest.mark.xdist_group("whisper-base")
+def test_the_teacher_forced_batch_is_a_clip_the_prompt_and_its_text(whisper):
+    """One helper builds Whisper's teacher-forced inputs (CLI capture, case study, tests): the
+    clip's features, then the four prompt tokens, then the text's tokens, cut and cast on demand."""
+    model, processor, clips = whisper
+    audio, text = clips["emma-chi"]
+    batch = assets.teacher_forced_batch(processor, audio, f"  {text}\n")
+    ids = batch["decoder_input_ids"][0].tolist()
+    tok = processor.tokenizer
+    prompt = ["<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>"]
+    assert "".join(prompt) == assets.WHISPER_PROMPT
+    assert ids[:4] == tok.convert_tokens_to_ids(prompt) == [50258, 50259, 50359, 50363]
+    assert tok.decode(ids[4:]) == text.strip() and len(ids) > 10
+    feats = batch["input_features"]
+    assert feats.shape == (1, model.config.num_mel_bins, 3000) and feats.dtype == torch.float32
+    short = assets.teacher_forced_batch(processor, audio, text, max_tokens=6, dtype=torch.float16)
+    assert short["decoder_input_ids"].tolist() == [ids[:6]]
+    assert short["input_features"].dtype == torch.float16
+    assert torch.equal(short["input_features"], feats.half())
 
 
 @pytest.mark.real
@@ -69,7 +84,7 @@ def _batch(processor, audio, text):
 def test_capture_of_every_stack_equals_eager_and_outputs_do_not_move(whisper):
     model, processor, clips = whisper
     audio, text = clips["emma-chiii"]
-    batch = _batch(processor, audio, text)
+    batch = assets.teacher_forced_batch(processor, audio, text)
     layers = {"encoder": [0, 5], "decoder": None, "cross": None}
     heads = {"encoder": [0, 7], "decoder": None, "cross": None}
     queries = {"encoder": slice(0, 64), "decoder": None, "cross": None}

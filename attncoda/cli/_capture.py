@@ -140,9 +140,8 @@ def _check_queries(queries: Any, max_tokens: int) -> None:
         raise usage("--queries lists a position twice")
 
 
-#: The corpus a speech model is captured over, and the decoder prompt its transcripts follow.
+#: The corpus a speech model is captured over (teacher-forced: assets.teacher_forced_batch).
 SPEECH_CORPUS = "austen-speech"
-SPEECH_PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
 STACKS = ("encoder", "decoder", "cross")
 
 
@@ -290,11 +289,11 @@ def _capture_speech(args: argparse.Namespace, out: Path) -> int:
         ) as cap:  # fmt: skip
             for name in names:
                 audio, text = clips[name]
-                feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
-                ids = processor.tokenizer(
-                    SPEECH_PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
-                ).input_ids[:, :max_tokens]
-                model(input_features=feats.to(device), decoder_input_ids=ids.to(device))
+                model(
+                    **assets.teacher_forced_batch(
+                        processor, audio, text, max_tokens=max_tokens, device=device
+                    )
+                )
         datasets = cap.datasets
     except CaptureError as exc:
         raise usage(str(exc)) from exc

@@ -49,7 +49,7 @@ from attncoda.hooks.evaluate import (
     tokens_sha256,
 )
 
-from .._study import Shard, fixed, time_is_up, write_text
+from .._study import Shard, fixed, scientific, significant, time_is_up, write_text
 
 __all__ = [
     "CELL_FORMAT",
@@ -585,6 +585,100 @@ def _split_items(items: Sequence[ClozeItem], per_source: int) -> list[list[Cloze
     return [list(items[i * per_source : (i + 1) * per_source]) for i in range(len(CLOZE_SOURCES))]
 
 
+def rerun_modified_cells(
+    root: str | Path, model_name: str, scratch: str | Path, *, kind: str = "", **run: Any
+) -> list[Path]:
+    """Recompute whole, at the current clean commit, every cell of ``model_name`` that a
+    modified tree made (``+dirty``), into ``root/clean-rerun/`` (:data:`CLEAN_RERUN`), where
+    :func:`clean_rerun_note` compares each with the stored cell.
+
+    The stored cells stay the claim cells. :func:`run_claims` computes into ``scratch``, which
+    first receives every other cell of the configurations involved (a clean rerun's copy where
+    there is one), so that it computes exactly the modified-tree cells: checked before any cell
+    is computed.
+
+    Parameters
+    ----------
+    root : path-like
+        The cells folder (``results/claims``).
+    model_name : str
+    scratch : path-like
+        An empty or earlier scratch folder (a rerun cut short resumes there).
+    kind : str, optional
+        Only the cells whose task starts with it (``"ppl"``, ``"cloze"``).
+    **run
+        Passed to :func:`run_claims` (``plan``, ``threads``, ``progress``, ``load_model``, ...).
+
+    Returns
+    -------
+    list of Path
+        The cells written under ``root/clean-rerun``.
+
+    Raises
+    ------
+    InputError
+        When the working tree has uncommitted changes (the rerun must record a clean commit),
+        or when the scratch folder would compute other cells than the modified-tree ones.
+    """
+    import shutil
+
+    if _git_commit().endswith("+dirty"):
+        raise InputError("commit your changes first: a clean rerun must record a clean commit")
+    root, scratch = Path(root), Path(scratch)
+    stored = load_cells(root)
+    dirty = {
+        k: c
+        for k, c in stored.items()
+        if k[0] == model_name
+        and k[2].startswith(kind)
+        and str(c.get("commit", "")).endswith("+dirty")
+    }
+    if not dirty:
+        return []
+    configs = {Config(**c["config"]).name: Config(**c["config"]) for c in dirty.values()}
+    configs.pop(Config().name, None)
+    order = [Config(), *sorted(configs.values(), key=lambda c: (c.offset is None, c.name))]
+    scratch.mkdir(parents=True, exist_ok=True)
+    if (root / PASSAGES_FILE).is_file():
+        shutil.copy2(root / PASSAGES_FILE, scratch / PASSAGES_FILE)
+    for (model, name, task), cell in stored.items():
+        if model != model_name or (model, name, task) in dirty:
+            continue
+        if name not in {c.name for c in order}:
+            continue
+        config = Config(**cell["config"])
+        clean = cell_path(root / CLEAN_RERUN, model, config, task)
+        target = cell_path(scratch, model, config, task)
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(clean if clean.is_file() else cell_path(root, model, config, task), target)
+
+    def done(key: tuple[str, str, str]) -> Path | None:
+        path = cell_path(scratch, key[0], Config(**dirty[key]["config"]), key[2])
+        return path if read_cell(path) is not None else None
+
+    todo = [k for k in dirty if done(k) is None]
+    dry = run_claims(
+        model_name, scratch, configs=order, **{**run, "time_limit_s": 0, "progress": None}
+    )
+    if dry["left"] != len(todo):
+        raise InputError(
+            f"{scratch} would compute {dry['left']} cells, not the {len(todo)} modified-tree "
+            "cells left: a configuration involved has cells missing from the store"
+        )
+    run_claims(model_name, scratch, configs=order, **run)
+    written = []
+    for key in sorted(dirty):
+        path = done(key)
+        if path is None:  # a time limit stopped the run first
+            continue
+        target = root / CLEAN_RERUN / path.relative_to(scratch)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+        written.append(target)
+    return written
+
+
 #: The file, beside the cells, of :func:`recheck_cells`.
 RECHECK_FILE = "recheck-dirty-cells.json"
 
@@ -937,10 +1031,12 @@ def _nil_size(row: Mapping[str, Any]) -> str | None:
     low, high = float(row["low"]), float(row["high"])
     if str(row["measure"]).startswith("cloze"):
         far = max(abs(low), abs(high)) * 100
-        return f"the whole CI within {far:.1f} points of 0" if far <= NIL_CLOZE_POINTS else None
+        return (
+            f"the whole CI within {fixed(far, 1)} points of 0" if far <= NIL_CLOZE_POINTS else None
+        )
     far = max(abs(low), abs(high)) / float(row["off"])
     if far <= NIL_PPL_RELATIVE:
-        return f"the whole CI within {far * 100:.1f}% of plain perplexity"
+        return f"the whole CI within {fixed(far * 100, 1)}% of plain perplexity"
     return None
 
 
@@ -1179,7 +1275,7 @@ def intervals_note(table: str, rows: Sequence[Mapping[str, Any]]) -> str:
         f"The claim table holds {n} 95% intervals. Each is a marginal, paired percentile "
         f"bootstrap interval: cloze rows resample {unit}, since items from one passage are "
         "correlated; perplexity rows resample whole windows. None is corrected for "
-        f"multiplicity: if ARACH changed nothing, about {n * 0.05:.1f} of the {n} would still be "
+        f"multiplicity: if ARACH changed nothing, about {fixed(n * 0.05, 1)} of the {n} would still be "
         "expected to exclude 0 by chance. " + _same_side(rows)
     )
 
@@ -1304,7 +1400,7 @@ def long_table(
                         TEXT_NAME[text],
                         "plain",
                         str(window),
-                        f"{float(np.exp(nll.sum() / tokens.sum())):.2f}",
+                        fixed(float(np.exp(nll.sum() / tokens.sum())), 2),
                         "",
                         f"{int(tokens.sum())} tokens; {len(nll)} windows",
                         "",
@@ -1469,8 +1565,8 @@ def _recheck_note(root: Path) -> str:
     return (
         f"Spot check (`{RECHECK_FILE}`): window {', '.join(map(str, doc['windows']))} of "
         f"{cells} modified-tree cells recomputed at the clean commit `{doc['commit'][:12]}`; "
-        f"the largest difference from the stored summed window NLL is {max(diffs):.2e} nats "
-        f"({rel:.1e} of it)."
+        f"the largest difference from the stored summed window NLL is {scientific(max(diffs), 2)} nats "
+        f"({scientific(rel, 1)} of it)."
     )
 
 
@@ -1478,46 +1574,133 @@ def _recheck_note(root: Path) -> str:
 #: (``results/claims/clean-rerun/MODEL/CONFIG/TASK.json``; not read as claim cells).
 CLEAN_RERUN = "clean-rerun"
 
+#: A rerun perplexity cell agrees with the stored one when every window's summed NLL is within
+#: this relative difference (the spread of float32 kernels between runs is about 1e-6).
+RERUN_RTOL = 1e-4
+
+
+def _rerun_row(key: tuple[str, str, str], old: Mapping[str, Any], new: Mapping[str, Any]) -> list:
+    """One row of :func:`clean_rerun_note`'s table: the cell, where the stored one was made,
+    both values, the largest difference and whether they agree."""
+    was = str(old.get("commit", ""))
+    made = f"`{was[:12]}`{' + changes' if was.endswith('+dirty') else ''}"
+    same_tokens = new.get("tokens_sha256") == old.get("tokens_sha256")
+    if key[2].startswith("cloze"):
+        a = np.asarray(old["values"]["correct"], bool)
+        b = np.asarray(new["values"]["correct"], bool)
+        lp = np.abs(
+            np.asarray(old["values"]["target_logprob"], float)
+            - np.asarray(new["values"]["target_logprob"], float)
+        )
+        values = [f"accuracy {fixed(100 * x.mean(), 2)}%" for x in (a, b)]
+        changed = int((a != b).sum())
+        largest = (
+            f"{changed} of {len(a)} items change verdict; target log-probability "
+            f"{scientific(float(lp.max()), 1)}"
+        )
+        agrees = changed == 0
+    else:
+        values = []
+        for cell in (old, new):
+            nll = np.asarray(cell["values"]["window_nll"], float)
+            tokens = np.asarray(cell["values"]["window_tokens"], float)
+            values.append(
+                f"perplexity {fixed(float(np.exp(nll.sum() / tokens.sum())), 3)}; summed NLL "
+                f"{fixed(float(nll.sum()), 3, thousands=True)}"
+            )
+        x = np.asarray(old["values"]["window_nll"], float)
+        y = np.asarray(new["values"]["window_nll"], float)
+        rel = np.abs(x - y) / np.abs(x)
+        largest = (
+            f"{scientific(float(np.abs(x - y).max()), 1)} nats in a window "
+            f"({scientific(float(rel.max()), 1)} of it)"
+            if rel.max() > 0
+            else f"none: all {len(x)} windows' NLLs identical"
+        )
+        agrees = bool(rel.max() <= RERUN_RTOL)
+    verdict = "yes" if agrees and same_tokens else "no" + ("" if same_tokens else " (OTHER TOKENS)")
+    return [f"`{'/'.join(key)}`", made, *values, largest, verdict]
+
 
 def clean_rerun_note(root: Path) -> str:
     """Per cell rerun at a clean commit (:data:`CLEAN_RERUN`), how it agrees with the stored
-    modified-tree cell: cloze accuracy and items whose verdict differs, or the summed window
-    NLL of a perplexity cell ('' when nothing was rerun)."""
+    modified-tree cell, as a table: cloze accuracy and the items whose verdict differs, or a
+    perplexity cell's perplexity, summed NLL and largest window difference; with how many of
+    the modified-tree cells have been rerun ('' when none was)."""
+    from .._study import markdown_table
+
     reruns = load_cells(Path(root) / CLEAN_RERUN)
     stored = load_cells(Path(root))
-    parts = []
-    for key, new in sorted(reruns.items()):
-        old = stored.get(key)
-        if old is None:
-            continue
-        was = str(old.get("commit", ""))
-        label = (
-            f"`{'/'.join(key)}` (stored: `{was[:12]}`"
-            f"{' + changes' if was.endswith('+dirty') else ''}"
-            f"{'' if new.get('tokens_sha256') == old.get('tokens_sha256') else '; OTHER TOKENS'})"
-        )
-        if key[2].startswith("cloze"):
-            a = np.asarray(old["values"]["correct"], bool)
-            b = np.asarray(new["values"]["correct"], bool)
-            lp = np.abs(
-                np.asarray(old["values"]["target_logprob"], float)
-                - np.asarray(new["values"]["target_logprob"], float)
-            )
-            parts.append(
-                f"{label}: accuracy {fixed(100 * a.mean(), 2)}% stored, "
-                f"{fixed(100 * b.mean(), 2)}% rerun; {int((a != b).sum())} of {len(a)} items "
-                f"change verdict; largest target log-probability difference {lp.max():.1e}"
-            )
-        else:
-            x = float(np.sum(old["values"]["window_nll"]))
-            y = float(np.sum(new["values"]["window_nll"]))
-            parts.append(f"{label}: summed window NLL {x:.6g} stored, {y:.6g} rerun")
-    if not parts:
+    rows = [_rerun_row(k, stored[k], new) for k, new in sorted(reruns.items()) if k in stored]
+    if not rows:
         return ""
+    dirty = {k for k, c in stored.items() if str(c.get("commit", "")).endswith("+dirty")}
+    counts = []
+    for kind, label in (("ppl", "perplexity"), ("cloze", "cloze")):
+        of = {k for k in dirty if k[2].startswith(kind)}
+        if of:
+            counts.append(f"{len(of & set(reruns))} of {len(of)} {label}")
+    names = [f"`{'/'.join(k)}`" for k in sorted(dirty - set(reruns))]
     commits = sorted({str(c.get("commit", ""))[:12] for c in reruns.values()})
+    agree = sum(r[-1] == "yes" for r in rows)
+    effect = _rerun_effect(Path(root), stored, reruns)
+    table = markdown_table(
+        ["cell", "stored cell made at", "stored", "rerun", "largest difference", "agrees"], rows
+    )
     return (
-        f"Clean rerun (`{CLEAN_RERUN}/`): {len(parts)} modified-tree cells recomputed whole at "
-        f"{', '.join(f'`{c}`' for c in commits)}: " + "; ".join(parts) + "."
+        f"Clean rerun (`{CLEAN_RERUN}/`): {len(dirty & set(reruns))} of the {len(dirty)} "
+        f"modified-tree cells ({', '.join(counts)}) recomputed whole at "
+        f"{', '.join(f'`{c}`' for c in commits)}; {agree} of the {len(rows)} rerun agree with the "
+        "stored cell (a perplexity cell: every window's summed NLL within a relative "
+        f"{scientific(RERUN_RTOL, 0)}; a cloze cell: no item changes verdict)"
+        + (f"; not rerun yet: {', '.join(names)}" if names else "")
+        + f". {effect}\n\n{table}"
+    )
+
+
+def _rerun_effect(
+    root: Path,
+    stored: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    reruns: Mapping[tuple[str, str, str], Mapping[str, Any]],
+) -> str:
+    """What the claim rows would say with the rerun cells in place of the stored ones: how many
+    change verdict, and the largest change of an ARACH − plain difference or interval end
+    (:func:`summarise` of the configurations involved, both ways, at the tables' resampling)."""
+    keys = [k for k in reruns if k in stored]
+    models = {k[0] for k in keys}
+    configs = {k[1] for k in keys} | {Config().name}
+    sub = {k: c for k, c in stored.items() if k[0] in models and k[1] in configs}
+    swapped = {**sub, **{k: reruns[k] for k in keys}}
+
+    def index(cells: Mapping[tuple[str, str, str], Any]) -> dict[tuple, dict[str, Any]]:
+        return {(r["model"], r["config"], r["measure"]): r for r in summarise(root, cells=cells)}
+
+    before, after = index(sub), index(swapped)
+    shown = ("off", "on", "diff", "low", "high")
+    touched = [k for k in before if k in after and any(before[k][f] != after[k][f] for f in shown)]
+    flips = [k for k in touched if verdict(before[k]) != verdict(after[k])]
+    parts = []
+    for kind, scale, unit in (("ppl", 1.0, "perplexity"), ("cloze", 100.0, "accuracy points")):
+        moved = [
+            scale * abs(after[k][f] - before[k][f])
+            for k in touched
+            if k[2].startswith(kind)
+            for f in ("diff", "low", "high")
+        ]
+        if moved:
+            parts.append(f"{significant(max(moved), 2)} {unit}")
+    if not touched:
+        return "With the reruns in place of the stored cells, no number of a claim row moves."
+    return (
+        f"With the reruns in place of the stored cells, {len(flips)} of the {len(touched)} claim "
+        "rows whose numbers move change verdict"
+        + (
+            "; the largest change of an ARACH − plain difference or interval end is "
+            + " and ".join(parts)
+            if parts
+            else ""
+        )
+        + "."
     )
 
 
@@ -1563,12 +1746,12 @@ def claim_summary(
         parts = []
         cloze = [r for r in mine if r["measure"] == "cloze"]
         if cloze:
-            half = [f"{(r['high'] - r['low']) * 50:.1f}" for r in cloze]
+            half = [fixed((r["high"] - r["low"]) * 50, 1) for r in cloze]
             lo_half, hi_half = min(half, key=float), max(half, key=float)
             plural = "s" if lo_half != hi_half else ""
             halves = f"half-width{plural} {_one_or_range(lo_half, hi_half, '-')}"
             parts.append(
-                f"cloze on {cloze[0]['n']:,} items: plain {cloze[0]['off'] * 100:.1f}%, ARACH − "
+                f"cloze on {cloze[0]['n']:,} items: plain {fixed(cloze[0]['off'] * 100, 1)}%, ARACH − "
                 f"plain {_span(cloze, 100, 1)} points over {len(cloze)} of "
                 f"{len(core)} configurations (95% CI {halves}; "
                 f"{_verdict_counts(cloze)})"
@@ -1578,7 +1761,7 @@ def claim_summary(
             if ppl:
                 parts.append(
                     f"perplexity of {MEASURE_LABEL[f'ppl-{text}'].split(', ')[1]} on "
-                    f"{ppl[0]['n']:,} tokens: plain {ppl[0]['off']:.2f}, ARACH − plain "
+                    f"{ppl[0]['n']:,} tokens: plain {fixed(ppl[0]['off'], 2)}, ARACH − plain "
                     f"{_span(ppl, 1, 2)} over {len(ppl)} configurations ({_verdict_counts(ppl)})"
                 )
         missing = len(core) * len(measures) - sum(r["measure"] in measures for r in mine)
@@ -1643,11 +1826,11 @@ def cost_table(cells: Mapping[tuple[str, str, str], dict]) -> str:
             [
                 model,
                 *(
-                    f"{med[key]:.0f}" if key in med else "?"
+                    fixed(med[key], 0) if key in med else "?"
                     for key in ((True, "ppl"), (False, "ppl"), (True, "cloze"), (False, "cloze"))
                 ),
                 f"{len(mine)} / {planned_cells(model)}",
-                f"{total / 3600:.1f} h"
+                f"{fixed(total / 3600, 1)} h"
                 + ("" if known else " (lower bound: a cell kind not yet timed)"),
             ]
         )

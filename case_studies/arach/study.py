@@ -48,7 +48,15 @@ from attncoda.hooks.evaluate import (
     special_prefix,
 )
 
-from .._study import Golden, Study, add_shard, add_time_limit, seconds_left, write_text
+from .._study import (
+    Golden,
+    Study,
+    add_shard,
+    add_time_limit,
+    fixed,
+    seconds_left,
+    write_text,
+)
 from .._study import main as study_main
 from .claims import (
     CLAIM_MODELS,
@@ -809,32 +817,32 @@ def audit_prose(res: Mapping[str, Mapping[str, Any]]) -> str:
         text = f"- **{m}: {'yes' if yes else 'not in this form'}.** "
         text += (
             f"The strongest sink, layer {a['strongest_sink_layer']} "
-            f"({a['strongest_sink_off']:.2f} → {a['strongest_sink_on']:.2f}), "
+            f"({fixed(a['strongest_sink_off'], 2)} → {fixed(a['strongest_sink_on'], 2)}), "
             + (
-                f"is also where the sink drops most ({a['largest_drop']:.2f})"
+                f"is also where the sink drops most ({fixed(a['largest_drop'], 2)})"
                 if same_layer
                 else f"is not where the sink drops most (layer {a['largest_drop_layer']}: "
-                f"{a['largest_drop']:.2f})"
+                f"{fixed(a['largest_drop'], 2)})"
             )
-            + f"; the hub takes {a['strongest_hub_on']:.2f} of the "
+            + f"; the hub takes {fixed(a['strongest_hub_on'], 2)} of the "
             f"attention in that layer. Averaged over layers the sink falls "
-            f"{a['mean_sink_off']:.2f} → {a['mean_sink_on']:.2f} and the hub takes "
-            f"{a['mean_hub_on']:.3f} (at most {hub.max():.2f}, layer {int(hub.argmax())}): "
+            f"{fixed(a['mean_sink_off'], 2)} → {fixed(a['mean_sink_on'], 2)} and the hub takes "
+            f"{fixed(a['mean_hub_on'], 3)} (at most {fixed(hub.max(), 2)}, layer {int(hub.argmax())}): "
         )
         if ratio <= 1:
             text += (
-                f"the sink's loss is {ratio * 100:.0f}% of the hub's share, the rest of the hub's "
+                f"the sink's loss is {fixed(ratio * 100, 0)}% of the hub's share, the rest of the hub's "
                 "share comes from content. "
             )
         else:
             text += (
-                f"the sink loses {ratio:.1f}× what the hub takes, so most of that mass goes to "
+                f"the sink loses {fixed(ratio, 1)}× what the hub takes, so most of that mass goes to "
                 "content, an indirect effect of the changed hidden states rather than direct "
                 "competition for the row's mass (a reading, not tested). "
             )
         within = a["mean_dH_within_content"]
         text += (
-            f"Across layers corr(sink off, sink drop) = {a['corr_sink_off_vs_drop']:.2f}. "
+            f"Across layers corr(sink off, sink drop) = {fixed(a['corr_sink_off_vs_drop'], 2)}. "
             f"The entropy changes by {signed(a['mean_dH_total'], 2)} nats: "
             f"{signed(a['mean_dH_between'], 2)} between groups, "
             f"{signed(within, 2)} within content."
@@ -885,8 +893,8 @@ def render_tables(results: Path) -> dict[str, str]:
                         m,
                         TEXTS[row["corpus"]],
                         row["context"],
-                        f"{row['off']:.2f}",
-                        f"{row['on']:.2f}",
+                        fixed(row["off"], 2),
+                        fixed(row["on"], 2),
                         _ci(row),
                     ]
                 )
@@ -901,8 +909,8 @@ def render_tables(results: Path) -> dict[str, str]:
                 [
                     m,
                     text,
-                    f"{off:.2f}",
-                    *(f"{rows[b]['on']:.2f}" if b in rows else "" for b in offsets),
+                    fixed(off, 2),
+                    *(fixed(rows[b]["on"], 2) if b in rows else "" for b in offsets),
                 ]
             )
         for row in r["ablations"]:
@@ -911,8 +919,8 @@ def render_tables(results: Path) -> dict[str, str]:
                     m,
                     TEXTS[row["corpus"]],
                     row["variant"],
-                    f"{row['off']:.2f}",
-                    f"{row['on']:.2f}",
+                    fixed(row["off"], 2),
+                    fixed(row["on"], 2),
                     _ci(row),
                 ]
             )
@@ -921,8 +929,8 @@ def render_tables(results: Path) -> dict[str, str]:
                 [
                     m,
                     _b(row["offset"]),
-                    f"{row['off']:.3f}",
-                    f"{row['on']:.3f}",
+                    fixed(row["off"], 3),
+                    fixed(row["on"], 3),
                     _ci(row, 3),
                     signed(row["mean_dlogprob"], 3),
                 ]
@@ -932,14 +940,14 @@ def render_tables(results: Path) -> dict[str, str]:
         audit_rows.append(
             [
                 m,
-                f"L{a['strongest_sink_layer']}: {a['strongest_sink_off']:.3f} → "
-                f"{a['strongest_sink_on']:.3f}, {a['strongest_hub_on']:.3f}",
-                f"{a['largest_drop']:.3f} (L{a['largest_drop_layer']})",
-                f"{a['mean_sink_off']:.3f} → {a['mean_sink_on']:.3f}",
-                f"{a['mean_hub_on']:.3f}",
-                f"{a['mean_content_entropy_off']:.3f} → {a['mean_content_entropy_on']:.3f}",
+                f"L{a['strongest_sink_layer']}: {fixed(a['strongest_sink_off'], 3)} → "
+                f"{fixed(a['strongest_sink_on'], 3)}, {fixed(a['strongest_hub_on'], 3)}",
+                f"{fixed(a['largest_drop'], 3)} (L{a['largest_drop_layer']})",
+                f"{fixed(a['mean_sink_off'], 3)} → {fixed(a['mean_sink_on'], 3)}",
+                fixed(a["mean_hub_on"], 3),
+                f"{fixed(a['mean_content_entropy_off'], 3)} → {fixed(a['mean_content_entropy_on'], 3)}",
                 f"{signed(a['mean_dH_total'], 3)} = {signed(a['mean_dH_between'], 3)} "
-                f"{'+' if within >= 0 else MINUS} {abs(within):.3f}",
+                f"{'+' if within >= 0 else MINUS} {fixed(abs(within), 3)}",
                 signed(a["corr_sink_off_vs_drop"], 2),
             ]
         )

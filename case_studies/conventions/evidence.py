@@ -24,7 +24,7 @@ import xarray as xr
 
 import attncoda as ac
 
-from .._study import stratified_draws, two_stage_draws
+from .._study import fixed, stratified_draws, two_stage_draws
 
 METRICS = ac.METRICS
 PAIRS = (("kept", "dropped"), ("kept", "sink"))
@@ -576,4 +576,4 @@ def flip_verdict(value: float, per_text: Sequence[float], lo: float, hi: float) 
     if not any(inside) and (all(x < a for x in points) or all(x > b for x in points)):
         return "outside the published range", "the rate, every text and the interval lie outside"
     edge = a if min(points) < a else b
-    return "borderline", f"texts or interval straddle the range's edge at {100 * edge:.0f}%"
+    return "borderline", f"texts or interval straddle the range's edge at {fixed(100 * edge, 0)}%"

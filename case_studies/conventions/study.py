@@ -37,6 +37,7 @@ from .._study import (
     fixed,
     markdown_table,
     read_manifest,
+    scientific,
 )
 from .._study import main as study_main
 from . import evidence as ev
@@ -587,7 +588,7 @@ def claims(
             a = e.reset_index()[["stat", "value", "ci_low", "ci_high"]]
             per = "; ".join(
                 f"{label} "
-                + ", ".join(f"{tx} {getattr(e.loc[stat], f'text_{tx}'):.2f}" for tx in texts)
+                + ", ".join(f"{tx} {fixed(getattr(e.loc[stat], f'text_{tx}'), 2)}" for tx in texts)
                 for stat, label in (("rho_kept", "|rho|"), ("ari_k2", "ARI"))
             )
             unit = _unit(e.iloc[0])
@@ -732,7 +733,9 @@ def claims(
         if len(e) and stat in e.index:
             x = e.loc[stat]
             d, lo, hi, unit = x.value, x.ci_low, x.ci_high, _unit(x)
-            per_txt = ", ".join(f"{tx} {100 * getattr(x, f'text_{tx}'):+.0f} pts" for tx in texts)
+            per_txt = ", ".join(
+                f"{tx} {fixed(100 * getattr(x, f'text_{tx}'), 0, plus=True)} pts" for tx in texts
+            )
         else:
             old = t.get("claims_before", pd.DataFrame())
             old = (
@@ -1152,7 +1155,7 @@ def cells_provenance(results: Path) -> str:
                 "; their pooled flip rates equal the window tables' exactly"
                 if gap == 0
                 else f"; their pooled flip rates differ from the window tables' by at most "
-                f"{gap:.1e}"
+                f"{scientific(gap, 1)}"
             )
         lines.append(line + ".")
     return "\n".join(lines) if lines else "- No cells recorded."

@@ -57,6 +57,7 @@ from .._study import (
     fixed,
     markdown_table,
     provenance_table,
+    scientific,
     seconds_left,
     significant,
 )
@@ -442,7 +443,7 @@ def perplexity_table(folders: Sequence[Path]) -> str:
             sub = rows[rows.score == score]
             cells = {int(r.k): _ppl(r) for r in sub.itertuples()}
             cells[0] = base
-            out.append([score, sub.channel.iloc[0], *(f"{fixed(cells[k], 2)}" for k in ks)])
+            out.append([score, sub.channel.iloc[0], *(fixed(cells[k], 2) for k in ks)])
     return markdown_table(["score", "channel", *(_k_label(k, n) for k in ks)], out)
 
 
@@ -504,10 +505,10 @@ def diagnostics_table(folder: Path, scores: Sequence[str] = DIAGNOSED) -> str:
         out.append(
             [
                 score,
-                f"{fixed(rho_g, 2, plus=True)}",
-                f"{fixed(rho_s, 2, plus=True)}",
+                fixed(rho_g, 2, plus=True),
+                fixed(rho_s, 2, plus=True),
                 layers,
-                f"{significant(share, 2)}",
+                significant(share, 2),
             ]
         )
     return markdown_table(
@@ -1153,6 +1154,7 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
             for w in m.meta.get("texts", {}).values()
         }
     )
+    draws_of = [*n_texts, *([n_texts[-1] + len(WIDER_TEXTS)] if claims.widened else [])]
     return (
         f"The claim table holds {claims.intervals} intervals (95% each). **None is corrected "
         "for multiplicity**: each answers its own row, and about one in twenty of them would "
@@ -1162,8 +1164,8 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
         f"{' or '.join(map(str, windows))} contiguous windows from each of "
         f"{' or '.join(map(str, n_texts))} texts, and each replicate draws the texts with "
         "replacement and then the windows of each drawn text, so the interval carries the spread "
-        "between texts (with so few texts it is coarse: a bootstrap over three texts has ten "
-        "distinct draws of them). Beside it, in brackets, is the interval over "
+        f"between texts (with so few texts it is coarse: {_text_draws(draws_of)}). Beside it, in "
+        "brackets, is the interval over "
         f"{CONDITIONAL_UNIT}, which is narrower and holds only for these texts. Each row also "
         "shows the per-text point ratios: where they straddle a threshold, the row says so. "
         "Every verdict reads the widest evidence the study has: the two-stage interval, over all "
@@ -1178,6 +1180,22 @@ def claims_note(models: dict[str, ModelEvidence]) -> str:
             if claims.widened
             else ""
         )
+    )
+
+
+def _text_draws(counts: Sequence[int]) -> str:
+    """How many different sets of texts a two-stage replicate can draw, for each number of texts
+    an interval resamples (n texts drawn n times with replacement: C(2n - 1, n) multisets).
+
+    Examples
+    --------
+    >>> _text_draws([3, 5])
+    'a bootstrap over 3 texts has 10 distinct draws of them, over 5 texts 126'
+    """
+    first, *rest = (f"{n} texts {math.comb(2 * n - 1, n):,}" for n in counts)
+    n, draws = first.split(" texts ")
+    return f"a bootstrap over {n} texts has {draws} distinct draws of them" + "".join(
+        f", over {p}" for p in rest
     )
 
 
@@ -1299,7 +1317,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
             rows.append(
                 f"- **{name}** `{cell.label}`: made at `{str(old.get('commit'))[:12]}` ({was}), "
                 f"recomputed at `{str(rec.get('commit'))[:12]}` ({state}): per-window NLLs "
-                f"agree to {worst:.1e} (largest relative difference), perplexity "
+                f"agree to {scientific(worst, 1)} (largest relative difference), perplexity "
                 f"{fixed(ppl[0], 4)} then, {fixed(ppl[1], 4)} now."
             )
         if not rows:
@@ -1310,7 +1328,7 @@ def clean_rerun_note(results: Path, models: dict[str, ModelEvidence]) -> str:
         lines.append(
             f"**{name}: {len(dirty & clean)} of its {len(dirty)} cells from a modified (or "
             f"unrecorded) tree recomputed at a clean commit**; per-window NLLs agree to "
-            f"{worst_all:.1e} at most (largest relative difference)"
+            f"{scientific(worst_all, 1)} at most (largest relative difference)"
             + (f"; not yet recomputed: {', '.join(left)}." if left else ".")
         )
         lines.extend(rows)

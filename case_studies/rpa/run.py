@@ -51,7 +51,7 @@ import attncoda as ac
 from attncoda.hooks import rpa, rpa_audit, rpa_train
 from attncoda.hooks.rpa_checkpoints import RunFolder
 
-from .._study import write_text
+from .._study import fixed, write_text
 from .data import load_austen
 
 STAGES = ("baseline", "rpa", "guardian")
@@ -299,15 +299,23 @@ def report(args: argparse.Namespace) -> str:
         mean = statistics.fmean(got) if got else None
         if label == "baseline":
             base_mean = mean
-        cells = [f"{v:.4f}" if v is not None else "–" for v in vals]
-        d_base = f"{mean - base_mean:+.4f}" if mean is not None and base_mean is not None else "–"
-        d_prev = f"{mean - prev_mean:+.4f}" if mean is not None and prev_mean is not None else "–"
-        mtxt = f"{mean:.4f}" if mean is not None else "–"
+        cells = [fixed(v, 4) if v is not None else "–" for v in vals]
+        d_base = (
+            fixed(mean - base_mean, 4, plus=True)
+            if mean is not None and base_mean is not None
+            else "–"
+        )
+        d_prev = (
+            fixed(mean - prev_mean, 4, plus=True)
+            if mean is not None and prev_mean is not None
+            else "–"
+        )
+        mtxt = fixed(mean, 4) if mean is not None else "–"
         if len(got) > 1:
-            mtxt += f" ± {statistics.stdev(got):.4f}"
+            mtxt += f" ± {fixed(statistics.stdev(got), 4)}"
         lines.append(
             f"| {label} | " + " | ".join(cells) + f" | {mtxt} | {d_base} | {d_prev} "
-            f"| {PAPER[label]:.3f} |"
+            f"| {fixed(PAPER[label], 3)} |"
         )
         prev_mean = mean if mean is not None else prev_mean
     controls = []
@@ -317,9 +325,9 @@ def report(args: argparse.Namespace) -> str:
         if not got:
             continue
         mean = statistics.fmean(got)
-        mtxt = f"{mean:.4f}" + (f" ± {statistics.stdev(got):.4f}" if len(got) > 1 else "")
-        cells = [f"{v:.4f}" if v is not None else "–" for v in vals]
-        d_base = f"{mean - base_mean:+.4f}" if base_mean is not None else "–"
+        mtxt = fixed(mean, 4) + (f" ± {fixed(statistics.stdev(got), 4)}" if len(got) > 1 else "")
+        cells = [fixed(v, 4) if v is not None else "–" for v in vals]
+        d_base = fixed(mean - base_mean, 4, plus=True) if base_mean is not None else "–"
         controls.append(f"| {label} | " + " | ".join(cells) + f" | {mtxt} | {d_base} |")
     if controls:
         controls = [
@@ -337,15 +345,15 @@ def report(args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|",
     ]
     for r in runs:
-        tau = f"{r['final_tau']:.3f}" if r["final_tau"] is not None else "–"
+        tau = fixed(r["final_tau"], 3) if r["final_tau"] is not None else "–"
         swa = (
             f"{r['swa_accepted']} ({'yes' if r['swa_used'] else 'no'})"
             if r["stage"] in ("guardian", "schedules")
             else "–"
         )
-        mix = ", ".join(f"{k}:{v:.2f}" for k, v in r["context_mixture"].items()) or "–"
+        mix = ", ".join(f"{k}:{fixed(v, 2)}" for k, v in r["context_mixture"].items()) or "–"
         extra.append(
-            f"| {r['stage']} seed {r['seed']} | {r['seconds'] / 60:.1f} | {r['tokens']} "
+            f"| {r['stage']} seed {r['seed']} | {fixed(r['seconds'] / 60, 1)} | {r['tokens']} "
             f"| {tau} | {swa} | {mix} |"
         )
     md = "\n".join(

@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ import pandas as pd
 
 import attncoda as ac
 
-from .._study import Golden, Provenance, Study, fixed, markdown_table
+from .._study import Golden, Provenance, Study, fixed, markdown_table, scientific, significant
 from .._study import main as study_main
 from .data import load_austen
 from .run import (
@@ -303,8 +303,8 @@ def _values(runs: pd.DataFrame, stage: str, column: str, seeds: Sequence[int]) -
 
 
 def _mean_sd(vals: Sequence[float]) -> str:
-    mean = f"{statistics.fmean(vals):.4f}"
-    return f"{mean} ± {statistics.stdev(vals):.4f}" if len(vals) > 1 else mean
+    mean = fixed(statistics.fmean(vals), 4)
+    return f"{mean} ± {fixed(statistics.stdev(vals), 4)}" if len(vals) > 1 else mean
 
 
 def render_tables(results: Path) -> dict[str, str]:
@@ -321,11 +321,11 @@ def render_tables(results: Path) -> dict[str, str]:
         rows.append(
             [
                 label,
-                *(f"{v:.4f}" for v in vals),
+                *(fixed(v, 4) for v in vals),
                 _mean_sd(vals),
                 DASH if prev is None else _signed(mean - base, 4),
                 DASH if prev is None else _signed(mean - prev, 4),
-                f"{paper:.3f}",
+                fixed(paper, 3),
                 DASH if prev_paper is None else _signed(paper - prev_paper, 2),
             ]
         )
@@ -364,7 +364,7 @@ def render_tables(results: Path) -> dict[str, str]:
         controls.append(
             [
                 label,
-                *(f"{v:.4f}" for v in vals),
+                *(fixed(v, 4) for v in vals),
                 _mean_sd(vals),
                 _signed(statistics.fmean(vals) - base_mean, 4),
             ]
@@ -376,15 +376,17 @@ def render_tables(results: Path) -> dict[str, str]:
     for _, r in sorted(runs.iterrows(), key=lambda kv: (order[kv[1].stage], kv[1].seed)):
         mix = str(r.context_mixture) if isinstance(r.context_mixture, str) else ""
         mix_txt = (
-            ", ".join(f"{p.split(':')[0]}:{float(p.split(':')[1]):.2f}" for p in mix.split(", "))
+            ", ".join(
+                f"{p.split(':')[0]}:{fixed(float(p.split(':')[1]), 2)}" for p in mix.split(", ")
+            )
             if mix
             else DASH
         )
         per_run.append(
             [
                 f"{r.stage} seed {r.seed}",
-                f"{r.seconds / 60:.1f}",
-                f"{r.final_tau:.3f}" if pd.notna(r.final_tau) else DASH,
+                fixed(r.seconds / 60, 1),
+                fixed(r.final_tau, 3) if pd.notna(r.final_tau) else DASH,
                 (
                     f"{int(r.swa_accepted)} ({'yes' if bool(r.swa_used) else 'no'})"
                     if r.stage in ("guardian", "schedules")
@@ -406,12 +408,12 @@ def render_tables(results: Path) -> dict[str, str]:
         mrows.append(
             [
                 f"{stage} seed {seed}",
-                f"{g.entropy_norm_mean.min():.3f}",
-                f"{g.entropy_norm_min.min():.3f}",
-                f"[{g.cached_min.min():.4f}, {g.cached_max.max():.4f}]",
-                f"{g.cached_max_dev_uniform.max():.4f}",
-                f"[{g.mu_min.min():.2f}, {g.mu_max.max():.2f}]",
-                f"[{g.sigma_min.min():.3f}, {g.sigma_max.max():.3f}]",
+                fixed(g.entropy_norm_mean.min(), 3),
+                fixed(g.entropy_norm_min.min(), 3),
+                f"[{fixed(g.cached_min.min(), 4)}, {fixed(g.cached_max.max(), 4)}]",
+                fixed(g.cached_max_dev_uniform.max(), 4),
+                f"[{fixed(g.mu_min.min(), 2)}, {fixed(g.mu_max.max(), 2)}]",
+                f"[{fixed(g.sigma_min.min(), 3)}, {fixed(g.sigma_max.max(), 3)}]",
                 f"{_signed(g.bias_last_query_first_key.min(), 2)} / "
                 f"{_signed(g.bias_last_query_last_key.max(), 2)}",
             ]
@@ -437,9 +439,9 @@ def render_tables(results: Path) -> dict[str, str]:
             [
                 r.stage,
                 int(r.layer),
-                f"{r.aitchison_sink:.2f}",
-                f"{r.aitchison_content:.2f}",
-                f"{r.sink_fraction:.3f}",
+                fixed(r.aitchison_sink, 2),
+                fixed(r.aitchison_content, 2),
+                fixed(r.sink_fraction, 3),
                 _signed(r.delta_entropy, 3),
                 _signed(r.delta_entropy_sink, 3),
                 _signed(r.delta_entropy_content, 3),
@@ -473,12 +475,12 @@ def render_tables(results: Path) -> dict[str, str]:
         trows.append(
             [
                 labels.get(stage, stage),
-                *(f"{t.loc[s].entropy:.3f}" for s in shown if s in t.index),
+                *(fixed(t.loc[s].entropy, 3) for s in shown if s in t.index),
                 _signed(last.delta_entropy, 3),
                 _signed(last.delta_sink, 3),
                 _signed(last.delta_content, 3),
-                f"{last.sink_fraction_path:.2f}",
-                f"{first.sink_share:.3f} → {last.sink_share:.3f}",
+                fixed(last.sink_fraction_path, 2),
+                f"{fixed(first.sink_share, 3)} → {fixed(last.sink_share, 3)}",
             ]
         )
     trajectory = markdown_table(
@@ -502,10 +504,10 @@ def render_tables(results: Path) -> dict[str, str]:
             [
                 name,
                 f"{b['batch']} × {b['length']}",
-                f"{1e3 * b['sdpa_s']:.1f} ms",
-                f"{1e3 * b['rpa_s']:.1f} ms",
-                f"**{b['rpa_ratio']:.3f}x**",
-                f"{b['float_mask_ratio']:.3f}x",
+                f"{fixed(1e3 * b['sdpa_s'], 1)} ms",
+                f"{fixed(1e3 * b['rpa_s'], 1)} ms",
+                f"**{fixed(b['rpa_ratio'], 3)}x**",
+                f"{fixed(b['float_mask_ratio'], 3)}x",
             ]
         )
     latency = markdown_table(
@@ -528,17 +530,25 @@ def _size(x: float) -> str:
     for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if x >= div or (unit == "M" and x >= 1e5):
             return f"{_two_digits(x / div)}{unit}"
-    return f"{x:.0f}"
+    return fixed(x, 0)
 
 
 def _two_digits(x: float) -> str:
     """``27``, ``550``, ``490,000``: a ratio rounded to two significant digits."""
-    return f"{float(f'{x:.2g}'):,.0f}" if x >= 10 else f"{x:.2g}"
+    two = significant(x, 2)
+    return fixed(float(two), 0, thousands=True) if x >= 10 else two
 
 
-def _span(values: Sequence[float], fmt: str = "{:.2f}", unit: str = "") -> str:
+def _percent(x: float) -> str:
+    """``42%``: a fraction as a whole percentage."""
+    return f"{fixed(100 * x, 0)}%"
+
+
+def _span(
+    values: Sequence[float], fmt: Callable[[float], str] = lambda v: fixed(v, 2), unit: str = ""
+) -> str:
     """``1.00-1.13x``: the range of some values (one value when they agree)."""
-    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    lo, hi = fmt(min(values)), fmt(max(values))
     return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
 
 
@@ -579,9 +589,9 @@ def prose(results: Path) -> dict[str, str]:
     worst = max(bench, key=lambda b: b["rpa_ratio"])
     content_share_size = 1 - float(pert.sink_fraction.mean())
     content_share_dh = float((pert.delta_entropy_content / pert.delta_entropy).mean())
-    published = "/".join(f"{v:.0%}" for v in PUBLISHED_SINK_SHARE_OF_COLLAPSE.values())
+    published = "/".join(f"{fixed(100 * v, 0)}%" for v in PUBLISHED_SINK_SHARE_OF_COLLAPSE.values())
     sizes = " / ".join(_size(v) for v in PUBLISHED_SINK_SHARE_OF_COLLAPSE)
-    paper_ce = " → ".join(f"{paper:.3f}" for *_, paper in REPORTED)
+    paper_ce = " → ".join(fixed(paper, 3) for *_, paper in REPORTED)
     signed = [_signed(v, 3) for v in d_rpa]
     out = {}
     out["summary"] = (
@@ -596,18 +606,18 @@ def prose(results: Path) -> dict[str, str]:
         f"directions, not values, with the paper's {paper_ce} on WikiText-2 at about "
         f"{_size(PAPER_PARAMETERS)} parameters: {_signs_agree(mean(rpa) - mean(base), mean(guardian) - mean(rpa), d_rpa)}. The memberships "
         "stayed uniform in every run (`results/memberships.csv`), so the learned prior is a "
-        f"purely positional recency bias. {content_share_size:.0%} of its Aitchison size, and "
-        f"{content_share_dh:.0%} of the entropy it removes, reshapes content rather than moving "
+        f"purely positional recency bias. {fixed(100 * content_share_size, 0)}% of its Aitchison size, and "
+        f"{fixed(100 * content_share_dh, 0)}% of the entropy it removes, reshapes content rather than moving "
         "the sink balance (`results/audit_perturbation.csv`). Entropy collapse during training "
-        f"is {1 - max(sink_frac):.0%} content sharpening and {max(sink_frac):.0%} sink "
+        f"is {fixed(100 * (1 - max(sink_frac)), 0)}% content sharpening and {fixed(100 * max(sink_frac), 0)}% sink "
         "(`results/audit_trajectory.csv`); the published "
         f"{published} (sink share of the collapse, at {sizes} parameters) is **not comparable**: "
         f"those models are {size_ratio(params)} times larger and trained far longer (which models "
         "they are, the abstract does not say). RPA inference costs "
         f"{_span(ratios, unit='x')} the plain SDPA forward (`results/bench_rpa.json`: "
-        f"{worst['rpa_ratio']:.2f}x for the {worst['case']} at {worst['batch']} × {worst['length']}, "
+        f"{fixed(worst['rpa_ratio'], 2)}x for the {worst['case']} at {worst['batch']} × {worst['length']}, "
         f"{'above' if worst['rpa_ratio'] > LATENCY_TARGET else 'within'} the "
-        f"{LATENCY_TARGET:.2f}x target, in this run). Each number points to the table or "
+        f"{fixed(LATENCY_TARGET, 2)}x target, in this run). Each number points to the table or "
         "committed file it comes from below."
     )
     first_run = json.loads((results / "results.json").read_text())[0]
@@ -617,19 +627,19 @@ def prose(results: Path) -> dict[str, str]:
         f"Held out: *{data['held_out'].capitalize()}*: its first {data['control_tokens']:,} "
         f"tokens are the **control** set, the other {data['validation_tokens']:,} the "
         f"**validation** set. Vocabulary {data['vocab_size']:,} (the most frequent training "
-        f"ids plus UNK); UNK is {data['unk_rate_train']:.1%} of training tokens and "
-        f"{data['unk_rate_validation']:.1%} of validation tokens. The model has {params:,.0f} "
+        f"ids plus UNK); UNK is {fixed(100 * data['unk_rate_train'], 1)}% of training tokens and "
+        f"{fixed(100 * data['unk_rate_validation'], 1)}% of validation tokens. The model has {fixed(params, 0, thousands=True)} "
         f"parameters (`model_parameters` in `results/runs.csv`), the prior "
-        f"{float(runs.prior_parameters.max()):,.0f} training-only ones (`prior_parameters`); "
-        f"every run trains on {tokens:,.0f} tokens."
+        f"{fixed(float(runs.prior_parameters.max()), 0, thousands=True)} training-only ones (`prior_parameters`); "
+        f"every run trains on {fixed(tokens, 0, thousands=True)} tokens."
     )
     g = runs[runs.stage == "guardian"].sort_values("seed")
     accepted = runs[runs.stage.isin(["guardian", "schedules"])].swa_accepted
     out["runs-notes"] = (
-        f"SWA-select accepted {_span(accepted.tolist(), '{:.0f}')} snapshots per run and "
+        f"SWA-select accepted {_span(accepted.tolist(), lambda v: fixed(v, 0))} snapshots per run and "
         f"{'used some' if swa_used else 'used none of them: their average never beat the EMA weights on the control set'}. "
         "Guardian's final τ_att: "
-        + ", ".join(f"{t:.3f}" for t in g.final_tau)
+        + ", ".join(fixed(t, 3) for t in g.final_tau)
         + f" (seeds {', '.join(str(s) for s in g.seed)})."
     )
     steps = int(first_run["train_config"]["steps"])
@@ -653,7 +663,7 @@ def prose(results: Path) -> dict[str, str]:
             f"{_signed(REPORTED[1][3] - REPORTED[0][3], 2)}).",
             "- **+Guardian/schedules: same sign as the paper on average** "
             f"({_signed(mean(guardian) - mean(rpa), 3)} from the previous stage), but with a "
-            f"seed spread of {statistics.stdev(guardian):.2f}. The `schedules` control suggests "
+            f"seed spread of {fixed(statistics.stdev(guardian), 2)}. The `schedules` control suggests "
             "that the gain comes from the schedules (flat prelude, LR floor, label smoothing, "
             f"EMA): they give {_signed(mean(sched) - mean(base), 3)} without RPA or the Guardian, "
             f"over {len(sched)} seeds and with no test of the difference. "
@@ -675,20 +685,20 @@ def prose(results: Path) -> dict[str, str]:
             "but that step is **confounded**: the paper's SWA-select row equals its run at "
             "context 768 and the row before it its run at 512, so the step also changes the "
             "context length, `reference/papers.md` §2). In the collection window the LR was "
-            f"still at {_span((lr_zone / peak).tolist(), '{:.0%}')} of its peak (`lr` in "
+            f"still at {_span((lr_zone / peak).tolist(), _percent)} of its peak (`lr` in "
             "`results/control_curves.csv`), and averaged snapshots lagged the EMA weights.",
             f"- Nothing here tests the paper's claims at its scale: {steps} "
             f"steps, {_size(tokens)} tokens and {_size(params)} parameters against its "
             f"{PAPER_STEPS} steps, {_size(PAPER_TOKENS)} tokens and about "
             f"{_size(PAPER_PARAMETERS)} parameters. The seed spread of the baseline alone "
-            f"({statistics.stdev(base):.2f}) is as large as the RPA effect.",
+            f"({fixed(statistics.stdev(base), 2)}) is as large as the RPA effect.",
         ]
     )
     out["memberships-notes"] = (
         "The mean membership entropy is "
         f"{_span(mem.entropy_norm_mean.tolist())} of log R at every layer, the batch-mean "
-        f"memberships behind the inference bias lie in [{mem.cached_min.min():.3f}, "
-        f"{mem.cached_max.max():.3f}] (at most {mem.cached_max_dev_uniform.max():.3f} from 1/R), "
+        f"memberships behind the inference bias lie in [{fixed(mem.cached_min.min(), 3)}, "
+        f"{fixed(mem.cached_max.max(), 3)}] (at most {fixed(mem.cached_max_dev_uniform.max(), 3)} from 1/R), "
         f"and σ_r stayed at {_span([mem.sigma_min.min(), mem.sigma_max.max()])}. Layer 0 "
         "spreads individual tokens' memberships, and those spreads average out over the batch. "
         "During training the normalised membership entropy at the control steps stayed at "
@@ -699,48 +709,48 @@ def prose(results: Path) -> dict[str, str]:
     gp = pert[pert.stage == "guardian"]
     out["perturbation-notes"] = (
         "The identity holds against the captured rows to "
-        f"{pert.perturbation_max_error.max():.1e} (float32; `perturbation_max_error`). So "
-        f"**{pert.sink_fraction.mean():.0%} of the prior moves the sink balance and "
-        f"{content_share_size:.0%} reshapes content**. It sharpens rows by "
+        f"{scientific(pert.perturbation_max_error.max(), 1)} (float32; `perturbation_max_error`). So "
+        f"**{fixed(100 * pert.sink_fraction.mean(), 0)}% of the prior moves the sink balance and "
+        f"{fixed(100 * content_share_size, 0)}% reshapes content**. It sharpens rows by "
         f"{_span((-pert.delta_entropy).tolist())} nats, "
-        f"{_span((pert.delta_entropy_content / pert.delta_entropy).tolist(), '{:.0%}')} of that "
+        f"{_span((pert.delta_entropy_content / pert.delta_entropy).tolist(), _percent)} of that "
         "within the content. The guardian model's prior is smaller "
-        f"({gp.aitchison_content.mean():.1f} vs {rp.aitchison_content.mean():.1f} content part) "
-        f"because its τ_att ended at {g.final_tau.iloc[0]:.3f} (seed "
+        f"({fixed(gp.aitchison_content.mean(), 1)} vs {fixed(rp.aitchison_content.mean(), 1)} content part) "
+        f"because its τ_att ended at {fixed(g.final_tau.iloc[0], 3)} (seed "
         f"{int(g.seed.iloc[0])}) instead of the rpa stage's "
-        f"{runs[runs.stage == 'rpa'].final_tau.iloc[0]:.2f}."
+        f"{fixed(runs[runs.stage == 'rpa'].final_tau.iloc[0], 2)}."
     )
     tl = last
     published_pairs = ", ".join(
-        f"{v:.0%} at {_size(k)}" for k, v in PUBLISHED_SINK_SHARE_OF_COLLAPSE.items()
+        f"{fixed(100 * v, 0)}% at {_size(k)}" for k, v in PUBLISHED_SINK_SHARE_OF_COLLAPSE.items()
     )
     out["trajectory-notes"] = (
         "Without each layer's bias, at the same hidden states, the RPA models' rows end at "
-        f"{tl.loc['rpa'].entropy_no_prior:.3f} (rpa) and "
-        f"{tl.loc['guardian'].entropy_no_prior:.3f} (guardian) nats instead of "
-        f"{tl.loc['rpa'].entropy:.3f} and {tl.loc['guardian'].entropy:.3f}, with a sink "
+        f"{fixed(tl.loc['rpa'].entropy_no_prior, 3)} (rpa) and "
+        f"{fixed(tl.loc['guardian'].entropy_no_prior, 3)} (guardian) nats instead of "
+        f"{fixed(tl.loc['rpa'].entropy, 3)} and {fixed(tl.loc['guardian'].entropy, 3)}, with a sink "
         f"fraction of {_span(tl.loc[['rpa', 'guardian']].sink_fraction_path_no_prior.tolist())} "
         "(`entropy_no_prior` and `sink_fraction_path_no_prior`).\n\n"
-        f"**Entropy collapse here is {1 - max(sink_frac):.0%} content sharpening and "
-        f"{max(sink_frac):.0%} sink growth, and the sink share falls** rather than grows. The "
+        f"**Entropy collapse here is {fixed(100 * (1 - max(sink_frac)), 0)}% content sharpening and "
+        f"{fixed(100 * max(sink_frac), 0)}% sink growth, and the sink share falls** rather than grows. The "
         f"published claim ({published_pairs} of the entropy drop from sink growth) is about "
         f"trained models {size_ratio(params)} times larger than this {_size(params)}-parameter "
         f"one trained on {_size(tokens)} tokens: **not comparable**, so this neither confirms "
         "nor contradicts it. Which models the abstract measured is not stated; the notes guess "
         f"Pythia, which would mean about {_two_digits(PYTHIA_TOKENS / tokens)} times more training tokens "
         "(`reference/papers.md` §3.2). RPA and baseline differ in two ways: the prior's rows "
-        f"are sharper ({tl.loc['rpa'].entropy:.2f} vs {tl.loc['baseline'].entropy:.2f} nats at "
+        f"are sharper ({fixed(tl.loc['rpa'].entropy, 2)} vs {fixed(tl.loc['baseline'].entropy, 2)} nats at "
         "the end), and its anti-sink recency bias lowers the sink share further "
-        f"({tl.loc['rpa'].sink_share:.3f} vs {tl.loc['baseline'].sink_share:.3f})."
+        f"({fixed(tl.loc['rpa'].sink_share, 3)} vs {fixed(tl.loc['baseline'].sink_share, 3)})."
     )
     attach = [float(b["attach_detach_s"]) * 1e3 for b in bench]
     out["latency-notes"] = (
-        f"Attach + detach costs {_span(attach, '{:.1f}', ' ms')} outside the timer "
+        f"Attach + detach costs {_span(attach, lambda v: fixed(v, 1), ' ms')} outside the timer "
         f"(`attach_detach_s`). In this run the {worst['case']} at {worst['batch']} × "
-        f"{worst['length']} took {worst['rpa_ratio']:.3f}x the SDPA forward, "
+        f"{worst['length']} took {fixed(worst['rpa_ratio'], 3)}x the SDPA forward, "
         f"{'above' if worst['rpa_ratio'] > LATENCY_TARGET else 'within'} the "
-        f"{LATENCY_TARGET:.2f}x target; the other cases are "
-        + ", ".join(f"{b['rpa_ratio']:.3f}x" for b in bench if b is not worst)
+        f"{fixed(LATENCY_TARGET, 2)}x target; the other cases are "
+        + ", ".join(f"{fixed(b['rpa_ratio'], 3)}x" for b in bench if b is not worst)
         + "."
     )
     out["multiplicity"] = (

@@ -61,7 +61,7 @@ from __future__ import annotations
 # (wheels, debs, R lazy-load files), _corpora (corpus builders) with _sword (zText reader) and
 # _wikitext (wikitext cleaning), _gguf (GGUF assembly and header checks), _models (model
 # builders), _fetch (the fetch itself), _loaders (load_model, load_text, ...), _errors.
-from . import _cache, _registry
+from . import _cache, _models, _registry
 from ._cache import (
     AssetStatus,
     FileProblem,
@@ -83,7 +83,7 @@ from ._errors import (
 from ._fetch import fetch, fetch_all, fetch_with_status
 from ._loaders import load_corpus, load_model, load_speech, load_text, paragraphs
 from ._locking import list_leftovers
-from ._models import transcribe
+from ._models import teacher_forced_batch, transcribe
 from ._registry import Asset, Package, get_asset, list_assets
 from ._speech import word_error_rate
 from ._wikitext import clean_wikitext
@@ -91,6 +91,7 @@ from ._wikitext import clean_wikitext
 __all__ = [
     "ASSETS",
     "CACHE_ENV",
+    "WHISPER_PROMPT",
     "Asset",
     "AssetBuildError",
     "AssetDamagedError",
@@ -119,6 +120,7 @@ __all__ = [
     "load_text",
     "paragraphs",
     "resolve_cache_dir",
+    "teacher_forced_batch",
     "transcribe",
     "word_error_rate",
 ]
@@ -129,3 +131,7 @@ CACHE_ENV = _cache.CACHE_ENV
 
 #: The registry of pinned assets, by name, in a stable order (models first).
 ASSETS = _registry.ASSETS
+
+#: Whisper's decoder prompt for an English transcription without timestamps: the tokens every
+#: teacher-forced pass (:func:`teacher_forced_batch`) puts before the text.
+WHISPER_PROMPT = _models.WHISPER_PROMPT

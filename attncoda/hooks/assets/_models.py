@@ -281,6 +281,68 @@ def _whisper_generation_config(tokenizer: Any, ct2_config: Mapping[str, Any]) ->
     }
 
 
+#: The decoder prompt of an English transcription without timestamps, the tokens every
+#: teacher-forced Whisper pass puts before the text (:func:`teacher_forced_batch`).
+WHISPER_PROMPT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+
+
+def teacher_forced_batch(
+    processor: Any,
+    audio: Any,
+    text: str,
+    *,
+    max_tokens: int | None = None,
+    device: Any = None,
+    dtype: Any = None,
+) -> dict[str, Any]:
+    """The inputs of one teacher-forced Whisper pass: a clip's log-mel features and the decoder
+    prompt (:data:`WHISPER_PROMPT`) followed by the tokens of its reference text.
+
+    Passing the result to the model (``model(**batch)``) runs the decoder on the text as if it
+    had transcribed it, so that each decoder position attends to the one before it and to the
+    audio; its sink is ``<|startoftranscript|>``, position 0.
+
+    Parameters
+    ----------
+    processor : transformers.WhisperProcessor
+        The model's processor (:func:`load_model` returns it beside the model).
+    audio : array-like
+        One clip, 16 kHz mono samples (:func:`load_speech` gives them).
+    text : str
+        The clip's reference text; surrounding white space is dropped.
+    max_tokens : int, optional
+        Keep only the first ``max_tokens`` decoder tokens (prompt included).
+    device, dtype : optional
+        Move both tensors to ``device``; cast the features to ``dtype`` (the model's, when it
+        is not float32).
+
+    Returns
+    -------
+    dict
+        ``{"input_features": (1, mel bins, frames) float tensor, "decoder_input_ids": (1, tokens)
+        long tensor}``.
+
+    Examples
+    --------
+    >>> from attncoda.hooks import assets
+    >>> model, processor = assets.load_model("whisper-base")  # doctest: +SKIP
+    >>> audio, text = assets.load_speech("austen-speech")["emma-chi"]  # doctest: +SKIP
+    >>> batch = assets.teacher_forced_batch(processor, audio, text)  # doctest: +SKIP
+    >>> logits = model(**batch).logits  # doctest: +SKIP
+    """
+    feats = processor(audio, sampling_rate=16_000, return_tensors="pt").input_features
+    ids = processor.tokenizer(
+        WHISPER_PROMPT + text.strip(), add_special_tokens=False, return_tensors="pt"
+    ).input_ids
+    if max_tokens is not None:
+        ids = ids[:, :max_tokens]
+    if dtype is not None:
+        feats = feats.to(dtype)
+    if device is not None:
+        feats, ids = feats.to(device), ids.to(device)
+    return {"input_features": feats, "decoder_input_ids": ids}
+
+
 def transcribe(model: Any, processor: Any, audio: Any, max_new_tokens: int = 120) -> str:
     """Greedy English transcription of one 16 kHz clip (shared by the build check and tests)."""
     import torch
