@@ -351,6 +351,7 @@ def test_inline_code_naming_a_public_object_is_linked() -> None:
         assert resolve_name(plain) is None, plain
 
 
+@pytest.mark.slow
 def test_the_transformerlens_page_example_runs(tmp_path: Path) -> None:
     """docs/transformerlens.md computes attncoda's metrics on a pattern cache laid out as
     TransformerLens's (batch, head, query, key), without TransformerLens or nnsight: its code
