@@ -479,6 +479,7 @@ def test_stream_to_with_rows_needs_dask(llama, tmp_path, monkeypatch):
         pass
 
 
+@pytest.mark.slow
 def test_stream_to_holds_rows_larger_than_the_budget_in_bounded_memory(
     llama, tmp_path, monkeypatch
 ):

@@ -302,6 +302,7 @@ def test_argparse_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["no-such-command"]) == 2
 
 
+@pytest.mark.slow
 def test_entry_points_run_as_processes() -> None:
     """The console script's module and ``python -m attncoda``."""
     for cmd in (

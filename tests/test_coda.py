@@ -571,6 +571,7 @@ def big():
     return x, y
 
 
+@pytest.mark.slow
 def test_blocked_paths_match_the_formulas(big):
     x, y = big
     basis = ac.pivot_basis(512)

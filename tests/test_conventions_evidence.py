@@ -164,6 +164,7 @@ def test_artifact_verdict(rho, ari, verdict):
     assert ev.artifact_verdict(_artifact(rho, ari))[0] == verdict
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
     pytest.importorskip("torch")
     size = protocol.Size(
@@ -271,6 +272,7 @@ def _claim_cells(n_texts: int = 4, per_text: int = 3) -> xr.Dataset:
     return out
 
 
+@pytest.mark.slow
 def test_text_cells_store_losslessly_and_pool_to_the_cores_numbers(tmp_path):
     cells = _claim_cells()
     tc = ev.text_cells(cells, {"model": "m"})

@@ -75,6 +75,7 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".attncoda" in p.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["x.nc", "x.zarr"])
 def test_a_save_larger_than_the_disk_is_refused_or_fails_cleanly(small_disk, name) -> None:
     target = small_disk / name

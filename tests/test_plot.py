@@ -104,6 +104,7 @@ def test_plot_accessor_methods_mirror_the_plot_functions(ds, name):
     np.testing.assert_array_equal(_pixels(method(**kwargs)), _pixels(fn(data, **kwargs)))
 
 
+@pytest.mark.slow
 def test_figures_never_load_pyplot():
     code = (
         "import sys, attncoda as ac; ds = ac.testing.synthetic_rows();"

@@ -33,6 +33,10 @@ from attncoda._report import (
 pytest.importorskip("matplotlib")
 pytest.importorskip("sklearn")
 
+# one worker runs this module under pytest-xdist, so the report of the module-scoped `folder`
+# fixture (2.1 CPU-s) is written once, not once on each worker that draws one of its tests
+pytestmark = pytest.mark.xdist_group("test_report")
+
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -206,6 +210,7 @@ def _report_of(tmp_path: Path, n_samples: int, length: int, first: str) -> Path:
     return write_report(tmp_path / "a")
 
 
+@pytest.mark.slow
 def test_passages_counted_honestly_and_a_quote_token_quoted(tmp_path: Path) -> None:
     """Six passages, four shown: the page says both; a sink that is a double quote reads as the
     string literal "\\"" in the page and in the summary the CLI prints (one rule:
@@ -246,9 +251,9 @@ _LAYOUT = """(() => {
 
 @needs_chromium
 @pytest.mark.parametrize(
-    # 64 tokens: 4.0 and 5.0 CPU-s in two runs of 6 December 2026, over the 5 CPU-s of `slow`
+    # 64 tokens: 4.0 and 5.0 CPU-s in two runs of 6 December 2026; 5 tokens 2.7, over the 2 of `slow`
     "length",
-    [5, pytest.param(64, marks=pytest.mark.slow)],
+    [pytest.param(5, marks=pytest.mark.slow), pytest.param(64, marks=pytest.mark.slow)],
 )
 def test_report_figures_fit_their_boxes_and_the_column_in_chromium(
     tmp_path: Path, length: int

@@ -816,6 +816,7 @@ def test_run_folder_names_what_the_trainer_writes_and_the_audit_reads(tmp_path):
         rpa_checkpoints.RunFolder(tmp_path / "empty").final_checkpoint()
 
 
+@pytest.mark.slow
 def test_the_prior_imports_neither_its_trainer_nor_its_audit():
     """One way: rpa_train, rpa_checkpoints and rpa_audit import rpa, never the reverse."""
     import subprocess

@@ -4,6 +4,7 @@ models, ``-m real``) reproduces its committed golden results within the stated t
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from pathlib import Path
@@ -17,6 +18,25 @@ from conftest import need
 
 def _study_of(name: str) -> _study.Study:
     return importlib.import_module(f"case_studies.{name}.study").STUDY
+
+
+@functools.cache
+def _rendered(name: str) -> dict[str, str]:
+    """The study's tables as its committed results give them (``rendered_tables``), rendered
+    once per process: the README test and the docs-pages test compare the same tables, and
+    pruning's and ARACH's bootstrap their results (ARACH's 8 CPU-s)."""
+    return _study_of(name).rendered_tables()
+
+
+#: The studies whose tables take seconds to render: their README and docs-pages tests are
+#: ``slow`` and share one worker (``xdist_group``), which renders the tables once for both.
+COSTLY_TABLES = ("pruning", "arach")
+
+
+def _tables_param(name: str) -> object:
+    if name not in COSTLY_TABLES:
+        return name
+    return pytest.param(name, marks=[pytest.mark.slow, pytest.mark.xdist_group(f"tables-{name}")])
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,15 +285,12 @@ def test_a_manifest_records_commit_command_versions_and_hashes(tmp_path: Path) -
 # every study
 
 
-@pytest.mark.parametrize(
-    "name",  # pruning's and ARACH's tables bootstrap their results: ~28 and ~12 CPU-s, slow
-    [pytest.param(n, marks=pytest.mark.slow) if n in ("pruning", "arach") else n for n in STUDIES],
-)
+@pytest.mark.parametrize("name", [_tables_param(n) for n in STUDIES])
 def test_readme_tables_equal_the_result_files(name: str) -> None:
     """Every number in a study README's tables comes from its results (``table --check``)."""
     study = _study_of(name)
     text = study.readme.read_text(encoding="utf-8")
-    tables = study.readme_tables()
+    tables = study.readme_tables(_rendered(name))
     assert tables, name
     assert _study.stale_tables(text, tables) == [], (
         f"run `python -m case_studies.{name} table` (or rerun the study)"
@@ -288,14 +305,14 @@ def test_readme_prose_states_no_number_the_results_do_not_render(name: str) -> N
     assert study.prose_problems() == [], f"render these from {study.results} (see table --check)"
 
 
-@pytest.mark.parametrize("name", STUDIES)
+@pytest.mark.parametrize("name", [_tables_param(n) for n in STUDIES])
 def test_docs_pages_quote_the_study_as_its_results_give_it(name: str) -> None:
     """The docs pages that show or quote a study (its case-study page; ``docs/conventions.md``)
     hold its rendered blocks as the results give them, and no number in their prose
     (``table --check`` reads them too)."""
     study = _study_of(name)
     assert f"docs/case-studies/{name}.md" in study.docs
-    assert study.docs_problems() == [], f"run `python -m case_studies.{name} table`"
+    assert study.docs_problems(_rendered(name)) == [], f"run `python -m case_studies.{name} table`"
 
 
 def test_table_check_reads_the_docs_pages_too(tmp_path, monkeypatch) -> None:

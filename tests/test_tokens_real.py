@@ -3,6 +3,7 @@ tokenizers, and the measurement of the default against a special first token."""
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -15,14 +16,25 @@ from conftest import need
 torch = pytest.importorskip("torch")
 from attncoda.hooks import SinkTokenWarning, assets, capture  # noqa: E402
 
-pytestmark = pytest.mark.real
+# one worker runs this module under pytest-xdist, and each model loads once in it (_model):
+# Gemma-3's load alone took ~4 CPU-s, in three of the tests
+pytestmark = [pytest.mark.real, pytest.mark.xdist_group("test_tokens_real")]
+
+
+@functools.cache
+def _model(name: str):
+    """``assets.load_model(name)``, once per process: the tests only run the model (capture
+    removes its hooks on leaving), so they can share it."""
+    need(name)
+    return assets.load_model(name)
+
 
 TEXT = "Emma Woodhouse, handsome, clever, and rich — naïve café 🙂"
 
 
 def run(name, text, **kwargs):
     need(name)
-    model, tok = assets.load_model(name)
+    model, tok = _model(name)
     enc = tok(text, return_tensors="pt")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -43,7 +55,7 @@ def test_smollm2_tokens_read_as_text_and_its_first_word_is_the_sink_without_a_wa
 
 def test_a_slice_starting_mid_word_makes_the_piece_the_sink_without_a_warning():
     need("smollm2-135m")
-    model, tok = assets.load_model("smollm2-135m")
+    model, tok = _model("smollm2-135m")
     ids = tok("The quick brown fox", return_tensors="pt")["input_ids"]
     pieces = tok.convert_ids_to_tokens(ids[0].tolist())
     assert "Ġquick" in pieces
@@ -58,7 +70,7 @@ def test_a_slice_starting_mid_word_makes_the_piece_the_sink_without_a_warning():
 def test_gemma_without_its_bos_is_warned_about():
     """The one risky case: the input lost the BOS Gemma's tokenizer adds (its sink collapses)."""
     need("gemma3-270m")
-    model, tok = assets.load_model("gemma3-270m")
+    model, tok = _model("gemma3-270m")
     enc = tok(TEXT, return_tensors="pt", add_special_tokens=False)
     with pytest.warns(SinkTokenWarning, match="'<bos>'") as record:
         with torch.no_grad(), capture(model, layers=[0], tokenizer=tok):
@@ -115,7 +127,7 @@ def bos_row(name: str, text: str) -> str:
     the other choice (a special token prepended where the tokenizer adds none; removed where it
     adds one), on the first ``BOS_TOKENS`` tokens of ``text``."""
     need(name)
-    model, tok = assets.load_model(name)
+    model, tok = _model(name)
     ids = tok(text, return_tensors="pt")["input_ids"][:, :BOS_TOKENS]
     special = _special_first(tok)
     adds = int(ids[0, 0]) in {special, *tok.all_special_ids}
