@@ -10,9 +10,10 @@ What is measured (one process, the same rows): the real capture of fp32 rows of 
 default). Rows of 64 x 512 x 270 heads would take 18 GB, more than this machine holds, and both
 costs are linear in the number of samples at a fixed length (each sample is one capture forward
 and one pass of comparisons), so the 64-sample figures are the measured ones times 64 / samples;
-the ratio is measured directly. Each path is timed once (minutes each) by
-``benchmarks/_measure.py``'s ``clocked``: process CPU seconds (all threads), wall beside them; the
-machine is shared, trust the ratio more than the seconds.
+the ratio is measured directly. The capture forward and each metric set are timed against each
+other by ``benchmarks/_measure.py`` (one thread each side, sides interleaved and rotated after a
+warm-up, process CPU seconds beside wall, re-measured when the two disagree: multi-threaded BLAS
+on a shared machine spends CPU time waiting, which made the ratios move with the load).
 
 Rows: ``pairwise_<set>_64x512`` for the metric sets ``aitchison`` (the exact sink/content split:
 kept, dropped and split from one Gram matrix), ``gram`` (aitchison, cosine, kl, entropy: the
@@ -39,7 +40,7 @@ from typing import Any
 import attncoda as ac
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import clocked
+from _measure import clocked, interleave_reliable, one_thread, row
 
 MODEL = "smollm2-135m"
 TARGET_SAMPLES = 64
@@ -50,8 +51,9 @@ SETS = {
 }
 
 
-def _rows(samples: int, length: int) -> tuple[Any, float]:
-    """Capture rows of every head of SmolLM2 over ``samples`` windows; (dataset, seconds)."""
+def _capture(samples: int, length: int) -> Any:
+    """A function that captures rows of every head of SmolLM2 over ``samples`` windows of
+    ``length`` tokens of Austen and returns the dataset."""
     import torch
 
     from attncoda.hooks import assets, capture
@@ -62,47 +64,54 @@ def _rows(samples: int, length: int) -> tuple[Any, float]:
     ids = ids[:, : samples * length].reshape(samples, length)
 
     def rows() -> Any:
-        with capture(model, what="rows") as cap:
+        with torch.no_grad(), capture(model, what="rows") as cap:
             model(input_ids=ids)
         return cap.dataset
 
-    with torch.no_grad():
-        model(input_ids=ids[:1, :16])  # warm-up outside the timing
-        ds, cpu, _ = clocked(rows)
-    return ds, cpu
+    return rows
 
 
 def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]:
     """Time the comparisons against the capture; one row per metric set."""
     length = 512
     n = samples or (1 if quick else 2)
-    ds, capture_s = _rows(n, length)
-    scale = anchor_scale = TARGET_SAMPLES / n
+    scale = TARGET_SAMPLES / n
+    rows = _capture(n, length)
+    with one_thread():
+        ds = rows()
+        sides: dict[str, Any] = {"capture": rows}
+        for name, metrics in SETS.items():
+            if not (quick and name == "all"):
+                sides[name] = lambda metrics=metrics: ac.head_comparisons(
+                    ds, metrics, progress=False
+                )
+        pairs = [(name, "capture", 1.0) for name in sides if name != "capture"]
+        m = interleave_reliable(sides, 1 if quick else 3, pairs)
+    n_rows = int(ac.head_comparisons(ds, "entropy", progress=False).n_rows)
     out = []
-    for name, metrics in SETS.items():
-        if quick and name == "all":
+    for name in sides:
+        if name == "capture":
             continue
-        cmp, project_s, wall_s = clocked(lambda metrics=metrics: ac.head_comparisons(ds, metrics))
-        assert cmp.sizes["unit_a"] == 270
-        ratio = (project_s * scale) / (capture_s * anchor_scale)
-        out.append(
-            {
-                "benchmark": f"pairwise_{name}_64x512",
-                "metrics": ",".join(metrics),
-                "project_s": round(project_s * scale, 2),
-                "anchor": f"capture(what='rows') forward of SmolLM2-135M, all 270 heads, "
-                f"{TARGET_SAMPLES}x512 tokens",
-                "anchor_s": round(capture_s * anchor_scale, 2),
-                "ratio": round(ratio, 3),
-                "target": "ratio < 1 (cheaper than the capture forward that produced the rows)",
-                "holds": bool(ratio < 1),
-                "measured_s": {"comparisons": round(project_s, 2), "capture": round(capture_s, 2)},
-                "comparisons_wall_s": round(wall_s, 2),
-                "measured_size": f"{n} samples x {length} tokens, 270 heads, "
-                f"{int(cmp.n_rows)} compared rows",
-            }
+        r = row(
+            f"pairwise_{name}_64x512",
+            m,
+            name,
+            "capture",
+            1.0,
+            anchor_label="capture(what='rows') forward of SmolLM2-135M, all 270 heads, "
+            f"{TARGET_SAMPLES}x512 tokens",
         )
-    out.append(_on_gpu(ds, capture_s, scale))
+        # seconds for 64 samples (both sides are linear in the samples; the ratio is measured)
+        r.update(
+            project_s=r["project_s"] * scale,
+            anchor_s=r["anchor_s"] * scale,
+            metrics=",".join(SETS[name]),
+            target="ratio < 1 (cheaper than the capture forward that produced the rows)",
+            measured_s={"comparisons": m[name].cpu_median, "capture": m["capture"].cpu_median},
+            measured_size=f"{n} samples x {length} tokens, 270 heads, {n_rows} compared rows",
+        )
+        out.append(r)
+    out.append(_on_gpu(ds, m["capture"].cpu_median, scale))
     return out
 
 
@@ -110,24 +119,24 @@ def _on_gpu(ds: Any, capture_s: float, scale: float) -> dict[str, Any]:
     """All six metrics with ``device="cuda"`` (products and js/tv passes on the GPU)."""
     import torch
 
-    row: dict[str, Any] = {
+    result: dict[str, Any] = {
         "benchmark": "pairwise_all_64x512 with device='cuda'",
         "anchor": "capture(what='rows') forward of SmolLM2-135M on the CPU, as above",
         "anchor_s": round(capture_s * scale, 2),
         "target": "(reported: js and tv on a GPU)",
     }
     if not torch.cuda.is_available():
-        row["benchmark"] += " (skipped: no CUDA device)"
-        return row
+        result["benchmark"] += " (skipped: no CUDA device)"
+        return result
     ac.head_comparisons(ds.isel(sample=[0], query=slice(0, 64)), device="cuda")  # warm-up
     _, project_s, _ = clocked(lambda: ac.head_comparisons(ds, ac.METRICS, device="cuda"))
-    row.update(
+    result.update(
         project_s=round(project_s * scale, 2),
         ratio=round(project_s / capture_s, 3),
         measured_s={"comparisons": round(project_s, 2), "capture": round(capture_s, 2)},
         device=torch.cuda.get_device_name(),
     )
-    return row
+    return result
 
 
 def main() -> None:
@@ -136,8 +145,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=None)
     args = parser.parse_args()
     print(f"# {platform.machine()} {os.cpu_count()} cpus, python {platform.python_version()}")
-    for row in run(args.quick, args.samples):
-        print(json.dumps(row))
+    for result in run(args.quick, args.samples):
+        print(json.dumps(result, default=str))
 
 
 if __name__ == "__main__":
