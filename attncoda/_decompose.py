@@ -481,7 +481,8 @@ def _decompose_first_sink(
         else:
             e[...] = probs / s_c[..., None]
         e[..., 0] = 0.0
-        w = log  # ours: log x on the content (log c + log s_c); 0 * (finite) at the sink
+        w = log  # ours: log c = log x - log s_c on the content; 0 * (finite) at the sink
+        w -= log_sc[..., None]
     elif vis is None:
         # shift by the content mean, known from the row sums (no pass for a maximum): the
         # largest content part then has exp(w) >= 1, so the content sum cannot underflow
@@ -530,12 +531,14 @@ def _decompose_first_sink(
                 import torch
 
                 w.clamp_(min=torch.finfo(w.dtype).min)
-    # H(c) = -sum c (w - log s_c) = log s_c - sum c w, as sum c = 1: no pass to shift w
+        w -= log_sc[..., None]
+    # H(c) = -sum c log c, from log c itself (log s_c - sum c w, one pass fewer, gave -1e-16
+    # for a uniform content: two rows with equal content then differed in the last digit)
     if is_np:
-        h_content = log_sc - np.einsum("...i,...i->...", e, w)
+        h_content = -np.einsum("...i,...i->...", e, w)
     else:
         w *= e
-        h_content = log_sc - xp.sum(w, axis=-1)
+        h_content = -xp.sum(w, axis=-1)
     log_total = xp.logaddexp(l0s, log_sc)
     log_s = l0s - log_total
     log_1ms = log_sc - log_total

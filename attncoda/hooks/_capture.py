@@ -174,8 +174,12 @@ def _capture_layer(
     in_buffer = False
     if value is not None and _one_pass_applies(session, ctx, call_positions, n_heads, kwargs):
         v = value.index_select(1, head_idx // rep).float()
-        one, computed = _one_pass_summaries(ctx, pos, spec.chunk_size, v)
+        one, computed, redo = _one_pass_summaries(ctx, pos, spec.chunk_size, v)
         output = computed.transpose(1, 2).contiguous().to(query.dtype)
+        if bool(redo.any()):
+            redone, _ = _explicit(spec, ctx, pos[redo], None)
+            for name, val in redone.items():
+                one[name][..., redo] = val
         result = {name: val.cpu().numpy() for name, val in one.items()}
     elif spec.what == "summaries" and _fast_path_applies(spec, ctx):
         summaries, redo = _fast_summaries(ctx, pos, spec.chunk_size)
@@ -495,8 +499,10 @@ def _fast_summaries(
     # and refuses the rows whose visible logits are not finite
     redo = redo | (cancel > 1e-4) | ~torch.isfinite(h_c)
     h_c = h_c.clamp_min(0.0)  # an entropy is >= 0: rounding below 0 is moved to the bound
-    out = _sink_summaries(ctx, qsel, k_sink, z_s, logodds, h_c, c, (csum, count, sink_vis))
-    redo = redo | ~torch.isfinite(out["balance"])
+    out, cancel_balance = _sink_summaries(
+        ctx, qsel, k_sink, z_s, logodds, h_c, c, (csum, count, sink_vis)
+    )
+    redo = redo | cancel_balance | ~torch.isfinite(out["balance"])
     return out, redo.any(dim=(0, 1))
 
 
@@ -551,12 +557,13 @@ def _sink_summaries(
     h_c: torch.Tensor,
     content_share: torch.Tensor,
     key_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-) -> dict[str, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The five summaries of one sink key from the sink's logit ``z_s``, the log-odds, the
     content entropy and share, and the sums of the visible keys (:func:`_visible_key_sums`):
     ``entropy = h(s) + (1 - s) H_c`` (no content: ``H_c`` NaN, the entropy ``h(s)``) and the
     balance ``sqrt(n_c / (n_c + 1)) (z_s - mean content logit)`` (NaN without content or a
-    visible sink), as :func:`_summaries_from_logits` defines them."""
+    visible sink), as :func:`_summaries_from_logits` defines them; and the rows whose balance
+    fp32 rounding may have moved by more than 1e-4 (to be recomputed from max-shifted logits)."""
     csum, count, sink_vis = key_sums
     k = ctx.k
     log_s = -torch.nn.functional.softplus(-logodds)
@@ -568,7 +575,11 @@ def _sink_summaries(
     n_c = count - sink_vis.to(k.dtype)
     safe_nc = n_c.clamp_min(1.0)
     mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
-    balance = torch.sqrt(safe_nc / (safe_nc + 1)) * (z_s - mean_c)
+    factor = torch.sqrt(safe_nc / (safe_nc + 1))
+    balance = factor * (z_s - mean_c)
+    # a difference of two logit-sized numbers: where logits reach the hundreds (Qwen2.5's first
+    # layers: thousands) fp32 rounding can cost more than 1e-4; those rows are marked
+    cancel = 8 * torch.finfo(torch.float32).eps * factor * (z_s.abs() + mean_c.abs()) > 1e-4
     balance = torch.where(sink_vis & (n_c >= 1), balance, torch.full_like(balance, math.nan))
     return {
         "sink_share": torch.exp(log_s),
@@ -576,7 +587,7 @@ def _sink_summaries(
         "balance": balance,
         "entropy": entropy,
         "content_entropy": h_c,
-    }
+    }, cancel
 
 
 #: the logit given to keys a row cannot see in :func:`_one_pass_summaries`: finite, so that
@@ -690,7 +701,7 @@ def _logit_blocks(
 
 def _one_pass_summaries(
     ctx: _LayerContext, pos: torch.Tensor, chunk: int, value: torch.Tensor
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """A layer's summaries and its attention output from one pass over blocks of its logits.
 
     The attention output of the summaries path otherwise costs two attention passes: the
@@ -707,7 +718,8 @@ def _one_pass_summaries(
     SDPA path. ``value``: fp32 ``(batch, heads, keys, dim)``; every query of the call is in
     ``pos`` and sees a key (:func:`_one_pass_applies`).
 
-    Returns the summaries ``(b, h, nq)`` and the output ``(b, h, nq, dim)`` (fp32).
+    Returns the summaries ``(b, h, nq)``, the output ``(b, h, nq, dim)`` (fp32) and the queries
+    whose balance is to be recomputed from max-shifted logits (:func:`_sink_summaries`).
     """
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
@@ -758,8 +770,12 @@ def _one_pass_summaries(
     qsel = _rows_at(q, pos - ctx.offset)
     k_sink = k[bidx, :, sink]
     content_share = torch.sigmoid(-logodds)
-    out = _sink_summaries(ctx, qsel, k_sink, z_s, logodds, h_c, content_share, key_sums)
-    return out, output
+    # the balance is a difference of two logit-sized numbers: the sink's logit for it is formed
+    # as the mean content logit is (scale q . k), not from the blocks' prescaled q, so that
+    # their roundings match (Qwen2.5's logits in the thousands: 2.4e-4 apart otherwise)
+    z_bal = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
+    out, cancel = _sink_summaries(ctx, qsel, k_sink, z_bal, logodds, h_c, content_share, key_sums)
+    return out, output, (cancel & sink_seen & has_content).any(dim=(0, 1))
 
 
 def _explicit(
