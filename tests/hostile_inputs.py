@@ -154,6 +154,16 @@ def forge_stamp(folder: Path, names: list[str]) -> None:
     (folder / _atomic.STAMP).write_text(json.dumps(stamp))
 
 
+def good_analysis_folder(parent: Path) -> Path:
+    """A small analysis folder written by ``ac.analyze`` (synthetic rows), in ``parent``."""
+    import attncoda as ac
+
+    out = parent / "analysis"
+    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
+    ac.analyze(rows, out, n_boot=0, progress=False)
+    return out
+
+
 def hostile_analysis_folder(good: Path, tmp_path: Path) -> Path:
     """``tmp_path/analysis``: a copy of the real analysis folder ``good``, every field and file
     turned hostile. Outside it, ``tmp_path/outside`` holds ``secret.{svg,csv,txt,png}`` (each

@@ -12,7 +12,9 @@ An ``open`` event names a path as given; one opened relative to a directory desc
 from the descriptor (``/proc/self/fd``): ``os.open`` is wrapped to tell the hook which
 descriptor the call came with. Each path is recorded as asked (made absolute) and as
 ``os.path.realpath`` resolves it (where a symlink leads; with ``O_NOFOLLOW`` only the folders
-on the way are resolved, since a final symlink is refused, not followed).
+on the way are resolved, since a final symlink is refused, not followed; a name opened in a held
+directory descriptor is its directory's path as ``/proc`` gives it, not resolved again, which
+would race with a swapped folder).
 
 Files HDF5 opens (netCDF through h5py or netCDF4, its external storage, its links) are opened in
 C and raise no audit event: :func:`strace` runs the same child under ``strace -f -y`` and
@@ -151,11 +153,18 @@ def _child(spec_path: str) -> None:
         path = os.fsdecode(os.fspath(args[0]))
         base = os.getcwd()
         dir_fd = getattr(state, "dir_fd", None)
-        if dir_fd is not None and not os.path.isabs(path):
+        held = dir_fd is not None and not os.path.isabs(path)
+        if held:
             base = os.readlink(f"/proc/self/fd/{dir_fd}")
         full = os.path.normpath(os.path.join(base, path))
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-        if flags & getattr(os, "O_NOFOLLOW", 0):  # a final symlink is refused, not followed
+        nofollow = flags & getattr(os, "O_NOFOLLOW", 0)
+        if held and nofollow and os.sep not in path:
+            # one name in the directory the descriptor holds, which the kernel resolved when it
+            # was opened: resolving its path again here would race with a process that swaps a
+            # folder on that path for a symlink (and name where the symlink leads now)
+            real = full
+        elif nofollow:  # a final symlink is refused, not followed
             head, name = os.path.split(full)
             real = os.path.join(os.path.realpath(head), name)
         else:

@@ -34,6 +34,7 @@ from hostile_inputs import (
     OUTSIDE,
     SECRET,
     SYMLINK_TOGGLER,
+    good_analysis_folder,
     hostile_analysis_folder,
     netcdf_with_external_storage,
     netcdf_with_link,
@@ -231,10 +232,7 @@ def test_strace_sees_hdf5_read_external_storage(tmp_path, work, ds):
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("good") / "analysis"
-    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
-    ac.analyze(rows, out, n_boot=0, progress=False)
-    return out
+    return good_analysis_folder(tmp_path_factory.mktemp("good"))
 
 
 def _report_case(

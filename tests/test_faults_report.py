@@ -26,6 +26,7 @@ from hostile_inputs import (
     SECRET,
     SYMLINK_TOGGLER,
     forge_stamp,
+    good_analysis_folder,
     hostile_analysis_folder,
 )
 
@@ -41,10 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("good") / "analysis"
-    rows = ac.testing.synthetic_rows(n_samples=2, n_layers=2, n_heads=3, length=6)
-    ac.analyze(rows, out, n_boot=0, progress=False)
-    return out
+    return good_analysis_folder(tmp_path_factory.mktemp("good"))
 
 
 @pytest.fixture
