@@ -457,7 +457,6 @@ def _fast_summaries(
     q, k = ctx.q, ctx.k
     b, _, kv, d = k.shape
     qsel = q.index_select(2, pos - ctx.offset)
-    nq = len(pos)
     bidx = torch.arange(b, device=q.device)
     k_sink = k[bidx, :, ctx.sink_index]  # (b, h, d)
     size = kernel_head_size(d + 2)
@@ -466,11 +465,8 @@ def _fast_summaries(
     values[..., d + 1] = 1.0
     values[bidx, :, ctx.sink_index] = 0.0
     values[bidx, :, ctx.sink_index, d] = 1.0
-    all_queries = (
-        nq == kv and ctx.offset == 0 and bool((pos == torch.arange(kv, device=pos.device)).all())
-    )
     f = torch.nn.functional.scaled_dot_product_attention
-    if ctx.mask is None and (not ctx.causal or all_queries):
+    if _no_mask_needed(ctx, pos):
         kwargs: dict[str, Any] = {"is_causal": ctx.causal}
         vis_rows = None
     else:
@@ -515,6 +511,23 @@ def _rows_at(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         if bool((idx == torch.arange(first, first + n, device=idx.device)).all()):
             return x.narrow(2, first, n)
     return x.index_select(2, idx)
+
+
+def _no_mask_needed(ctx: _LayerContext, pos: torch.Tensor) -> bool:
+    """Whether the queries at ``pos`` see keys by a rule alone, no mask: a bidirectional call
+    without one (every key), or a causal one without one or a window whose every query is
+    captured from the first (each sees the keys up to itself): then SDPA takes ``is_causal``
+    and the sums of visible keys are prefix sums (:func:`_visible_key_sums`)."""
+    if ctx.mask is not None or ctx.sliding:
+        return False
+    if not ctx.causal:
+        return True
+    kv = ctx.k.shape[-2]
+    return (
+        len(pos) == kv
+        and ctx.offset == 0
+        and bool((pos == torch.arange(kv, device=pos.device)).all())
+    )
 
 
 def _visible_key_sums(
@@ -759,13 +772,10 @@ def _one_pass_summaries(
         h_c[:, :, i : i + m] = log_z - a / z
     sink_seen = z_s > _HIDDEN / 2
     has_content = lse_c > _HIDDEN / 2
-    plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
-    vis_rows = None
     z_s = torch.where(sink_seen, z_s, torch.full_like(z_s, -math.inf))
     logodds = torch.where(has_content, z_s - lse_c, torch.full_like(z_s, math.inf))
     h_c = torch.where(has_content, h_c.clamp_min(0.0), torch.full_like(h_c, math.nan))
-    if not plain_causal or ctx.offset or nq != kv:
-        vis_rows, _ = ctx.visible(pos, kv)
+    vis_rows = None if _no_mask_needed(ctx, pos) else ctx.visible(pos, kv)[0]
     key_sums = _visible_key_sums(ctx, pos, vis_rows, chunk)
     qsel = _rows_at(q, pos - ctx.offset)
     k_sink = k[bidx, :, sink]
