@@ -9,6 +9,7 @@ or on a torch device.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Literal
 
 import numpy as np
@@ -88,7 +89,18 @@ def _torch_device(device: Any, backend: str) -> Any:
 
 
 def _workers() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
+    """Threads for the pairwise JS / TV loops: at most 4, the CPUs this process may run on,
+    and, where torch is loaded, ``torch.get_num_threads()``, so that one setting
+    (``torch.set_num_threads``, the CLI's ``--threads``, its one thread on a busy machine)
+    governs attncoda's own pool as it does torch's."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        cpus = min(cpus, int(torch.get_num_threads()))
+    return max(1, min(4, cpus))
 
 
 def _pairwise_rows(a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:

@@ -701,3 +701,25 @@ def test_analyses_over_rows_show_progress_unless_told_not_to(
     call(ds)
     err = capsys.readouterr().err
     assert f"{name}: " in err and "/5 [" in err and "sample/s" in err
+
+
+def test_the_js_and_tv_pool_follows_torchs_thread_count(monkeypatch):
+    """One setting (``torch.set_num_threads``, the CLI's ``--threads``) limits attncoda's own
+    pool of the pairwise JS / TV loops too, and the numbers do not depend on it."""
+    torch = pytest.importorskip("torch")
+    from attncoda import _backend
+
+    rows = ac.closure(np.random.default_rng(3).gamma(0.5, size=(40, 3000)) + 1e-6)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert _backend._workers() == 1
+        one = [_backend._pairwise_rows(rows, kind, 1 << 16) for kind in ("js", "l1")]
+        torch.set_num_threads(2)
+        monkeypatch.setattr(_backend.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+        assert _backend._workers() == 2
+        two = [_backend._pairwise_rows(rows, kind, 1 << 16) for kind in ("js", "l1")]
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two, strict=True):
+        np.testing.assert_array_equal(a, b)
