@@ -399,3 +399,47 @@ def test_claims_only_keeps_the_run_that_built_the_window_tables(tmp_path):
         kept = read_manifest(copy)["settings"]["window_tables_made_by"]
         assert kept["command"] == full["command"]
         assert kept["git"] == full["git"] and kept["started"] == full["started"]
+
+
+def test_recomputed_tables_are_compared_number_by_number_and_rendered(tmp_path):
+    """``run --compare-with REV``: the recomputed tables against the ones they replace, a row
+    per file (identical numbers, the largest differences, changed verdicts, rows that no longer
+    line up), and the README's provenance block says so."""
+    from case_studies.conventions import study
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir()
+    after.mkdir()
+    flips = pd.DataFrame(
+        {
+            "metric": ["js", "tv", "cosine"],
+            "flip_rate": [0.1, 0.2, 0.3],
+            "flips": [10, 20, 30],
+            "verdict": ["consistent with", "not seen here", "borderline"],
+            "capture_s": [1.0, 2.0, 3.0],  # a timing: never compared
+        }
+    )
+    ac.write_table(flips, before / "flip_rates.csv")
+    moved = flips.assign(capture_s=[9.0, 9.0, 9.0])
+    moved.loc[1, "flip_rate"] = 0.2 + 3e-9
+    moved.loc[2, "verdict"] = "consistent with"
+    ac.write_table(moved, after / "flip_rates.csv")
+    ac.write_table(flips.iloc[:2], before / "pairs.csv")
+    ac.write_table(flips, after / "pairs.csv")
+    ac.write_table(flips, before / "summary.csv")
+    ac.write_table(flips, after / "summary.csv")
+    cmp = study.compare_tables(before, after).set_index("file")
+    fr = cmp.loc["flip_rates.csv"]
+    assert (fr.numbers, fr.identical, fr.text_changed, fr.rows_match) == (6, 5, 1, 1)
+    assert fr.max_abs_diff == pytest.approx(3e-9, rel=1e-3)
+    assert fr.max_rel_diff == pytest.approx(3e-9 / (0.2 + 3e-9), rel=1e-3)
+    assert cmp.loc["pairs.csv"].rows_match == 0
+    same = cmp.loc["summary.csv"]
+    assert (same.identical, same.max_abs_diff, same.text_changed) == (same.numbers, 0.0, 0)
+
+    ac.write_table(cmp.reset_index(), after / study.RECOMPUTED)
+    (after / "manifest.json").write_text('{"settings": {"compared_with": "abc123"}}')
+    note = "\n".join(study.recomputed_note(after))
+    assert "11 of 12 numbers identical" in note and "`abc123`" in note
+    assert "1 text cells" in note and "rows differ" in note
+    assert study.recomputed_note(before) == []

@@ -16,6 +16,8 @@ import hashlib
 import inspect
 import json
 import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -30,6 +32,7 @@ import attncoda as ac
 from attncoda.hooks import assets
 
 from .._study import (
+    ROOT,
     Golden,
     Provenance,
     Study,
@@ -893,10 +896,95 @@ def claims_only(out: Path, prov: Provenance) -> None:
     prov.git["note"] = cells_note(out)
 
 
+#: Columns that are not results: timings, where and from which file a number was computed.
+_NOT_COMPARED = frozenset(
+    {"capture_s", "analysis_s", "cell_analysis_s", "table_analysis_s", "commit", "dirty"}
+    | {"file", "cells_sha256"}
+)
+#: The file comparing recomputed window tables with the ones they replaced.
+RECOMPUTED = "recomputed_vs_before.csv"
+
+
+def compare_tables(before: Path, after: Path) -> pd.DataFrame:
+    """Every result table in both folders, ``after`` against ``before``, a row each: how many
+    numbers are identical, the largest absolute and relative differences of the others, and how
+    many text cells (verdicts, reasons, rendered intervals) changed. Rows are compared in file
+    order: their text columns (the keys) must match, or the file says so (``rows_match`` 0).
+    ``cells.csv`` compares the cells' token hashes: the same tokens went in."""
+    rows = []
+    for path in sorted(after.glob("*.csv")):
+        old_path = before / path.name
+        if path.name == RECOMPUTED or not old_path.is_file():
+            continue
+        new, old = ac.read_table(path), ac.read_table(old_path)
+        cols = [c for c in new.columns if c in old.columns and c not in _NOT_COMPARED]
+        row: dict[str, Any] = {"file": path.name, "rows_before": len(old), "rows_after": len(new)}
+        if len(new) != len(old):
+            rows.append({**row, "rows_match": 0})
+            continue
+        numeric = [
+            c
+            for c in cols
+            if pd.api.types.is_numeric_dtype(new[c]) and pd.api.types.is_numeric_dtype(old[c])
+        ]
+        text = [c for c in cols if c not in numeric]
+        keys = [c for c in text if c not in ("verdict", "why", "ci", "ours", "per_text", "n")]
+        same_keys = all(
+            (new[c].fillna("").astype(str) == old[c].fillna("").astype(str)).all() for c in keys
+        )
+        a = new[numeric].to_numpy(dtype=np.float64)
+        b = old[numeric].to_numpy(dtype=np.float64)
+        both_nan = np.isnan(a) & np.isnan(b)
+        equal = (a == b) | both_nan
+        with np.errstate(invalid="ignore", divide="ignore"):
+            diff = np.where(equal, 0.0, np.abs(a - b))
+            rel = np.where(equal, 0.0, diff / np.maximum(np.abs(a), np.abs(b)))
+        changed_text = sum(
+            int((new[c].fillna("").astype(str) != old[c].fillna("").astype(str)).sum())
+            for c in text
+            if c not in keys
+        )
+        rows.append(
+            {
+                **row,
+                "rows_match": int(same_keys),
+                "numbers": int(a.size),
+                "identical": int(equal.sum()),
+                "max_abs_diff": float(np.nanmax(diff)) if a.size else 0.0,
+                "max_rel_diff": float(np.nanmax(rel)) if a.size else 0.0,
+                "text_changed": changed_text,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def committed_tables(rev: str, folder: Path) -> Path:
+    """The result tables committed at git revision ``rev`` (a commit of this repository),
+    written into ``folder``; refused in one line where ``rev`` names none."""
+    rel = RESULTS.relative_to(ROOT).as_posix()
+    listing = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{rev}:{rel}"],
+        capture_output=True,
+        text=True,
+    )
+    if listing.returncode != 0:
+        raise ac.InputError(f"--compare-with {rev!r}: no {rel} at that revision; give a commit")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in listing.stdout.split():
+        if name.endswith(".csv") and name != RECOMPUTED:
+            blob = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{rev}:{rel}/{name}"],
+                capture_output=True,
+                check=True,
+            ).stdout
+            (folder / name).write_bytes(blob)
+    return folder
+
+
 def cells_note(results: Path) -> str:
     """Which commit and tree state measured the cells behind each part of the results: the
     manifest's note (the README's cells-provenance block, as plain text)."""
-    lines = cells_provenance(results).splitlines()
+    lines = [ln for ln in cells_provenance(results).splitlines() if ln and ln[0] != "|"]
     return " ".join(ln.removeprefix("- ").replace("**", "").replace("`", "") for ln in lines)
 
 
@@ -1158,7 +1246,51 @@ def cells_provenance(results: Path) -> str:
                 f"{scientific(gap, 1)}"
             )
         lines.append(line + ".")
+    lines += recomputed_note(results)
     return "\n".join(lines) if lines else "- No cells recorded."
+
+
+def recomputed_note(results: Path) -> list[str]:
+    """How the recomputed tables agree with the ones they replaced (:data:`RECOMPUTED`): a
+    line and a table of the files, or nothing where no comparison was made."""
+    cmp = _frame(results, RECOMPUTED.removesuffix(".csv"))
+    if not len(cmp):
+        return []
+    rev = str(read_manifest(results).get("settings", {}).get("compared_with", "unknown"))
+    n, same = int(cmp.numbers.fillna(0).sum()), int(cmp.identical.fillna(0).sum())
+    text = int(cmp.text_changed.fillna(0).sum())
+    line = (
+        f"- **Recomputed**: every window-table cell measured again from nothing at a clean "
+        f"commit, against the tables they replace (committed at `{rev[:12]}`): {same:,} of "
+        f"{n:,} numbers identical"
+    )
+    if same < n:
+        line += (
+            f"; the others differ by at most {scientific(float(cmp.max_abs_diff.max()), 1)} "
+            f"(relative {scientific(float(cmp.max_rel_diff.max()), 1)})"
+        )
+    line += f"; {text} text cells (verdicts, reasons, rendered numbers) changed."
+    if not bool(cmp.rows_match.fillna(0).all()):
+        line += " Files whose rows no longer line up are marked below."
+    table = markdown_table(
+        ["file", "rows", "numbers identical", "largest difference (abs / rel)", "text changed"],
+        [
+            [
+                f"`{r.file}`",
+                f"{int(r.rows_after)}"
+                + ("" if int(r.rows_match) else f" (before {int(r.rows_before)}: rows differ)"),
+                f"{int(r.identical):,} / {int(r.numbers):,}" if int(r.rows_match) else "—",
+                f"{scientific(float(r.max_abs_diff), 1)} / {scientific(float(r.max_rel_diff), 1)}"
+                if int(r.rows_match) and int(r.identical) < int(r.numbers)
+                else "none"
+                if int(r.rows_match)
+                else "—",
+                f"{int(r.text_changed)}" if int(r.rows_match) else "—",
+            ]
+            for r in cmp.itertuples()
+        ],
+    )
+    return [line, "", table]
 
 
 def cost_table(results: Path) -> str:
@@ -1427,6 +1559,9 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
     if args.claims_only:
         claims_only(out, prov)
         return
+    before = None
+    if args.compare_with:  # the tables it replaces, read before they are overwritten
+        before = committed_tables(args.compare_with, Path(tempfile.mkdtemp(prefix="before-")))
     run(
         out,
         models=args.models,
@@ -1436,6 +1571,10 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
         time_limit_s=None if args.time_limit is None else args.time_limit * 60,
         prov=prov,
     )
+    if before is not None:
+        ac.write_table(compare_tables(before, out), out / RECOMPUTED)
+        shutil.rmtree(before)
+        prov.settings["compared_with"] = args.compare_with
 
 
 def _quick(out: Path, prov: Provenance) -> None:
@@ -1467,6 +1606,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--tables-only",
         action="store_true",
         help="measure nothing; build the tables from the cells already there",
+    )
+    parser.add_argument(
+        "--compare-with",
+        metavar="REV",
+        default=None,
+        help=f"after the run, compare its tables with those committed at git revision REV "
+        f"(written to {RECOMPUTED}; the README says how they agree)",
     )
     add_time_limit(parser)
 
