@@ -422,6 +422,7 @@ def test_recomputed_tables_are_compared_number_by_number_and_rendered(tmp_path):
     ac.write_table(flips, before / "flip_rates.csv")
     moved = flips.assign(capture_s=[9.0, 9.0, 9.0])
     moved.loc[1, "flip_rate"] = 0.2 + 3e-9
+    moved.loc[0, "flips"] = 12
     moved.loc[2, "verdict"] = "consistent with"
     ac.write_table(moved, after / "flip_rates.csv")
     ac.write_table(flips.iloc[:2], before / "pairs.csv")
@@ -430,9 +431,10 @@ def test_recomputed_tables_are_compared_number_by_number_and_rendered(tmp_path):
     ac.write_table(flips, after / "summary.csv")
     cmp = study.compare_tables(before, after).set_index("file")
     fr = cmp.loc["flip_rates.csv"]
-    assert (fr.numbers, fr.identical, fr.text_changed, fr.rows_match) == (6, 5, 1, 1)
+    assert (fr.numbers, fr.identical, fr.text_changed, fr.rows_match) == (6, 4, 1, 1)
     assert fr.max_abs_diff == pytest.approx(3e-9, rel=1e-3)
     assert fr.max_rel_diff == pytest.approx(3e-9 / (0.2 + 3e-9), rel=1e-3)
+    assert (fr.counts_changed, fr.max_count_diff) == (1, 2)  # a count apart from the rates
     assert cmp.loc["pairs.csv"].rows_match == 0
     same = cmp.loc["summary.csv"]
     assert (same.identical, same.max_abs_diff, same.text_changed) == (same.numbers, 0.0, 0)
@@ -440,6 +442,7 @@ def test_recomputed_tables_are_compared_number_by_number_and_rendered(tmp_path):
     ac.write_table(cmp.reset_index(), after / study.RECOMPUTED)
     (after / "manifest.json").write_text('{"settings": {"compared_with": "abc123"}}')
     note = "\n".join(study.recomputed_note(after))
-    assert "11 of 12 numbers identical" in note and "`abc123`" in note
+    assert "10 of 12 numbers identical" in note and "`abc123`" in note
+    assert "1 counts moved, by at most 2" in note and "1.5e-08 relative" in note
     assert "1 text cells" in note and "rows differ" in note
     assert study.recomputed_note(before) == []

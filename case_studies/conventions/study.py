@@ -939,6 +939,10 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
         with np.errstate(invalid="ignore", divide="ignore"):
             diff = np.where(equal, 0.0, np.abs(a - b))
             rel = np.where(equal, 0.0, diff / np.maximum(np.abs(a), np.abs(b)))
+        # counts (flips, triples) apart from real numbers: a count moves by whole units
+        is_int = pd.api.types.is_integer_dtype
+        counts = np.array([is_int(new[c]) and is_int(old[c]) for c in numeric], dtype=bool)
+        real = ~counts
         changed_text = sum(
             int((new[c].fillna("").astype(str) != old[c].fillna("").astype(str)).sum())
             for c in text
@@ -950,8 +954,12 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
                 "rows_match": int(same_keys),
                 "numbers": int(a.size),
                 "identical": int(equal.sum()),
-                "max_abs_diff": float(np.nanmax(diff)) if a.size else 0.0,
-                "max_rel_diff": float(np.nanmax(rel)) if a.size else 0.0,
+                "max_abs_diff": float(np.nanmax(diff[:, real])) if real.any() and a.size else 0.0,
+                "max_rel_diff": float(np.nanmax(rel[:, real])) if real.any() and a.size else 0.0,
+                "counts_changed": int((~equal[:, counts]).sum()) if counts.any() else 0,
+                "max_count_diff": float(np.nanmax(diff[:, counts]))
+                if counts.any() and a.size
+                else 0.0,
                 "text_changed": changed_text,
             }
         )
@@ -1212,7 +1220,8 @@ def cells_provenance(results: Path) -> str:
         git = made.get("git") or {}
         lines.append(
             f"- **Window tables** (`cells.csv`): {len(cells)} cells measured at "
-            f"{cells.commit.nunique()} commits ({counts}; each cell's commit is in "
+            f"{cells.commit.nunique()} commit{'s' if cells.commit.nunique() != 1 else ''} "
+            f"({counts}; each cell's commit is in "
             f"`cells.csv`), built into the tables by `{made.get('command', 'unknown')}` at "
             f"`{str(git.get('commit', 'unknown'))[:12]}` ("
             + {True: "modified tree", False: "clean tree"}.get(git.get("dirty"), "tree unknown")
@@ -1259,6 +1268,7 @@ def recomputed_note(results: Path) -> list[str]:
     rev = str(read_manifest(results).get("settings", {}).get("compared_with", "unknown"))
     n, same = int(cmp.numbers.fillna(0).sum()), int(cmp.identical.fillna(0).sum())
     text = int(cmp.text_changed.fillna(0).sum())
+    moved = int(cmp.counts_changed.fillna(0).sum())
     line = (
         f"- **Recomputed**: every window-table cell measured again from nothing at a clean "
         f"commit, against the tables they replace (committed at `{rev[:12]}`): {same:,} of "
@@ -1266,29 +1276,43 @@ def recomputed_note(results: Path) -> list[str]:
     )
     if same < n:
         line += (
-            f"; the others differ by at most {scientific(float(cmp.max_abs_diff.max()), 1)} "
-            f"(relative {scientific(float(cmp.max_rel_diff.max()), 1)})"
+            f"; the real numbers differ by at most "
+            f"{scientific(float(cmp.max_rel_diff.max()), 1)} relative"
+        )
+    if moved:
+        line += (
+            f"; {moved} counts moved, by at most {int(cmp.max_count_diff.max())} (flips of "
+            f"near-tied distances, which rounding orders either way, and the rates they make)"
         )
     line += f"; {text} text cells (verdicts, reasons, rendered numbers) changed."
     if not bool(cmp.rows_match.fillna(0).all()):
         line += " Files whose rows no longer line up are marked below."
+
+    def cells(r: Any) -> list[str]:
+        if not int(r.rows_match):
+            return [f"{int(r.rows_after)} (before {int(r.rows_before)}: rows differ)", *"———"]
+        if not int(r.numbers):
+            return [f"{int(r.rows_after)}", "text only", "—", "—", f"{int(r.text_changed)}"]
+        return [
+            f"{int(r.rows_after)}",
+            f"{int(r.identical):,} / {int(r.numbers):,}",
+            scientific(float(r.max_rel_diff), 1) if float(r.max_rel_diff) else "none",
+            f"{int(r.counts_changed)} (by <= {int(r.max_count_diff)})"
+            if int(r.counts_changed)
+            else "none",
+            f"{int(r.text_changed)}",
+        ]
+
     table = markdown_table(
-        ["file", "rows", "numbers identical", "largest difference (abs / rel)", "text changed"],
         [
-            [
-                f"`{r.file}`",
-                f"{int(r.rows_after)}"
-                + ("" if int(r.rows_match) else f" (before {int(r.rows_before)}: rows differ)"),
-                f"{int(r.identical):,} / {int(r.numbers):,}" if int(r.rows_match) else "—",
-                f"{scientific(float(r.max_abs_diff), 1)} / {scientific(float(r.max_rel_diff), 1)}"
-                if int(r.rows_match) and int(r.identical) < int(r.numbers)
-                else "none"
-                if int(r.rows_match)
-                else "—",
-                f"{int(r.text_changed)}" if int(r.rows_match) else "—",
-            ]
-            for r in cmp.itertuples()
+            "file",
+            "rows",
+            "numbers identical",
+            "largest relative difference",
+            "counts moved",
+            "text changed",
         ],
+        [[f"`{r.file}`", *cells(r)] for r in cmp.itertuples()],
     )
     return [line, "", table]
 
