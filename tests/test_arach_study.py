@@ -49,7 +49,7 @@ def test_eval_plan_refuses_bad_sizes(changes, needle):
 
 def test_eval_plan_quick_is_a_valid_small_plan():
     quick = EvalPlan.quick()
-    assert quick.contexts == (128,) and quick.offsets == (-0.5,) and quick.cloze_n == 12
+    assert quick.contexts == (128,) and quick.offsets == (-0.5,) and quick.cloze_n == 6
     assert EvalPlan().offsets == (0.0, -0.25, -0.5, -1.0, -2.0, -4.0)
 
 

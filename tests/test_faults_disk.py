@@ -46,17 +46,37 @@ def _child(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """``synthetic_rows`` of 1 and of 8 samples (4 layers, 4 heads, 64 tokens), made once in
+    this process and pickled for the children: a child that made them itself imported torch
+    for the core's kernels (2 of its 3.5 CPU-s; ten children in this file)."""
+    import pickle
+
+    import attncoda as ac
+
+    folder = tmp_path_factory.mktemp("rows")
+    paths = {}
+    for n in ("1", "8"):
+        ds = ac.testing.synthetic_rows(n_samples=int(n), n_layers=4, n_heads=4, length=64)
+        paths[n] = str(folder / f"rows{n}.pickle")
+        with open(paths[n], "wb") as fh:
+            pickle.dump(ds, fh)
+    return paths
+
+
 _SAVE = """
-    import gc, sys
+    import gc, pickle, sys
     import attncoda as ac
     from attncoda import _atomic
     from attncoda import _data
-    target, n, bypass = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    target, rows, bypass = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     if bypass:  # the disk fills after the check: what HDF5 met before it crashed
         _atomic.check_free_space = lambda *a, **k: None
     if len(sys.argv) > 4 and sys.argv[4] == "large":  # files above the in-memory budget:
         _data._memory_budget = lambda: 0  # HDF5 writes to the disk itself
-    ds = ac.testing.synthetic_rows(n_samples=n, n_layers=4, n_heads=4, length=64)
+    with open(rows, "rb") as fh:
+        ds = pickle.load(fh)
     try:
         ac.save(ds.assign_attrs(tag="new"), target, overwrite=True)
         print("saved")
@@ -77,9 +97,9 @@ def _leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["x.nc", "x.zarr"])
-def test_a_save_larger_than_the_disk_is_refused_or_fails_cleanly(small_disk, name) -> None:
+def test_a_save_larger_than_the_disk_is_refused_or_fails_cleanly(small_disk, rows, name) -> None:
     target = small_disk / name
-    run = _child(_SAVE, str(target), "8", "0")
+    run = _child(_SAVE, str(target), rows["8"], "0")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "alive" in run.stdout
     if name.endswith(".nc"):  # checked before the write: nothing was written
@@ -90,12 +110,12 @@ def test_a_save_larger_than_the_disk_is_refused_or_fails_cleanly(small_disk, nam
 
 
 @pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
-def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk) -> None:
+def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk, rows) -> None:
     target = small_disk / "x.nc"
-    first = _child(_SAVE, str(target), "1", "0")
+    first = _child(_SAVE, str(target), rows["1"], "0")
     assert "saved" in first.stdout, first.stderr[-2000:]
     before = target.read_bytes()
-    run = _child(_SAVE, str(target), "8", "1")  # the check is skipped: the disk fills
+    run = _child(_SAVE, str(target), rows["8"], "1")  # the check is skipped: the disk fills
     assert run.returncode == 0, f"the process crashed (exit {run.returncode}): {run.stderr[-800:]}"
     assert "oserror: 28" in run.stdout and "alive" in run.stdout, run.stdout
     assert target.read_bytes() == before  # the old file, untouched
@@ -104,20 +124,20 @@ def test_a_disk_that_fills_during_an_nc_write_is_a_clean_oserror(small_disk) -> 
 
 @pytest.mark.slow  # several seconds (a process, a real mount or a whole pipeline)
 @pytest.mark.parametrize("path", ["memory", "large"])
-def test_both_nc_write_paths_survive_a_disk_that_fills(small_disk, path) -> None:
+def test_both_nc_write_paths_survive_a_disk_that_fills(small_disk, rows, path) -> None:
     """Files above half the available memory are written by HDF5 itself (``large``; forced
     here with a budget of 0): through a file object whose failed write HDF5 never sees, so a
     full disk is the same clean OSError as on the in-memory path, the old file kept."""
     target = small_disk / "x.nc"
-    first = _child(_SAVE, str(target), "1", "0", path)
+    first = _child(_SAVE, str(target), rows["1"], "0", path)
     assert "saved" in first.stdout and "same" in first.stdout, first.stderr[-2000:]
     before = target.read_bytes()
-    run = _child(_SAVE, str(target), "8", "1", path)  # the check is skipped: the disk fills
+    run = _child(_SAVE, str(target), rows["8"], "1", path)  # the check is skipped: the disk fills
     assert run.returncode == 0, f"the process crashed (exit {run.returncode}): {run.stderr[-800:]}"
     assert "oserror: 28" in run.stdout and "alive" in run.stdout, run.stdout
     assert target.read_bytes() == before
     assert _leftovers(small_disk) == []
-    refused = _child(_SAVE, str(target), "8", "0", path)  # with the check: refused before
+    refused = _child(_SAVE, str(target), rows["8"], "0", path)  # with the check: refused before
     assert "refused:" in refused.stdout and "MB free" in refused.stdout, refused.stdout
     assert target.read_bytes() == before and _leftovers(small_disk) == []
 

@@ -177,6 +177,32 @@ def test_markdown_cells_escape_pipes() -> None:
     assert _study.markdown_table(["a"], [["x|y"]]).splitlines()[-1] == "| x\\|y |"
 
 
+def test_two_stage_draws_are_those_of_one_call_per_drawn_stratum() -> None:
+    """Strata of one size draw the members of all drawn strata in one call: the committed
+    intervals were computed with one call per drawn stratum, which must give the same draws."""
+
+    def per_stratum(strata, n_boot, seed):
+        labels = np.asarray(strata)
+        groups = [np.flatnonzero(labels == s) for s in dict.fromkeys(labels.tolist())]
+        rng = np.random.default_rng(seed)
+        return [
+            np.concatenate([groups[g][rng.integers(0, len(groups[g]), len(groups[g]))] for g in p])
+            for p in (rng.integers(0, len(groups), len(groups)) for _ in range(n_boot))
+        ]
+
+    for n_strata, size in ((4, 2), (4, 24), (3, 8), (3, 1), (1, 5)):
+        strata = np.repeat([f"text{i}" for i in range(n_strata)], size)
+        for seed in (0, 4, 43):
+            got = _study.two_stage_draws(strata, 50, seed=seed)
+            want = per_stratum(strata, 50, seed)
+            assert len(got) == len(want)
+            for a, b in zip(got, want, strict=True):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (n_strata, size, seed)
+    uneven = ["a", "a", "a", "b", "c", "c"]
+    for a, b in zip(_study.two_stage_draws(uneven, 50), per_stratum(uneven, 50, 4), strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_compare_holds_tolerance_and_reports_what_differs(tmp_path: Path) -> None:
     got, gold = tmp_path / "got", tmp_path / "gold"
     got.mkdir()

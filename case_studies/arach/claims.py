@@ -244,9 +244,11 @@ class ClaimPlan:
 
     @classmethod
     def quick(cls) -> ClaimPlan:
-        """A CI smoke plan: 3 items per source, two windows of 64 tokens per text."""
+        """A CI smoke plan: 3 items per source (of 40 words of context), two windows of 64
+        tokens per text."""
         return cls(
             cloze_per_source=3,
+            cloze_window=40,
             ppl_tokens=128,
             context=64,
             sweep=(-0.5,),

@@ -159,7 +159,7 @@ class EvalPlan:
             offsets=(-0.5,),
             sweep_ppl_context=128,
             ablations=(),
-            cloze_n=12,
+            cloze_n=6,
             audit_samples=1,
             audit_length=32,
             n_boot=200,

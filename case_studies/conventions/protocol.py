@@ -12,6 +12,7 @@ choice (see :mod:`.sinks`).
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -72,10 +73,10 @@ FULL = Size(
 QUICK = Size(
     windows=2,
     length=32,
-    block=1,
+    block=2,
     pairs=4,
     pair_length=32,
-    pair_block=2,
+    pair_block=4,
     pair_run=1,
     n_boot=20,
     n_boot_cluster=5,
@@ -247,6 +248,13 @@ def measure_texts(
     started = time.perf_counter()
     read = corpus or corpus_text
     model_obj, tokenizer = zoo.load(model)
+    # a cell needs the attention rows, not the logits: the output head computes the last
+    # position's only (Gemma-3's head of 262k tokens costs as much as its layers on 32 tokens)
+    no_logits = (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model_obj.forward).parameters
+        else {}
+    )
     written = 0
     ids_by_text: dict[str, Any] = {}
     for text, _b, _ in todo:
@@ -261,7 +269,7 @@ def measure_texts(
         # exact_outputs: every layer runs the model's own kernel, so the study measures the
         # model as deployed, and its committed cells reproduce bit for bit
         with torch.no_grad(), capture(model_obj, what="rows", exact_outputs=True) as cap:
-            model_obj(input_ids=ids, attention_mask=torch.ones_like(ids))
+            model_obj(input_ids=ids, attention_mask=torch.ones_like(ids), **no_logits)
         rows = cap.dataset
         capture_s = time.perf_counter() - start
         for sink in sink_keys(model):

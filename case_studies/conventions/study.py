@@ -65,7 +65,10 @@ from .protocol import (
 from .sinks import PAIR_SINK_LABELS, PAIR_SINKS, merge_samples
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUICK_MODELS = ("minilm-l6", "smollm2-135m", "gemma3-270m")
+#: The quick mode's models: the encoder (two sinks, the pair pipeline) and a decoder, so that
+#: both kinds of cell and the tables across models run (Gemma-3 left it in December 2026, for
+#: CI's time: it ran the decoder's path a second time).
+QUICK_MODELS = ("minilm-l6", "smollm2-135m")
 NAMES = {
     "minilm-l6": "MiniLM-L6",
     "smollm2-135m": "SmolLM2-135M",

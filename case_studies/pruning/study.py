@@ -175,14 +175,17 @@ EVIDENCE: dict[str, Evidence] = {
     "gemma3-270m": Evidence(random_seeds=10),
     "qwen2.5-coder-0.5b": Evidence(random_seeds=10),
 }
-#: ``quick``: the evidence protocol in miniature (every control, both ablations, two random
-#: orders; one 128-token window per text), a couple of minutes on SmolLM2-135M.
+#: ``quick``: the evidence protocol in miniature on one 64-token window per text: every kind of
+#: cell (two main scores under every control, both ablations, two random orders, the other
+#: scores globally) at two ks, 27 cells (every score of the protocol computed), about half a
+#: minute on SmolLM2-135M.
 QUICK_EVIDENCE = Evidence(
-    window=128,
+    window=64,
     calibration_windows=1,
     eval_windows=1,
     fractions=(0.1, 0.3),
-    other_scores=(),
+    main_scores=("sink_share", "entropy"),
+    other_scores=("max_attention", "content_entropy", "gradient"),
     mean_scores=("sink_share", "entropy"),
     random_seeds=2,
 )
@@ -1442,7 +1445,7 @@ STUDY = Study(
     assets=("smollm2-135m", "austen", "mobydick", "wikipedia"),
     add_arguments=_arguments,
     # the numbers in these phrases name the protocol (a control, an interval's level), not results
-    definitions=("layers 0-2", "95% paired", "[95% CI", "5-95% band"),
+    definitions=("layers 0-2", "95% paired", "[95% CI", "5-95% band", "one 64-token window"),
     docs=("docs/case-studies/pruning.md",),
 )
 
