@@ -491,8 +491,7 @@ def _decompose_first_sink(
         else:
             e[...] = probs / s_c[..., None]
         e[..., 0] = 0.0
-        w = log  # ours: log c = log x - log s_c on the content; 0 * (finite) at the sink
-        _shift_rows(w, log_sc, is_np)
+        w = log  # ours: log x on the content (shifted to log c below); 0 * (finite) at the sink
     elif vis is None:
         # shift by the content mean, known from the row sums (no pass for a maximum): the
         # largest content part then has exp(w) >= 1, so the content sum cannot underflow
@@ -546,7 +545,7 @@ def _decompose_first_sink(
                 import torch
 
                 w.clamp_(min=torch.finfo(w.dtype).min)
-        _shift_rows(w, log_sc, is_np)
+    _shift_rows(w, log_sc, is_np)  # log c = w - log s_c
     # H(c) = -sum c log c, from log c itself: log s_c - sum c w (a pass fewer) sums terms far
     # larger than H where the content is peaked, 4-6x the error in float32
     if is_np:
