@@ -449,3 +449,14 @@ def test_recomputed_tables_are_compared_number_by_number_and_rendered(tmp_path):
     assert "1 counts moved, by at most 2" in note and "1.5e-08 relative" in note
     assert "1 text cells" in note and "rows differ" in note
     assert study.recomputed_note(before) == []
+
+
+def test_a_compare_with_naming_no_commit_is_refused_before_any_work(tmp_path, capsys):
+    from case_studies.conventions import study
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        study.main(["run", "--tables-only", "--compare-with", "no-such-rev", "--out", str(out)])
+    assert exit_.value.code == 2
+    assert "'no-such-rev' names no commit holding" in capsys.readouterr().err
+    assert not out.exists()

@@ -904,6 +904,8 @@ _NOT_COMPARED = frozenset(
     {"capture_s", "analysis_s", "cell_analysis_s", "table_analysis_s", "commit", "dirty"}
     | {"file", "cells_sha256"}
 )
+#: Text columns that are results (the claim table's rendered numbers and verdicts), not keys.
+_RESULT_TEXT = frozenset({"verdict", "why", "ci", "ours", "per_text", "n"})
 #: The file comparing recomputed window tables with the ones they replaced.
 RECOMPUTED = "recomputed_vs_before.csv"
 
@@ -931,7 +933,7 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
             if pd.api.types.is_numeric_dtype(new[c]) and pd.api.types.is_numeric_dtype(old[c])
         ]
         text = [c for c in cols if c not in numeric]
-        keys = [c for c in text if c not in ("verdict", "why", "ci", "ours", "per_text", "n")]
+        keys = [c for c in text if c not in _RESULT_TEXT]
         same_keys = all(
             (new[c].fillna("").astype(str) == old[c].fillna("").astype(str)).all() for c in keys
         )
@@ -969,19 +971,38 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def committed_tables(rev: str, folder: Path) -> Path:
-    """The result tables committed at git revision ``rev`` (a commit of this repository),
-    written into ``folder``; refused in one line where ``rev`` names none."""
+def _committed_results(rev: str) -> list[str] | None:
+    """The files of ``results/`` committed at git revision ``rev``, or ``None`` where ``rev``
+    names no commit holding it."""
     rel = RESULTS.relative_to(ROOT).as_posix()
     listing = subprocess.run(
         ["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{rev}:{rel}"],
         capture_output=True,
         text=True,
     )
-    if listing.returncode != 0:
+    return listing.stdout.split() if listing.returncode == 0 else None
+
+
+def _revision(value: str) -> str:
+    """``--compare-with``'s REV: refused by argparse (exit 2, one line, before any work) where
+    it names no commit holding this study's results."""
+    if _committed_results(value) is None:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} names no commit holding {RESULTS.relative_to(ROOT).as_posix()}; give "
+            "a commit of this repository (git log -- case_studies/conventions/results)"
+        )
+    return value
+
+
+def committed_tables(rev: str, folder: Path) -> Path:
+    """The result tables committed at git revision ``rev`` (a commit of this repository),
+    written into ``folder``; refused in one line where ``rev`` names none."""
+    rel = RESULTS.relative_to(ROOT).as_posix()
+    names = _committed_results(rev)
+    if names is None:
         raise ac.InputError(f"--compare-with {rev!r}: no {rel} at that revision; give a commit")
     folder.mkdir(parents=True, exist_ok=True)
-    for name in listing.stdout.split():
+    for name in names:
         if name.endswith(".csv") and name != RECOMPUTED:
             blob = subprocess.run(
                 ["git", "-C", str(ROOT), "show", f"{rev}:{rel}/{name}"],
@@ -1586,22 +1607,22 @@ def _run(out: Path, args: argparse.Namespace, prov: Provenance) -> None:
     if args.claims_only:
         claims_only(out, prov)
         return
-    before = None
-    if args.compare_with:  # the tables it replaces, read before they are overwritten
-        before = committed_tables(args.compare_with, Path(tempfile.mkdtemp(prefix="before-")))
-    run(
-        out,
-        models=args.models,
-        texts=args.texts,
-        cells=args.cells,
-        measure=not args.tables_only,
-        time_limit_s=None if args.time_limit is None else args.time_limit * 60,
-        prov=prov,
-    )
-    if before is not None:
-        ac.write_table(compare_tables(before, out), out / RECOMPUTED)
-        shutil.rmtree(before)
-        prov.settings["compared_with"] = args.compare_with
+    # the tables a --compare-with run replaces, read before they are overwritten (the folder
+    # goes whatever ends the run)
+    with tempfile.TemporaryDirectory(prefix="before-") as scratch:
+        before = committed_tables(args.compare_with, Path(scratch)) if args.compare_with else None
+        run(
+            out,
+            models=args.models,
+            texts=args.texts,
+            cells=args.cells,
+            measure=not args.tables_only,
+            time_limit_s=None if args.time_limit is None else args.time_limit * 60,
+            prov=prov,
+        )
+        if before is not None:
+            ac.write_table(compare_tables(before, out), out / RECOMPUTED)
+            prov.settings["compared_with"] = args.compare_with
 
 
 def _quick(out: Path, prov: Provenance) -> None:
@@ -1637,6 +1658,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare-with",
         metavar="REV",
+        type=_revision,
         default=None,
         help=f"after the run, compare its tables with those committed at git revision REV "
         f"(written to {RECOMPUTED}; the README says how they agree)",
