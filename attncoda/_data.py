@@ -19,6 +19,7 @@ booleans are 0/1).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -913,17 +914,77 @@ def save(
                     {**kept, SCHEMA_ATTR: SCHEMA_VERSION, _ALL_CHUNKS: 1}
                 )
                 undo = _AppendUndo(target, n_old)
+                writes = _WritesInFlight()
                 try:
                     with deferred_interrupt():  # finished, not torn, by a first Ctrl-C
                         ds.to_zarr(
-                            target, append_dim="sample", zarr_format=2, write_empty_chunks=True
+                            writes.store(target),
+                            append_dim="sample",
+                            zarr_format=2,
+                            write_empty_chunks=True,
                         )
                 except BaseException:  # a full disk, a second Ctrl-C: all or nothing
+                    # zarr writes chunks concurrently on its own event loop, and the first
+                    # error reaches us while writes started beside it are still landing: stop
+                    # new ones and wait for those before taking the append back
+                    writes.stop_and_drain()
                     undo.restore()
                     raise
                 return target
             return _save_new(ds, target, fmt, overwrite)
     return _save_new(ds, target, fmt, overwrite)
+
+
+class _WritesInFlight:
+    """The writes of one append to a local zarr store, counted as they run on zarr's event
+    loop, so that a failed append can stop the ones not yet started and wait for the ones
+    under way (zarr gathers its chunk writes: the first error does not cancel the others)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.cond = threading.Condition()
+        self.running = 0
+        self.stopped = False
+
+    def store(self, root: Path) -> Any:
+        """A :class:`zarr.storage.LocalStore` on ``root`` whose writes are counted here."""
+        from zarr.storage import LocalStore
+
+        tracker = self
+
+        class _CountedStore(LocalStore):  # a class per append: with_read_only() keeps it
+            async def set(self, key: str, value: Any) -> None:
+                with tracker.started(key):
+                    await super().set(key, value)
+
+            async def set_if_not_exists(self, key: str, value: Any) -> None:
+                with tracker.started(key):
+                    await super().set_if_not_exists(key, value)
+
+        return _CountedStore(root)
+
+    @contextlib.contextmanager
+    def started(self, key: str) -> Iterator[None]:
+        with self.cond:
+            if self.stopped:
+                raise OSError(errno.ECANCELED, "the append failed; this write was not made", key)
+            self.running += 1
+        try:
+            yield
+        except BaseException:
+            self.stopped = True  # the first failure stops the writes that have not started
+            raise
+        finally:
+            with self.cond:
+                self.running -= 1
+                self.cond.notify_all()
+
+    def stop_and_drain(self, timeout: float = 60.0) -> None:
+        """No write starts from now on; return once those under way have finished."""
+        with self.cond:
+            self.stopped = True
+            self.cond.wait_for(lambda: self.running == 0, timeout=timeout)
 
 
 class _AppendUndo:

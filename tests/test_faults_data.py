@@ -994,3 +994,40 @@ def test_a_full_disk_mid_append_leaves_the_store_as_before(tmp_path, monkeypatch
     assert after.identical(before)
     ac.save(rows, store, append=True)  # and it takes the next append
     assert ac.load(store).sizes["sample"] == 7
+
+
+def test_writes_still_landing_when_an_append_fails_are_waited_for_before_it_is_taken_back(
+    tmp_path, monkeypatch
+):
+    # zarr writes an append's chunks concurrently: the first error reaches save() while the
+    # writes started beside it are still under way. Taken back before they land, the store
+    # kept a chunk beyond its shape (seen in CI as a length-10 sink_index among length-7 dims)
+    import threading
+    import time
+
+    from zarr.storage import _local
+
+    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows.isel(sample=[0]), store, append=True)
+    before = ac.load(store)
+    real_put, calls, lock = _local._put, [], threading.Lock()
+
+    def put(path, value, exclusive=False):
+        with lock:
+            calls.append(path)
+            n = len(calls)
+        if n == 6:
+            time.sleep(0.05)  # the others are under way
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        time.sleep(0.3)  # slow disk: lands well after the error has reached save()
+        return real_put(path, value, exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+    with pytest.raises(OSError, match="No space left"):
+        ac.save(rows, store, append=True)
+    time.sleep(0.5)  # anything still in flight has landed by now
+    monkeypatch.setattr(_local, "_put", real_put)
+    assert ac.load(store).identical(before)
+    ac.save(rows, store, append=True)
+    assert ac.load(store).sizes["sample"] == 7
