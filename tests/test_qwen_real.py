@@ -10,6 +10,7 @@ between ``<!-- table: real-models -->`` and ``<!-- /table -->``) against it; run
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -36,6 +37,12 @@ pytestmark = [pytest.mark.real, pytest.mark.xdist_group("test_qwen_real")]
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+#: ``attncoda fetch --all`` leaves the 1.5B out (6 GB in float32); where it is fetched, the run
+#: checks its pin and that capture changes none of its logits; its other tests walk the same
+#: qwen2 code as the 0.5B's (~150 CPU-s in one serial group, a quarter of the run's budget) and
+#: run with ATTNCODA_LARGE_TESTS=1
+LARGE = {"qwen2.5-coder-1.5b"}
+FULL_LARGE = os.environ.get("ATTNCODA_LARGE_TESTS", "") not in ("", "0")
 REAL = ["smollm2-135m", "gemma3-270m", "minilm-l6", "mpnet-base", *QWEN]
 PROFILE_TOKENS = 256
 
@@ -57,6 +64,15 @@ def qwen(request):
     model, tokenizer = _load_offline(request.param)
     yield request.param, model, tokenizer
     del model
+
+
+def full_set(name: str) -> None:
+    """Skip the calling test for the 1.5B unless ``ATTNCODA_LARGE_TESTS=1`` (see ``LARGE``)."""
+    if name in LARGE and not FULL_LARGE:
+        pytest.skip(
+            f"{name}: the same qwen2 code as the 0.5B's test; ATTNCODA_LARGE_TESTS=1 runs it "
+            "on the 1.5B too"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +303,7 @@ def emma_rows(qwen, emma):
     """The rows of the first ``PROFILE_TOKENS`` tokens of *Emma*, checked by
     :func:`rows_and_outputs`, once per model: ``test_rows_on_austen`` and the sink profile read
     the same capture (1.5B: four forwards and their float64 references, ~40 CPU-s)."""
+    full_set(qwen[0])
     _, model, tok = qwen
     return rows_and_outputs(model, first_tokens(tok, emma, PROFILE_TOKENS))
 
@@ -299,16 +316,19 @@ def test_rows_on_austen(qwen, emma_rows):
 
 
 def test_rows_on_wikipedia(qwen, wiki):
+    full_set(qwen[0])
     _, model, tok = qwen
     rows_and_outputs(model, first_tokens(tok, wiki, 160))
 
 
 def test_summaries_on_austen(qwen, emma):
+    full_set(qwen[0])
     _, model, tok = qwen
     check_capture_on_text(model, tok, emma, 128)
 
 
 def test_left_padding(qwen, emma, wiki):
+    full_set(qwen[0])
     _, model, tok = qwen
     first = tok(emma)["input_ids"][:96]
     second = tok(wiki)["input_ids"][:60]
@@ -326,6 +346,7 @@ def test_left_padding(qwen, emma, wiki):
 
 
 def test_generate_inside_capture(qwen, emma):
+    full_set(qwen[0])
     _, model, tok = qwen
     prompt = tok(emma, return_tensors="pt")["input_ids"][:, :40]
     kwargs = {
