@@ -78,7 +78,7 @@ CPU_SECONDS = {
     "tests/test_distributed.py::test_a_cluster_shows_progress_and_closes_without_killing_workers": 14.0,
     "tests/test_qwen_real.py::test_rows_on_austen[qwen2.5-coder-0.5b]": 12.8,
     # Qwen2.5-Coder-1.5B's (7 December 2026), with ATTNCODA_LARGE_TESTS=1 (its group, ~200
-    # CPU-s, is then the largest of the run; without it, ~30 CPU-s: its pin and its logits)
+    # CPU-s, is then the largest of the run; without it, its load and its pin)
     "tests/test_qwen_real.py::test_rows_on_austen[qwen2.5-coder-1.5b]": 43.5,
     "tests/test_qwen_real.py::test_left_padding[qwen2.5-coder-1.5b]": 29.2,
     "tests/test_qwen_real.py::test_rows_on_wikipedia[qwen2.5-coder-1.5b]": 24.3,
