@@ -20,6 +20,7 @@ from attncoda.hooks.evaluate import (  # noqa: E402
     paired_bootstrap,
     perplexity,
     perplexity_interval,
+    perplexity_of_nll,
     score_tokens,
     special_prefix,
     text_windows,
@@ -234,6 +235,48 @@ def test_paired_bootstrap_is_deterministic_and_clustered():
     assert math.isclose(c.diff, a.diff)
     with pytest.raises(ValueError):
         paired_bootstrap(off, on[:10])
+
+
+def _bootstrap_one_resample_at_a_time(off, on, statistic, clusters, n_boot, level, seed):
+    """The interval as paired_bootstrap computed it before its resamples were batched: one
+    draw and one concatenation of clusters per resample (the oracle of the test below)."""
+    rng = np.random.default_rng(seed)
+    if clusters is None:
+        index_sets = [np.array([i]) for i in range(len(off))]
+    else:
+        index_sets = [np.flatnonzero(clusters == u) for u in np.unique(clusters)]
+    k = len(index_sets)
+    diffs = np.empty(n_boot)
+    for r in range(n_boot):
+        idx = np.concatenate([index_sets[i] for i in rng.integers(0, k, size=k)])
+        diffs[r] = statistic(on[idx]) - statistic(off[idx])
+    alpha = (1 - level) / 2
+    return tuple(float(q) for q in np.quantile(diffs, [alpha, 1 - alpha]))
+
+
+def _exp_mean(x):  # no axis parameter: paired_bootstrap calls it once a resample
+    return float(np.exp(x.mean()))
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 301])
+@pytest.mark.parametrize("clustering", ["none", "equal", "unequal", "shuffled"])
+@pytest.mark.parametrize("statistic", ["mean", "perplexity", "callable"])
+def test_paired_bootstrap_equals_one_resample_at_a_time_bit_for_bit(n, clustering, statistic):
+    rng = np.random.default_rng(n)
+    off = rng.gamma(2.0, 1.0, n)
+    on = off + rng.normal(0.1, 0.5, n)
+    clusters = {
+        "none": None,
+        "equal": np.arange(n) // 1 if n == 1 else (np.arange(n) // 7 if n % 7 == 0 else None),
+        "unequal": np.arange(n) // 5,  # the last cluster is short
+        "shuffled": rng.integers(0, max(1, n // 4), n),  # labels in any order, any sizes
+    }[clustering]
+    fn = {"mean": None, "perplexity": perplexity_of_nll, "callable": _exp_mean}[statistic]
+    oracle = {"mean": lambda x: float(np.mean(x)), "perplexity": _exp_mean}.get(statistic, fn)
+    got = paired_bootstrap(off, on, statistic=fn, clusters=clusters, n_boot=300, seed=n)
+    want = _bootstrap_one_resample_at_a_time(off, on, oracle, clusters, 300, 0.95, n)
+    assert (got.low, got.high) == want
+    assert got.diff == oracle(on) - oracle(off)
 
 
 def test_cloze_items_follow_the_recipe():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,7 @@ __all__ = [
     "paired_bootstrap",
     "perplexity",
     "perplexity_interval",
+    "perplexity_of_nll",
     "score_tokens",
     "special_prefix",
     "text_windows",
@@ -533,11 +535,12 @@ def paired_bootstrap(
     off: np.ndarray,
     on: np.ndarray,
     *,
-    statistic: Callable[[np.ndarray], float] | None = None,
+    statistic: Callable[..., Any] | None = None,
     clusters: np.ndarray | None = None,
     n_boot: int = 2000,
     level: float = 0.95,
     seed: int = 0,
+    vectorized: bool | None = None,
 ) -> PairedInterval:
     """Percentile bootstrap interval of ``statistic(on) - statistic(off)`` over paired items.
 
@@ -555,10 +558,19 @@ def paired_bootstrap(
         Cluster label of each item; clusters are resampled whole.
     n_boot, level, seed
         Resamples, interval level, seed of the draw (deterministic).
+    vectorized : bool, optional
+        As in :func:`scipy.stats.bootstrap`: ``statistic`` takes an ``axis`` keyword and
+        reduces along it, so that all resamples are computed at once. Default: whether
+        ``statistic`` has an ``axis`` parameter (the default mean has). The interval is the
+        same either way, bit for bit: the draws and each resample's values in their order are.
 
     Returns
     -------
     PairedInterval
+
+    See Also
+    --------
+    scipy.stats.bootstrap : the unpaired, unclustered bootstrap this follows in its arguments.
 
     Examples
     --------
@@ -574,27 +586,39 @@ def paired_bootstrap(
         raise InputError("off and on must be 1-D arrays of the same, non-zero length")
     if not 0 < level < 1:
         raise InputError("level must lie in (0, 1)")
-    stat = statistic if statistic is not None else (lambda x: float(np.mean(x)))
-    rng = np.random.default_rng(seed)
+    stat = statistic if statistic is not None else np.mean
+    if vectorized is None:
+        vectorized = _takes_axis(stat)
     if clusters is None:
-        groups = [np.array([i]) for i in range(len(a))]
-        index_sets = None
+        order, sizes = np.arange(len(a)), np.ones(len(a), dtype=np.int64)
     else:
         labels = np.asarray(clusters)
         if labels.shape != a.shape:
             raise InputError("clusters must have one label per item")
-        uniq = np.unique(labels)
-        groups = [np.flatnonzero(labels == u) for u in uniq]
-        index_sets = groups
-    diffs = np.empty(n_boot)
-    k = len(groups)
-    for r in range(n_boot):
-        pick = rng.integers(0, k, size=k)
-        if index_sets is None:
-            idx = pick
+        # each cluster's items in index order, clusters in label order
+        _, inverse, sizes = np.unique(labels, return_inverse=True, return_counts=True)
+        order = np.argsort(inverse, kind="stable")
+    k = len(sizes)
+    pick = np.random.default_rng(seed).integers(0, k, size=(n_boot, k))  # one draw per row
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if (sizes == sizes[0]).all():  # every resample has the same length: one 2-D gather
+        m = int(sizes[0])
+        idx = order[(starts[pick][..., None] + np.arange(m)).reshape(n_boot, k * m)]
+        if vectorized:
+            diffs = np.asarray(stat(b[idx], axis=-1) - stat(a[idx], axis=-1), dtype=np.float64)
         else:
-            idx = np.concatenate([index_sets[i] for i in pick])
-        diffs[r] = stat(b[idx]) - stat(a[idx])
+            diffs = np.array([stat(b[i]) - stat(a[i]) for i in idx], dtype=np.float64)
+    else:  # resamples of different lengths: gathered at once, the statistic row by row
+        lengths = sizes[pick].reshape(-1)
+        ends = np.cumsum(lengths)
+        flat = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)
+        idx = order[np.repeat(starts[pick].reshape(-1), lengths) + flat]
+        bounds = np.concatenate([[0], ends[k - 1 :: k]])
+        va, vb = a[idx], b[idx]
+        diffs = np.array(
+            [stat(vb[lo:hi]) - stat(va[lo:hi]) for lo, hi in itertools.pairwise(bounds)],
+            dtype=np.float64,
+        )
     alpha = (1 - level) / 2
     lo, hi = np.quantile(diffs, [alpha, 1 - alpha])
     s_off, s_on = stat(a), stat(b)
@@ -607,6 +631,28 @@ def paired_bootstrap(
         level=level,
         n=len(a),
     )
+
+
+def _takes_axis(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has an ``axis`` parameter (a numpy reduction, or a function written so)."""
+    import inspect
+
+    try:
+        return "axis" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def perplexity_of_nll(nll: np.ndarray, axis: int | None = None) -> Any:
+    """Perplexity, ``exp(mean(nll))``, along ``axis``: a :func:`paired_bootstrap` statistic
+    that computes all resamples at once.
+
+    Examples
+    --------
+    >>> round(float(perplexity_of_nll(np.array([1.0, 3.0]))), 4)
+    7.3891
+    """
+    return np.exp(np.mean(nll, axis=axis))
 
 
 def perplexity_interval(
@@ -633,7 +679,7 @@ def perplexity_interval(
     return paired_bootstrap(
         off.nll,
         on.nll,
-        statistic=lambda x: float(np.exp(x.mean())),
+        statistic=perplexity_of_nll,
         clusters=clusters,
         n_boot=n_boot,
         seed=seed,

@@ -45,6 +45,7 @@ from attncoda.hooks.evaluate import (
     cloze_items,
     paired_bootstrap,
     perplexity,
+    perplexity_of_nll,
     text_windows,
     tokens_sha256,
 )
@@ -840,10 +841,6 @@ def load_cells(root: Path) -> dict[tuple[str, str, str], dict]:
     return out
 
 
-def _window_ppl(x: np.ndarray) -> float:
-    return float(np.exp(x.mean()))
-
-
 def summarise(
     root: Path,
     *,
@@ -893,7 +890,7 @@ def summarise(
                 nb = np.asarray(b["values"]["window_nll"]) / np.asarray(
                     b["values"]["window_tokens"]
                 )
-                r = paired_bootstrap(na, nb, statistic=_window_ppl, n_boot=n_boot, seed=seed)
+                r = paired_bootstrap(na, nb, statistic=perplexity_of_nll, n_boot=n_boot, seed=seed)
                 rows.append(
                     _row(
                         model,
