@@ -914,21 +914,17 @@ def save(
                     {**kept, SCHEMA_ATTR: SCHEMA_VERSION, _ALL_CHUNKS: 1}
                 )
                 undo = _AppendUndo(target, n_old)
-                writes = _WritesInFlight()
                 try:
                     with deferred_interrupt():  # finished, not torn, by a first Ctrl-C
-                        ds.to_zarr(
-                            writes.store(target),
-                            append_dim="sample",
-                            zarr_format=2,
-                            write_empty_chunks=True,
-                        )
+                        with _drained_on_failure() as writes:
+                            ds.to_zarr(
+                                writes.store(target),
+                                append_dim="sample",
+                                zarr_format=2,
+                                write_empty_chunks=True,
+                            )
                 except BaseException:  # a full disk, a second Ctrl-C: all or nothing
-                    # zarr writes chunks concurrently on its own event loop, and the first
-                    # error reaches us while writes started beside it are still landing: stop
-                    # new ones and wait for those before taking the append back
-                    writes.stop_and_drain()
-                    undo.restore()
+                    undo.restore()  # after every write under way has landed (drained)
                     raise
                 return target
             return _save_new(ds, target, fmt, overwrite)
@@ -985,6 +981,21 @@ class _WritesInFlight:
         with self.cond:
             self.stopped = True
             self.cond.wait_for(lambda: self.running == 0, timeout=timeout)
+
+
+@contextlib.contextmanager
+def _drained_on_failure() -> Iterator[_WritesInFlight]:
+    """Count the writes of one ``to_zarr`` call to a local store; when the call fails, stop
+    the writes not yet started and wait for those under way before the error goes on, so that
+    what cleans up after it (an undo, a staging folder's removal) runs after the last write.
+    zarr writes chunks concurrently on its own event loop, and the first error reaches the
+    caller while the writes started beside it are still landing."""
+    writes = _WritesInFlight()
+    try:
+        yield writes
+    except BaseException:
+        writes.stop_and_drain()
+        raise
 
 
 class _AppendUndo:
@@ -1266,14 +1277,15 @@ def _save_new(ds: xr.Dataset, target: Path, fmt: str, overwrite: bool) -> Path:
                 _write_netcdf_to_disk(ds, staging, encoding)
             else:
                 out = ds.assign_attrs({_ALL_CHUNKS: 1})
-                out.to_zarr(
-                    staging,
-                    mode="w-",
-                    zarr_format=2,
-                    consolidated=True,
-                    write_empty_chunks=True,
-                    encoding=encoding,
-                )
+                with _drained_on_failure() as writes:  # none lands after the staging's removal
+                    out.to_zarr(
+                        writes.store(staging),
+                        mode="w-",
+                        zarr_format=2,
+                        consolidated=True,
+                        write_empty_chunks=True,
+                        encoding=encoding,
+                    )
     return target
 
 

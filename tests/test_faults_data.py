@@ -1031,3 +1031,36 @@ def test_writes_still_landing_when_an_append_fails_are_waited_for_before_it_is_t
     assert ac.load(store).identical(before)
     ac.save(rows, store, append=True)
     assert ac.load(store).sizes["sample"] == 7
+
+
+def test_writes_still_landing_when_a_new_store_fails_are_waited_for_before_its_staging_goes(
+    tmp_path, monkeypatch
+):
+    # the same race for a new store: its staging folder was removed while writes started
+    # beside the failing one were still landing, and they made its folders again (debris)
+    import threading
+    import time
+
+    from zarr.storage import _local
+
+    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
+    real_put, calls, lock = _local._put, [], threading.Lock()
+
+    def put(path, value, exclusive=False):
+        with lock:
+            calls.append(path)
+            n = len(calls)
+        if n == 6:
+            time.sleep(0.05)
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        time.sleep(0.3)
+        return real_put(path, value, exclusive)
+
+    monkeypatch.setattr(_local, "_put", put)
+    with pytest.raises(OSError, match="No space left"):
+        ac.save(rows, tmp_path / "r.zarr")
+    time.sleep(0.5)
+    monkeypatch.setattr(_local, "_put", real_put)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing, not even a lock file
+    ac.save(rows, tmp_path / "r.zarr")  # and the next save makes it
+    assert ac.load(tmp_path / "r.zarr").sizes["sample"] == 3
