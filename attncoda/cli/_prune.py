@@ -122,6 +122,15 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_prune)
 
 
+#: what --quick sets (its fractions only where --fractions was left at its default)
+_QUICK: dict[str, object] = {
+    "--window": 128,
+    "--calibration-windows": 1,
+    "--eval-windows": 1,
+    "--fractions": "0.1,0.3",
+}
+
+
 def _cmd_prune(args: argparse.Namespace) -> int:
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
     from attncoda.hooks import prune
@@ -130,9 +139,11 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     from attncoda.hooks.scores import SCORES, score_info
 
     if args.quick:
-        args.window, args.calibration_windows, args.eval_windows = 128, 1, 1
+        args.window = _QUICK["--window"]
+        args.calibration_windows = _QUICK["--calibration-windows"]
+        args.eval_windows = _QUICK["--eval-windows"]
         if args.fractions == "0.1,0.2,0.3,0.5":
-            args.fractions = "0.1,0.3"
+            args.fractions = _QUICK["--fractions"]
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f.strip()]
     except ValueError as exc:
@@ -215,10 +226,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         ("--device", args.device, None),
         ("--dtype", args.dtype, "float32"),
     ):
-        if value != default and not (
-            args.quick
-            and flag in ("--window", "--calibration-windows", "--eval-windows", "--fractions")
-        ):
+        # under --quick a flag at the value --quick gives it is implied; one the user set
+        # otherwise (e.g. --quick --fractions 0.1) is recorded, so the command reproduces the run
+        implied = _QUICK.get(flag, default) if args.quick else default
+        if value != implied:
             argv += [flag, str(value)]
     if args.quick:
         argv.append("--quick")
