@@ -7,6 +7,7 @@ The SIGINT and SIGKILL cases run real subprocesses on real files.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -996,38 +998,47 @@ def test_a_full_disk_mid_append_leaves_the_store_as_before(tmp_path, monkeypatch
     assert ac.load(store).sizes["sample"] == 7
 
 
-def test_writes_still_landing_when_an_append_fails_are_waited_for_before_it_is_taken_back(
-    tmp_path, monkeypatch
-):
-    # zarr writes an append's chunks concurrently: the first error reaches save() while the
-    # writes started beside it are still under way. Taken back before they land, the store
-    # kept a chunk beyond its shape (seen in CI as a length-10 sink_index among length-7 dims)
+@contextlib.contextmanager
+def _slow_disk_failing_at(monkeypatch, failing: int = 6) -> Iterator[None]:
+    """zarr's file writes on a slow disk that fills at the ``failing``-th write: the writes
+    started beside the failing one land 0.3 s later, well after the error has reached the
+    caller; on leaving, anything still in flight has landed and the disk is whole again."""
     import threading
-    import time
 
     from zarr.storage import _local
 
-    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
-    store = ac.save(rows, tmp_path / "r.zarr")
-    ac.save(rows.isel(sample=[0]), store, append=True)
-    before = ac.load(store)
     real_put, calls, lock = _local._put, [], threading.Lock()
 
     def put(path, value, exclusive=False):
         with lock:
             calls.append(path)
             n = len(calls)
-        if n == 6:
+        if n == failing:
             time.sleep(0.05)  # the others are under way
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        time.sleep(0.3)  # slow disk: lands well after the error has reached save()
+        time.sleep(0.3)
         return real_put(path, value, exclusive)
 
     monkeypatch.setattr(_local, "_put", put)
-    with pytest.raises(OSError, match="No space left"):
+    try:
+        yield
+    finally:
+        time.sleep(0.5)
+        monkeypatch.setattr(_local, "_put", real_put)
+
+
+def test_writes_still_landing_when_an_append_fails_are_waited_for_before_it_is_taken_back(
+    tmp_path, monkeypatch
+):
+    # zarr writes an append's chunks concurrently: the first error reaches save() while the
+    # writes started beside it are still under way. Taken back before they land, the store
+    # kept a chunk beyond its shape (seen in CI as a length-10 sink_index among length-7 dims)
+    rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
+    store = ac.save(rows, tmp_path / "r.zarr")
+    ac.save(rows.isel(sample=[0]), store, append=True)
+    before = ac.load(store)
+    with _slow_disk_failing_at(monkeypatch), pytest.raises(OSError, match="No space left"):
         ac.save(rows, store, append=True)
-    time.sleep(0.5)  # anything still in flight has landed by now
-    monkeypatch.setattr(_local, "_put", real_put)
     assert ac.load(store).identical(before)
     ac.save(rows, store, append=True)
     assert ac.load(store).sizes["sample"] == 7
@@ -1038,29 +1049,9 @@ def test_writes_still_landing_when_a_new_store_fails_are_waited_for_before_its_s
 ):
     # the same race for a new store: its staging folder was removed while writes started
     # beside the failing one were still landing, and they made its folders again (debris)
-    import threading
-    import time
-
-    from zarr.storage import _local
-
     rows = ac.testing.synthetic_rows(n_samples=3, n_layers=1, n_heads=2, length=4)
-    real_put, calls, lock = _local._put, [], threading.Lock()
-
-    def put(path, value, exclusive=False):
-        with lock:
-            calls.append(path)
-            n = len(calls)
-        if n == 6:
-            time.sleep(0.05)
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        time.sleep(0.3)
-        return real_put(path, value, exclusive)
-
-    monkeypatch.setattr(_local, "_put", put)
-    with pytest.raises(OSError, match="No space left"):
+    with _slow_disk_failing_at(monkeypatch), pytest.raises(OSError, match="No space left"):
         ac.save(rows, tmp_path / "r.zarr")
-    time.sleep(0.5)
-    monkeypatch.setattr(_local, "_put", real_put)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing, not even a lock file
     ac.save(rows, tmp_path / "r.zarr")  # and the next save makes it
     assert ac.load(tmp_path / "r.zarr").sizes["sample"] == 3
