@@ -932,8 +932,8 @@ def save(
 
 
 class _WritesInFlight:
-    """The writes of one append to a local zarr store, counted as they run on zarr's event
-    loop, so that a failed append can stop the ones not yet started and wait for the ones
+    """The file writes of one ``to_zarr`` call to a local store, counted as they run on zarr's
+    event loop, so that a failed call can stop the ones not yet started and wait for the ones
     under way (zarr gathers its chunk writes: the first error does not cancel the others)."""
 
     def __init__(self) -> None:
@@ -949,7 +949,7 @@ class _WritesInFlight:
 
         tracker = self
 
-        class _CountedStore(LocalStore):  # a class per append: with_read_only() keeps it
+        class _CountedStore(LocalStore):  # a class per call: with_read_only() keeps its counter
             async def set(self, key: str, value: Any) -> None:
                 with tracker.started(key):
                     await super().set(key, value)
@@ -964,7 +964,7 @@ class _WritesInFlight:
     def started(self, key: str) -> Iterator[None]:
         with self.cond:
             if self.stopped:
-                raise OSError(errno.ECANCELED, "the append failed; this write was not made", key)
+                raise OSError(errno.ECANCELED, "an earlier write failed; this one was not made", key)
             self.running += 1
         try:
             yield
