@@ -964,7 +964,9 @@ class _WritesInFlight:
     def started(self, key: str) -> Iterator[None]:
         with self.cond:
             if self.stopped:
-                raise OSError(errno.ECANCELED, "an earlier write failed; this one was not made", key)
+                raise OSError(
+                    errno.ECANCELED, "an earlier write failed; this one was not made", key
+                )
             self.running += 1
         try:
             yield

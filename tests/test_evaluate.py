@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
+from attncoda import InputError  # noqa: E402
 from attncoda.hooks import arach  # noqa: E402
 from attncoda.hooks.evaluate import (  # noqa: E402
     PerplexityError,
@@ -235,6 +236,9 @@ def test_paired_bootstrap_is_deterministic_and_clustered():
     assert math.isclose(c.diff, a.diff)
     with pytest.raises(ValueError):
         paired_bootstrap(off, on[:10])
+    for bad in ({"n_boot": 0}, {"n_boot": 2.5}, {"n_boot": True}, {"vectorized": "yes"}):
+        with pytest.raises(InputError):
+            paired_bootstrap(off, on, **bad)
 
 
 def _bootstrap_one_resample_at_a_time(off, on, statistic, clusters, n_boot, level, seed):

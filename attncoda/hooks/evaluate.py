@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from attncoda import EXIT_USAGE, AttncodaError, InputError
+from attncoda import EXIT_USAGE, AttncodaError, InputError, require_int
 
 from .assets import paragraphs, word_error_rate
 
@@ -586,6 +586,9 @@ def paired_bootstrap(
         raise InputError("off and on must be 1-D arrays of the same, non-zero length")
     if not 0 < level < 1:
         raise InputError("level must lie in (0, 1)")
+    n_boot = require_int(n_boot, "n_boot", low=1)
+    if vectorized not in (None, True, False):
+        raise InputError(f"vectorized must be True, False or None, got {vectorized!r}")
     stat = statistic if statistic is not None else np.mean
     if vectorized is None:
         vectorized = _takes_axis(stat)
