@@ -391,12 +391,16 @@ def _row_max(xp: Any, a: Array) -> Array:
     return xp.max(a, axis=-1, keepdims=True)
 
 
-def _shift_rows(w: Array, by: Array, is_np: bool) -> None:
-    """``w -= by[..., None]`` in place (numpy through :func:`by_rows_into`'s faster kernel)."""
+def _by_rows(name: str, x: Array, by: Array, out: Array | None, is_np: bool) -> Array:
+    """``x - by`` (``name`` ``"subtract"``) or ``x / by`` (``"divide"``), ``by`` one value a
+    row (keepdims), into ``out`` (``x`` itself, another array, or ``None``: a new one); numpy
+    through :func:`by_rows_into`'s faster kernels, torch through its own."""
     if is_np:
-        by_rows_into("subtract", w, by[..., None], w)
-    else:
-        w -= by[..., None]
+        return by_rows_into(name, x, by, out)
+    import torch
+
+    op = torch.sub if name == "subtract" else torch.div
+    return op(x, by) if out is None else op(x, by, out=out)
 
 
 def _first_true(xp: Any, a: Array) -> Array:
@@ -486,23 +490,14 @@ def _decompose_first_sink(
         e = xp.empty_like(probs) if content_out is None else content_out
         # whole rows, then the sink's part set: a pass over contiguous rows costs less than
         # one over the strided content columns
-        if is_np:
-            by_rows_into("divide", probs, s_c[..., None], e)
-        else:
-            e[...] = probs / s_c[..., None]
+        _by_rows("divide", probs, s_c[..., None], e, is_np)
         e[..., 0] = 0.0
         w = log  # ours: log x on the content (shifted to log c below); 0 * (finite) at the sink
     elif vis is None:
         # shift by the content mean, known from the row sums (no pass for a maximum): the
         # largest content part then has exp(w) >= 1, so the content sum cannot underflow
         m_c = (sum_c / n_c)[..., None]
-        if is_np:
-            w = by_rows_into("subtract", log, m_c, log if own else None)
-        elif own:
-            w = log
-            w -= m_c
-        else:
-            w = log - m_c
+        w = _by_rows("subtract", log, m_c, log if own else None, is_np)
         e, s_c = _content_exp(xp, w, content_out)
         if not all_finite(xp, s_c):
             # a content spread beyond the floating range (~700 nats in float64, ~85 in
@@ -534,10 +529,7 @@ def _decompose_first_sink(
     if not direct:
         l0s = l0 - m_c[..., 0]  # sink log relative to the shift
         log_sc = xp.log(s_c)
-        if is_np:  # the content subcomposition
-            by_rows_into("divide", e, s_c[..., None], e)
-        else:
-            e /= s_c[..., None]
+        _by_rows("divide", e, s_c[..., None], e, is_np)  # the content subcomposition
         if clamp:  # log c = w - log s_c: clamp -inf (where c = 0) so that 0 * log c = 0
             if is_np:
                 np.maximum(w, np.finfo(w.dtype).min, out=w)
@@ -545,7 +537,7 @@ def _decompose_first_sink(
                 import torch
 
                 w.clamp_(min=torch.finfo(w.dtype).min)
-    _shift_rows(w, log_sc, is_np)  # log c = w - log s_c
+    _by_rows("subtract", w, log_sc[..., None], w, is_np)  # log c = w - log s_c
     # H(c) = -sum c log c, from log c itself: log s_c - sum c w (a pass fewer) sums terms far
     # larger than H where the content is peaked, 4-6x the error in float32
     if is_np:
