@@ -910,6 +910,11 @@ _RESULT_TEXT = frozenset({"verdict", "why", "ci", "ours", "per_text", "n"})
 RECOMPUTED = "recomputed_vs_before.csv"
 
 
+def _as_text(column: pd.Series) -> pd.Series:
+    """A table column as the text it shows (empty for a missing value)."""
+    return column.fillna("").astype(str)
+
+
 def compare_tables(before: Path, after: Path) -> pd.DataFrame:
     """Every result table in both folders, ``after`` against ``before``, a row each: how many
     numbers are identical, the largest absolute and relative differences of the others, and how
@@ -934,9 +939,7 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
         ]
         text = [c for c in cols if c not in numeric]
         keys = [c for c in text if c not in _RESULT_TEXT]
-        same_keys = all(
-            (new[c].fillna("").astype(str) == old[c].fillna("").astype(str)).all() for c in keys
-        )
+        same_keys = all((_as_text(new[c]) == _as_text(old[c])).all() for c in keys)
         a = new[numeric].to_numpy(dtype=np.float64)
         b = old[numeric].to_numpy(dtype=np.float64)
         both_nan = np.isnan(a) & np.isnan(b)
@@ -949,9 +952,7 @@ def compare_tables(before: Path, after: Path) -> pd.DataFrame:
         counts = np.array([is_int(new[c]) and is_int(old[c]) for c in numeric], dtype=bool)
         real = ~counts
         changed_text = sum(
-            int((new[c].fillna("").astype(str) != old[c].fillna("").astype(str)).sum())
-            for c in text
-            if c not in keys
+            int((_as_text(new[c]) != _as_text(old[c])).sum()) for c in text if c not in keys
         )
         rows.append(
             {
