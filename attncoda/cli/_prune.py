@@ -29,6 +29,16 @@ from ._common import (
     positive,
 )
 
+#: --fractions' default
+_FRACTIONS = "0.1,0.2,0.3,0.5"
+#: what --quick sets (its fractions only where --fractions was left at its default)
+_QUICK: dict[str, object] = {
+    "--window": 128,
+    "--calibration-windows": 1,
+    "--eval-windows": 1,
+    "--fractions": "0.1,0.3",
+}
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -56,7 +66,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--fractions",
         metavar="LIST",
-        default="0.1,0.2,0.3,0.5",
+        default=_FRACTIONS,
         help="fractions of all heads to prune (default: %(default)s; 0 is always included)",
     )
     p.add_argument(
@@ -122,15 +132,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_prune)
 
 
-#: what --quick sets (its fractions only where --fractions was left at its default)
-_QUICK: dict[str, object] = {
-    "--window": 128,
-    "--calibration-windows": 1,
-    "--eval-windows": 1,
-    "--fractions": "0.1,0.3",
-}
-
-
 def _cmd_prune(args: argparse.Namespace) -> int:
     # attncoda.hooks imports torch: loaded when the command runs, not for --help
     from attncoda.hooks import prune
@@ -142,7 +143,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         args.window = _QUICK["--window"]
         args.calibration_windows = _QUICK["--calibration-windows"]
         args.eval_windows = _QUICK["--eval-windows"]
-        if args.fractions == "0.1,0.2,0.3,0.5":
+        if args.fractions == _FRACTIONS:
             args.fractions = _QUICK["--fractions"]
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f.strip()]
@@ -214,7 +215,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     for flag, value, default in (
         ("--out", args.out, None),
         ("--scores", args.scores, None),
-        ("--fractions", args.fractions, "0.1,0.2,0.3,0.5"),
+        ("--fractions", args.fractions, _FRACTIONS),
         ("--unit", args.unit, "head"),
         ("--mode", args.mode, "zero"),
         ("--window", args.window, 512),
