@@ -721,11 +721,12 @@ def _one_pass_summaries(
     model's own kernel, then the summaries' SDPA call (:func:`_fast_summaries`). Here, per
     block of queries (all heads, every key the block can see, the blocks of :func:`_rows_fast`)
     the logits ``(scale q) k^T`` are formed once and reduced at once: the sink's logit ``z_s``
-    is read off and its key hidden, then over the content keys their maximum ``m``, ``e =
-    exp(l - m)``, ``Z = sum e`` and ``A = sum e (l - m)`` give ``lse_c = m + log Z``, the
-    content entropy ``log Z - A / Z`` (two terms >= 0: no cancellation, however large the
-    logits) and the sink's log-odds ``z_s - lse_c``; the output is ``s v_sink + (1 - s) (e @
-    v) / Z`` with ``s = sigmoid(z_s - lse_c)``, the softmax of the full row split by the
+    is read off and its key hidden, then over the content keys their maximum ``m`` and their
+    softmax ``p`` (torch's kernel, faster than ``exp`` and a sum) give ``Z = 1 / max p`` (the top
+    key's ``p``; its shifted logit is 0), ``lse_c = m + log Z``, the content entropy ``log Z -
+    sum p (l - m)`` (two terms >= 0: no cancellation, however large the logits) and the sink's
+    log-odds ``z_s - lse_c``; the output is ``s v_sink + (1 - s) p @ v`` with ``s =
+    sigmoid(z_s - lse_c)``, the softmax of the full row split by the
     grouping rule (a query that sees only its sink gets ``v_sink``; one that cannot see its
     sink, the content part). The balance comes from the sums of the visible keys as on the
     SDPA path. ``value``: fp32 ``(batch, heads, keys, dim)``; every query of the call is in
@@ -759,17 +760,16 @@ def _one_pass_summaries(
         )
         top = logits.amax(dim=-1, keepdim=True)
         logits.sub_(top)
-        e = torch.exp(logits, out=scratch[1, : logits.numel()].view(logits.shape))
-        z = e.sum(dim=-1)
-        a = torch.linalg.vecdot(e, logits)  # sum e (l - m) <= 0; hidden keys add 0
-        log_z = torch.log(z)
+        p = torch.softmax(logits, -1, out=scratch[1, : logits.numel()].view(logits.shape))
+        log_z = torch.log(p.amax(dim=-1)).neg_()  # the top key's p is 1 / Z
+        a = logits.mul_(p).sum(dim=-1)  # sum p (l - m) <= 0; hidden keys add 0
         lse = top[..., 0] + log_z
         s = torch.sigmoid(zs - lse)[..., None]
-        content = torch.matmul(e, value[:, :, :seen]).div_(z[..., None])
+        content = torch.matmul(p, value[:, :, :seen])
         output[:, :, i : i + m] = torch.lerp(content, v_sink[:, :, None, :], s)
         z_s[:, :, i : i + m] = zs
         lse_c[:, :, i : i + m] = lse
-        h_c[:, :, i : i + m] = log_z - a / z
+        h_c[:, :, i : i + m] = log_z - a
     sink_seen = z_s > _HIDDEN / 2
     has_content = lse_c > _HIDDEN / 2
     z_s = torch.where(sink_seen, z_s, torch.full_like(z_s, -math.inf))
