@@ -135,6 +135,41 @@ def test_summaries_in_one_pass_equal_eager_rows_and_keep_outputs(family, padding
         np.testing.assert_allclose(got[finite], want[finite], atol=3e-5, rtol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2", "bert"])
+@pytest.mark.parametrize("padding", [None, "right"])
+def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(family, padding, monkeypatch):
+    """The one pass walks the queries in blocks (96 by default, more than a tiny twin's 11):
+    blocks of 4 (4 + 4 + 3, a ragged last one, keys that grow per block) give the same
+    summaries and outputs, to fp32 rounding, as one block. (Left padding leaves queries that
+    see no key: the one pass does not apply there.)"""
+    from attncoda.hooks import _capture
+
+    model = zoo.tiny_twin(family)
+    batch = zoo.tiny_batch(model, length=11)
+    if padding == "right":  # the first sample's last 3 tokens are padding
+        batch["attention_mask"][0, -3:] = 0
+    used = []
+    real = _capture._one_pass_summaries
+    monkeypatch.setattr(_capture, "_one_pass_summaries", lambda *a: used.append(1) or real(*a))
+    got = {}
+    for rows in (4, 96):
+        monkeypatch.setattr(_capture, "_ONE_PASS_ROWS", rows)
+        with capture(model, what="summaries") as cap:
+            out = forward(model, batch)
+        got[rows] = (out.numpy(), cap.dataset)
+    assert used
+    valid = batch["attention_mask"].numpy().astype(bool)
+    # the products' shapes change their summation order: fp32 rounding, grown over the layers
+    np.testing.assert_allclose(got[4][0][valid], got[96][0][valid], atol=1e-5, rtol=1e-5)
+    v = valid[:, None, None, :]
+    for name in ac.SUMMARY_VARIABLES:
+        a = np.where(v, got[4][1][name].values, np.nan)
+        b = np.where(v, got[96][1][name].values, np.nan)
+        # layer 0 sees the same inputs both times; later layers inherit the outputs' rounding
+        np.testing.assert_allclose(a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(a, b, atol=3e-5, rtol=1e-4, equal_nan=True, err_msg=name)
+
+
 def test_padding_and_batching_match_single_samples():
     model = zoo.tiny_twin("llama")
     batch = zoo.tiny_batch(model, length=10, left_padding=True)

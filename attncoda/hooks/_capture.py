@@ -849,10 +849,13 @@ _BLOCK_BYTES = 1 << 20
 _BLOCK_ROWS = 64
 _BLOCK_MAX_BYTES = 16 << 20
 # summaries in one pass take blocks of _ONE_PASS_ROWS queries (all heads, every key the block
-# sees), fewer where that would exceed _BLOCK_MAX_BYTES of logits (large batches): SmolLM2's
-# attention alone, T=512 / 2048, took 1.88x / 2.28x SDPA's CPU time with blocks of 32 queries,
-# 2.07x / 1.93x with 64 and 2.22x / 2.15x with 16 (the two SDPA calls: 2.64x / 2.37x)
-_ONE_PASS_ROWS = 32
+# sees), fewer where that would exceed _BLOCK_MAX_BYTES of logits (long contexts, large
+# batches). With the softmax form (torch.softmax, sum p (l - m) in place) SmolLM2's attention
+# alone, one thread, median of 9 in each of 8 processes, took 1.52-1.66x / 1.50-1.72x /
+# 1.70-1.77x SDPA's CPU time at T=512 / 2048 / 4096 with blocks of 96 queries against
+# 1.69-1.71x / 1.76-1.92x / 1.97-2.00x with 32 (96 ahead in every process; 64 and 128 between
+# them and noisier): the q k^T and p v products run faster on taller blocks
+_ONE_PASS_ROWS = 96
 
 
 def _rows_fast_applies(ctx: _LayerContext, rows: _LayerWriter) -> bool:
