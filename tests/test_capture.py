@@ -154,10 +154,11 @@ def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(family, padd
     got = {}
     for rows in (4, 96):
         monkeypatch.setattr(_capture, "_ONE_PASS_ROWS", rows)
+        used.clear()
         with capture(model, what="summaries") as cap:
             out = forward(model, batch)
+        assert used, f"blocks of {rows}: the one pass did not run"
         got[rows] = (out.numpy(), cap.dataset)
-    assert used
     valid = batch["attention_mask"].numpy().astype(bool)
     # the products' shapes change their summation order: fp32 rounding, grown over the layers
     np.testing.assert_allclose(got[4][0][valid], got[96][0][valid], atol=1e-5, rtol=1e-5)
@@ -166,7 +167,9 @@ def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(family, padd
         a = np.where(v, got[4][1][name].values, np.nan)
         b = np.where(v, got[96][1][name].values, np.nan)
         # layer 0 sees the same inputs both times; later layers inherit the outputs' rounding
-        np.testing.assert_allclose(a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(
+            a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True, err_msg=f"{name}, layer 0"
+        )
         np.testing.assert_allclose(a, b, atol=3e-5, rtol=1e-4, equal_nan=True, err_msg=name)
 
 
