@@ -137,10 +137,19 @@ def test_summaries_in_one_pass_equal_eager_rows_and_keep_outputs(family, padding
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "bert"])
 @pytest.mark.parametrize("padding", [None, "right"])
-def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(family, padding, monkeypatch):
-    """The one pass walks the queries in blocks (96 by default, more than a tiny twin's 11):
-    blocks of 4 (4 + 4 + 3, a ragged last one, keys that grow per block) give the same
-    summaries and outputs, to fp32 rounding, as one block. (Left padding leaves queries that
+@pytest.mark.parametrize(
+    "blocks",
+    [(4, None), (4, 3), (1, 1)],
+    ids=["4-queries-all-heads", "4-queries-3+1-heads", "1-query-1-head"],
+)
+def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(
+    family, padding, blocks, monkeypatch
+):
+    """The one pass walks the queries in blocks (96 by default, more than a tiny twin's 11) and
+    the heads in groups whose block fits its byte budget (every head here): blocks of 4 queries
+    (4 + 4 + 3, a ragged last one, keys that grow per block), of every head or in groups of 3
+    + 1 (a ragged last group), and blocks of one query of one head give the same summaries and
+    outputs, to fp32 rounding, as one block of every head. (Left padding leaves queries that
     see no key: the one pass does not apply there.)"""
     from attncoda.hooks import _capture
 
@@ -148,24 +157,32 @@ def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(family, padd
     batch = zoo.tiny_batch(model, length=11)
     if padding == "right":  # the first sample's last 3 tokens are padding
         batch["attention_mask"][0, -3:] = 0
+    n_batch, length = batch["input_ids"].shape
+    heads = model.config.num_attention_heads
     used = []
     real = _capture._one_pass_summaries
     monkeypatch.setattr(_capture, "_one_pass_summaries", lambda *a: used.append(1) or real(*a))
+    rows, group = blocks
+    head_row = 4 * n_batch * length  # one head's logits for one query, in bytes
+    budget = 1 << 30 if group is None else head_row * rows * group
     got = {}
-    for rows in (4, 96):
-        monkeypatch.setattr(_capture, "_ONE_PASS_ROWS", rows)
+    for name, (n_rows, n_bytes) in {"few": (rows, budget), "one": (96, 1 << 30)}.items():
+        monkeypatch.setattr(_capture, "_ONE_PASS_ROWS", n_rows)
+        monkeypatch.setattr(_capture, "_ONE_PASS_BYTES", n_bytes)
+        want = (rows, heads if group is None else group) if name == "few" else (96, heads)
+        assert _capture._one_pass_blocks(n_batch, heads, length, 256) == want
         used.clear()
         with capture(model, what="summaries") as cap:
             out = forward(model, batch)
-        assert used, f"blocks of {rows}: the one pass did not run"
-        got[rows] = (out.numpy(), cap.dataset)
+        assert used, f"{name}: the one pass did not run"
+        got[name] = (out.numpy(), cap.dataset)
     valid = batch["attention_mask"].numpy().astype(bool)
     # the products' shapes change their summation order: fp32 rounding, grown over the layers
-    np.testing.assert_allclose(got[4][0][valid], got[96][0][valid], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(got["few"][0][valid], got["one"][0][valid], atol=1e-5, rtol=1e-5)
     v = valid[:, None, None, :]
     for name in ac.SUMMARY_VARIABLES:
-        a = np.where(v, got[4][1][name].values, np.nan)
-        b = np.where(v, got[96][1][name].values, np.nan)
+        a = np.where(v, got["few"][1][name].values, np.nan)
+        b = np.where(v, got["one"][1][name].values, np.nan)
         # layer 0 sees the same inputs both times; later layers inherit the outputs' rounding
         np.testing.assert_allclose(
             a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True, err_msg=f"{name}, layer 0"

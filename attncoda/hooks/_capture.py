@@ -643,10 +643,11 @@ def _one_pass_pays_off(device: torch.device) -> bool:
 @dataclass
 class _LogitBlock:
     """A block of a layer's logits from :func:`_logit_blocks`: queries ``start + r0 ..
-    start + r0 + m - 1`` of ``pos`` (in a chunk of ``n`` from ``start``), every head, over the
-    first ``seen`` keys, ``(b, h, m, seen)`` in the caller's scratch; ``hidden`` marks the keys
-    those queries cannot see (``None``: consecutive causal queries, of which only the triangle
-    after the block's first query is hidden)."""
+    start + r0 + m - 1`` of ``pos`` (in a chunk of ``n`` from ``start``), the heads ``heads``
+    (every head unless the caller asked for groups), over the first ``seen`` keys, ``(b,
+    heads, m, seen)`` in the caller's scratch; ``hidden`` marks the keys those queries cannot
+    see, for the block's heads (``None``: consecutive causal queries, of which only the
+    triangle after the block's first query is hidden)."""
 
     start: int
     n: int
@@ -655,6 +656,7 @@ class _LogitBlock:
     seen: int
     logits: torch.Tensor
     hidden: torch.Tensor | None
+    heads: slice
 
 
 def _logit_blocks(
@@ -664,11 +666,14 @@ def _logit_blocks(
     block: int,
     scratch: torch.Tensor,
     fill: float,
+    heads: int | None = None,
 ) -> Iterator[_LogitBlock]:
     """The logits ``(scale q) k^T`` of the queries at ``pos``, a block of ``block`` queries at a
     time (all heads), each over the keys it can see, soft-capped as the model does, with
-    ``fill`` at the keys its queries cannot see, written into ``scratch`` (``b * h * block *
-    keys`` floats, reused: a block is gone once the next is asked for). Chunks of ``chunk``
+    ``fill`` at the keys its queries cannot see, written into ``scratch`` (``b * heads * block
+    * keys`` floats, reused: a block is gone once the next is asked for). With ``heads`` the
+    heads of a chunk come in groups of that many, each group's blocks in turn (smaller blocks
+    that stay in cache for every head, not taller ones for a few). Chunks of ``chunk``
     queries share one visibility mask; for consecutive causal queries only the triangle after
     the block's first query is filled (the keys before it are all visible) and a block sees
     keys up to its last query. The scale is folded into q (a ``d``-wide multiply instead of a
@@ -677,6 +682,7 @@ def _logit_blocks(
     b, h, kv, _ = k.shape
     kt = k.transpose(-1, -2)
     plain_causal = ctx.causal and ctx.mask is None and not ctx.sliding
+    group = h if heads is None else max(1, min(h, heads))
     upper = torch.ones(block, block, dtype=torch.bool, device=q.device).triu_(1)
     for start in range(0, len(pos), chunk):
         qp = pos[start : start + chunk]
@@ -693,23 +699,28 @@ def _logit_blocks(
             vis, _ = ctx.visible(qp, visible_len)  # (b|1, h|1, n, visible_len), boolean
             hidden = ~vis
         qc = _rows_at(q, qp - ctx.offset).mul(ctx.scale)
-        for r0 in range(0, n, block):
-            m = min(block, n - r0)
-            seen = first + r0 + m if hidden is None else visible_len
-            logits = torch.matmul(
-                qc[:, :, r0 : r0 + m],
-                kt[..., :seen],
-                out=scratch[: b * h * m * seen].view(b, h, m, seen),
-            )
-            if ctx.softcap is not None:
-                logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
-            if hidden is None:  # query first + r0 + i sees keys up to first + r0 + i
-                logits[..., first + r0 :].masked_fill_(upper[:m, :m], fill)
-                yield _LogitBlock(start, n, r0, m, seen, logits, None)
-            else:
-                block_hidden = hidden[:, :, r0 : r0 + m]
-                logits.masked_fill_(block_hidden, fill)
-                yield _LogitBlock(start, n, r0, m, seen, logits, block_hidden)
+        for h0 in range(0, h, group):
+            hs = slice(h0, min(h, h0 + group))
+            g = hs.stop - h0
+            # a mask shared by every head (size 1 on that axis) serves each group as it is
+            hid = None if hidden is None else hidden[:, hs] if hidden.shape[1] > 1 else hidden
+            for r0 in range(0, n, block):
+                m = min(block, n - r0)
+                seen = first + r0 + m if hid is None else visible_len
+                logits = torch.matmul(
+                    qc[:, hs, r0 : r0 + m],
+                    kt[:, hs, :, :seen],
+                    out=scratch[: b * g * m * seen].view(b, g, m, seen),
+                )
+                if ctx.softcap is not None:
+                    logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+                if hid is None:  # query first + r0 + i sees keys up to first + r0 + i
+                    logits[..., first + r0 :].masked_fill_(upper[:m, :m], fill)
+                    yield _LogitBlock(start, n, r0, m, seen, logits, None, hs)
+                else:
+                    block_hidden = hid[:, :, r0 : r0 + m]
+                    logits.masked_fill_(block_hidden, fill)
+                    yield _LogitBlock(start, n, r0, m, seen, logits, block_hidden, hs)
 
 
 def _one_pass_summaries(
@@ -740,36 +751,46 @@ def _one_pass_summaries(
     nq = len(pos)
     bidx = torch.arange(b, device=q.device)
     sink = ctx.sink_index
+    shared_sink = int(sink[0]) if bool((sink == sink[0]).all()) else None
     v_sink = value[bidx, :, sink]  # (b, h, dv)
     output = torch.empty(b, h, nq, value.shape[-1], dtype=torch.float32, device=q.device)
     z_s = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
-    lse_c = torch.empty_like(z_s)
-    h_c = torch.empty_like(z_s)
-    row_bytes = 4 * b * h * max(kv, 1)
-    block = max(1, min(chunk, _ONE_PASS_ROWS, _BLOCK_MAX_BYTES // row_bytes))
-    scratch = torch.empty(2, b * h * block * kv, dtype=torch.float32, device=q.device)
-    for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN):
-        logits, m, seen = blk.logits, blk.m, blk.seen
-        i = blk.start + blk.r0
-        in_view = sink < seen  # the sink is a key this block can see (else it is hidden)
-        at = sink.clamp(max=seen - 1)
-        zs = logits[bidx, :, :, at]  # (b, h, m): a copy
-        zs = torch.where(in_view[:, None, None], zs, torch.full_like(zs, _HIDDEN))
-        logits[bidx, :, :, at] = torch.where(
-            in_view[:, None, None], torch.full_like(zs, _HIDDEN), logits[bidx, :, :, at]
-        )
-        top = logits.amax(dim=-1, keepdim=True)
-        logits.sub_(top)
+    top = torch.empty_like(z_s)  # the content logits' maximum m
+    p_top = torch.empty_like(z_s)  # the top key's p: 1 / Z
+    a = torch.empty_like(z_s)  # sum p (l - m)
+    block, group = _one_pass_blocks(b, h, kv, chunk)
+    scratch = torch.empty(2, b * group * block * kv, dtype=torch.float32, device=q.device)
+    # per block only what needs the block (a dozen ops, each writing its rows of the results in
+    # place); the per-row arithmetic and the sink's share of the output run once, after it
+    for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN, heads=group):
+        logits, seen = blk.logits, blk.seen
+        rows = (slice(None), blk.heads, slice(blk.start + blk.r0, blk.start + blk.r0 + blk.m))
+        if shared_sink is not None:  # one sink key for the batch: two ops, not eight
+            if shared_sink < seen:
+                z_s[rows] = logits[..., shared_sink]
+                logits[..., shared_sink] = _HIDDEN
+            else:
+                z_s[rows] = _HIDDEN
+        else:
+            in_view = sink < seen  # the sink is a key this block can see (else it is hidden)
+            at = sink.clamp(max=seen - 1)
+            zs = logits[bidx, :, :, at]  # (b, heads, m): a copy
+            z_s[rows] = torch.where(in_view[:, None, None], zs, torch.full_like(zs, _HIDDEN))
+            logits[bidx, :, :, at] = torch.where(
+                in_view[:, None, None], torch.full_like(zs, _HIDDEN), zs
+            )
+        block_top = torch.amax(logits, dim=-1, out=top[rows])
+        logits.sub_(block_top[..., None])
         p = torch.softmax(logits, -1, out=scratch[1, : logits.numel()].view(logits.shape))
-        log_z = torch.log(p.amax(dim=-1)).neg_()  # the top key's p is 1 / Z
-        a = logits.mul_(p).sum(dim=-1)  # sum p (l - m) <= 0; hidden keys add 0
-        lse = top[..., 0] + log_z
-        s = torch.sigmoid(zs - lse)[..., None]
-        content = torch.matmul(p, value[:, :, :seen])
-        output[:, :, i : i + m] = torch.lerp(content, v_sink[:, :, None, :], s)
-        z_s[:, :, i : i + m] = zs
-        lse_c[:, :, i : i + m] = lse
-        h_c[:, :, i : i + m] = log_z - a
+        torch.amax(p, dim=-1, out=p_top[rows])
+        torch.sum(logits.mul_(p), dim=-1, out=a[rows])  # <= 0; hidden keys add 0
+        torch.matmul(p, value[:, blk.heads, :seen], out=output[rows])  # the content part
+    log_z = torch.log(p_top).neg_()
+    lse_c = top + log_z
+    h_c = log_z - a
+    # the output is s v_sink + (1 - s) p @ v: a query that sees only its sink gets v_sink (s is
+    # 1), one that cannot see it the content part (s is 0)
+    output.lerp_(v_sink[:, :, None, :], torch.sigmoid(z_s - lse_c)[..., None])
     sink_seen = z_s > _HIDDEN / 2
     has_content = lse_c > _HIDDEN / 2
     z_s = torch.where(sink_seen, z_s, torch.full_like(z_s, -math.inf))
@@ -856,6 +877,22 @@ _BLOCK_MAX_BYTES = 16 << 20
 # 1.69-1.71x / 1.76-1.92x / 1.97-2.00x with 32 (96 ahead in every process; 64 and 128 between
 # them and noisier): the q k^T and p v products run faster on taller blocks
 _ONE_PASS_ROWS = 96
+# ... and they take the heads in groups whose block of logits stays under _ONE_PASS_BYTES, so
+# that the eight passes over it (the q k^T product, max, shift, softmax, max of p, p (l - m),
+# its sum, the p v product) find it in the core's cache: at long contexts a block of every head
+# is tens of MB (SmolLM2, T=8192: 27 MB; ... measured below)
+_ONE_PASS_BYTES = 4 << 20
+
+
+def _one_pass_blocks(batch: int, heads: int, keys: int, chunk: int) -> tuple[int, int]:
+    """Queries per block and heads per group of :func:`_one_pass_summaries`: blocks of
+    :data:`_ONE_PASS_ROWS` queries (fewer in a short chunk, or where one head's block would
+    exceed :data:`_ONE_PASS_BYTES`), as many heads at once as keep a block under it (at least
+    one)."""
+    head_row = 4 * batch * max(keys, 1)  # one head's logits for one query, in bytes
+    block = max(1, min(chunk, _ONE_PASS_ROWS, _ONE_PASS_BYTES // head_row))
+    group = max(1, min(heads, _ONE_PASS_BYTES // (head_row * block)))
+    return block, group
 
 
 def _rows_fast_applies(ctx: _LayerContext, rows: _LayerWriter) -> bool:
