@@ -1,7 +1,8 @@
 """attncoda.hooks: everything that touches models.
 
 ``capture`` (attention rows and summaries from any HuggingFace model; ``empty_cache`` gives
-back the freed rows buffer kept for the next capture), ``zoo`` (model registry and tiny twins),
+back the freed rows buffer kept for the next capture; ``native_status`` says whether the
+summaries' one pass runs attncoda's compiled kernel), ``zoo`` (model registry and tiny twins),
 ``assets`` (offline real models and corpora). The core ``attncoda`` package
 never imports torch or transformers; this package imports them lazily, on first use of
 ``capture`` (so ``attncoda fetch`` works without loading torch).
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         SinkTokenWarning,
         capture,
     )
+    from ._native import native_status
     from ._rows import empty_cache
 
 __all__ = [
@@ -43,11 +45,12 @@ __all__ = [
     "SinkTokenWarning",
     "capture",
     "empty_cache",
+    "native_status",
 ]
 
 
 #: the private module each public name comes from, imported on first use (it imports torch)
-_HOMES = dict.fromkeys(__all__, "_capture") | {"empty_cache": "_rows"}
+_HOMES = dict.fromkeys(__all__, "_capture") | {"empty_cache": "_rows", "native_status": "_native"}
 
 
 def __getattr__(name: str) -> Any:

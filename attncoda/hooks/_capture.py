@@ -49,6 +49,7 @@ import xarray as xr
 import attncoda
 from attncoda import SUMMARY_VARIABLES, load, make_dataset, save
 
+from . import _native
 from ._fallback import fallback_capture
 from ._kernels import kernel_head_size, pad_head
 from ._registry import (
@@ -759,7 +760,12 @@ def _one_pass_summaries(
     p_top = torch.empty_like(z_s)  # the top key's p: 1 / Z
     a = torch.empty_like(z_s)  # sum p (l - m)
     block, group = _one_pass_blocks(b, h, kv, chunk)
-    scratch = torch.empty(2, b * group * block * kv, dtype=torch.float32, device=q.device)
+    # attncoda's compiled kernel takes the six torch ops below in one sweep per row (_native)
+    kernel = _native.softmax_entropy_rows() if q.device.type == "cpu" else None
+    scratch = torch.empty(
+        1 if kernel is not None else 2, b * group * block * kv, dtype=torch.float32, device=q.device
+    )
+    stats = torch.empty(3 * b * group * block, dtype=torch.float32, device=q.device)
     # per block only what needs the block (a dozen ops, each writing its rows of the results in
     # place); the per-row arithmetic and the sink's share of the output run once, after it
     for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN, heads=group):
@@ -779,11 +785,17 @@ def _one_pass_summaries(
             logits[bidx, :, :, at] = torch.where(
                 in_view[:, None, None], torch.full_like(zs, _HIDDEN), zs
             )
-        block_top = torch.amax(logits, dim=-1, out=top[rows])
-        logits.sub_(block_top[..., None])
-        p = torch.softmax(logits, -1, out=scratch[1, : logits.numel()].view(logits.shape))
-        torch.amax(p, dim=-1, out=p_top[rows])
-        torch.sum(logits.mul_(p), dim=-1, out=a[rows])  # <= 0; hidden keys add 0
+        if kernel is not None:
+            block_stats = stats[: 3 * logits.numel() // seen].view(3, *logits.shape[:-1])
+            kernel(logits, block_stats.view(3, -1))  # the logits become p
+            p = logits
+            top[rows], p_top[rows], a[rows] = block_stats
+        else:
+            block_top = torch.amax(logits, dim=-1, out=top[rows])
+            logits.sub_(block_top[..., None])
+            p = torch.softmax(logits, -1, out=scratch[1, : logits.numel()].view(logits.shape))
+            torch.amax(p, dim=-1, out=p_top[rows])
+            torch.sum(logits.mul_(p), dim=-1, out=a[rows])  # <= 0; hidden keys add 0
         torch.matmul(p, value[:, blk.heads, :seen], out=output[rows])  # the content part
     log_z = torch.log(p_top).neg_()
     lse_c = top + log_z

@@ -1,0 +1,155 @@
+"""attncoda's compiled row kernel (attncoda.hooks._native): results, fallbacks, no debris."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+import attncoda as ac
+
+torch = pytest.importorskip("torch")
+zoo = pytest.importorskip("attncoda.hooks.zoo")
+from attncoda.hooks import _capture, _native, capture  # noqa: E402
+
+HAS_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
+
+
+def forward(model, batch):
+    with torch.no_grad():
+        out = model(**batch)
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _kernel():
+    """The compiled kernel; where a C compiler is on the PATH it must have compiled."""
+    if not HAS_CC:
+        pytest.skip("no C compiler on this machine: the one pass runs its torch ops")
+    assert _native.native_status() == "compiled"
+    fn = _native.softmax_entropy_rows()
+    assert fn is not None
+    return fn
+
+
+def _reference(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    x = logits.double()
+    m = x.amax(-1, keepdim=True)
+    p = torch.softmax(x - m, -1)
+    return p, m[..., 0], p.amax(-1), (p * (x - m)).sum(-1)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8, 9, 64, 301, 4099])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_equals_the_float64_softmax_and_its_entropy_terms(n, threads):
+    kernel = _kernel()
+    gen = torch.Generator().manual_seed(n)
+    logits = torch.randn(2, 3, 40, n, generator=gen) * 6
+    logits[0, 1] *= 400  # Qwen2.5's first layers: logits in the thousands
+    logits[1, 0, :, : n // 2] = _capture._HIDDEN  # keys a row cannot see
+    logits[1, 2, 5] = _capture._HIDDEN  # a row that sees nothing: uniform, as torch's softmax
+    p, m, p_top, a = _reference(logits)
+    stats = torch.empty(3, 2 * 3 * 40)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        x = logits.clone()
+        kernel(x, stats)
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(x.numpy(), p.numpy(), rtol=2e-6, atol=1e-7)
+    got = stats.view(3, 2, 3, 40).double()
+    np.testing.assert_array_equal(got[0].numpy(), m.float().numpy())  # the maximum is exact
+    np.testing.assert_allclose(got[1].numpy(), p_top.numpy(), rtol=2e-6)
+    # sum p (l - m): fp32 terms of size |l - m| <= 64 where p is not negligible
+    np.testing.assert_allclose(got[2].numpy(), a.numpy(), rtol=1e-5, atol=2e-6)
+
+
+def test_kernel_refuses_what_it_cannot_read():
+    kernel = _kernel()
+    with pytest.raises(ValueError, match="contiguous float32"):
+        kernel(torch.zeros(4, 6).t(), torch.empty(3, 6))
+    with pytest.raises(ValueError, match="contiguous float32"):
+        kernel(torch.zeros(4, 6, dtype=torch.float64), torch.empty(3, 4))
+    with pytest.raises(ValueError, match=r"stats \(3, rows\)"):
+        kernel(torch.zeros(4, 6), torch.empty(3, 5))
+
+
+def test_compiling_leaves_no_files_behind(tmp_path, monkeypatch):
+    if not HAS_CC:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    fn, status = _native._build()
+    assert status == "compiled" and fn is not None
+    assert list(tmp_path.iterdir()) == []  # the source and the library are gone; it stays loaded
+    x, stats = torch.tensor([[0.0, 0.0]]), torch.empty(3)
+    fn(x.data_ptr(), 1, 2, stats.data_ptr(), 1)
+    assert x.tolist() == [[0.5, 0.5]]
+    assert stats.tolist() == [0.0, 0.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"ATTNCODA_NATIVE": "0"}, "turned off (ATTNCODA_NATIVE=0)"),
+        ({"CC": "/nonexistent/cc"}, "no C compiler (set CC, or install gcc or clang)"),
+        ({"CC": "false"}, "compiling failed (no message)"),
+    ],
+)
+def test_without_a_kernel_the_status_says_why(env, why, monkeypatch):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert _native._build() == (None, why)
+
+
+def test_a_kernel_that_disagrees_with_torch_is_not_used(monkeypatch):
+    if not HAS_CC:
+        pytest.skip("no C compiler on this machine")
+    wrong = _native._SOURCE.replace("float inv = 1.f / zs;", "float inv = 1.001f / zs;")
+    assert wrong != _native._SOURCE
+    monkeypatch.setattr(_native, "_SOURCE", wrong)
+    fn, status = _native._build()
+    assert fn is None
+    assert status.startswith("the compiled kernel disagreed with torch (softmax, 1 keys; 1/Z")
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+@pytest.mark.parametrize("padding", [None, "right"])
+def test_one_pass_gives_the_same_with_the_kernel_and_with_torch_ops(family, padding, monkeypatch):
+    """The compiled kernel and the torch ops it replaces give the same summaries and outputs
+    to fp32 rounding, in blocks of 4 queries and groups of 3 + 1 heads (ragged rows and
+    groups)."""
+    _kernel()
+    model = zoo.tiny_twin(family)
+    batch = zoo.tiny_batch(model, length=11)
+    if padding == "right":
+        batch["attention_mask"][0, -3:] = 0
+    n_batch, length = batch["input_ids"].shape
+    monkeypatch.setattr(_capture, "_ONE_PASS_ROWS", 4)
+    monkeypatch.setattr(_capture, "_ONE_PASS_BYTES", 4 * n_batch * length * 4 * 3)
+    routes = []
+    real = _native.softmax_entropy_rows
+    got = {}
+    for route in ("kernel", "torch"):
+        monkeypatch.setattr(
+            _native,
+            "softmax_entropy_rows",
+            lambda route=route: routes.append(route) or (real() if route == "kernel" else None),
+        )
+        with capture(model, what="summaries") as cap:
+            out = forward(model, batch)
+        got[route] = (out.numpy(), cap.dataset)
+    assert set(routes) == {"kernel", "torch"}  # the one pass ran both ways
+    valid = batch["attention_mask"].numpy().astype(bool)
+    np.testing.assert_allclose(
+        got["kernel"][0][valid], got["torch"][0][valid], atol=1e-5, rtol=1e-5
+    )
+    v = valid[:, None, None, :]
+    for name in ac.SUMMARY_VARIABLES:
+        a = np.where(v, got["kernel"][1][name].values, np.nan)
+        b = np.where(v, got["torch"][1][name].values, np.nan)
+        np.testing.assert_allclose(
+            a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True, err_msg=f"{name}, layer 0"
+        )
+        np.testing.assert_allclose(a, b, atol=3e-5, rtol=1e-4, equal_nan=True, err_msg=name)
