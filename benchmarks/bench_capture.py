@@ -258,6 +258,16 @@ def length_rows(length: int, repeats: int, model: Any, tokenizer: Any) -> list[d
     return rows
 
 
+def _one_pass_without_kernel(capture_mod: Any, native_mod: Any, ctx: Any, pos: Any, v: Any) -> Any:
+    """The one pass on torch's ops, as without a C compiler (``ATTNCODA_NATIVE=0``)."""
+    kernel = native_mod.softmax_entropy_rows
+    native_mod.softmax_entropy_rows = lambda: None
+    try:
+        return capture_mod._one_pass_summaries(ctx, pos, 256, v)
+    finally:
+        native_mod.softmax_entropy_rows = kernel
+
+
 def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
     """One layer's attention alone, SmolLM2's shape (9 heads over 3 KV heads expanded, head
     size 64, causal, batch 1, random q/k/v): the summaries in one pass (output included) and the
@@ -266,7 +276,7 @@ def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
     the plain forward: the attention's share of the forward times its ratio here."""
     import torch
 
-    from attncoda.hooks import _capture
+    from attncoda.hooks import _capture, _native
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 9, length, 64) for _ in range(3))
@@ -287,6 +297,7 @@ def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
     sides = {
         "sdpa": lambda: sdpa(q, k, v, is_causal=True),
         "one_pass": lambda: _capture._one_pass_summaries(ctx, pos, 256, v),
+        "one_pass_torch_ops": lambda: _one_pass_without_kernel(_capture, _native, ctx, pos, v),
         "two_calls": lambda: (
             sdpa(q, k, v, is_causal=True),
             _capture._fast_summaries(ctx, pos, 256),
@@ -294,7 +305,13 @@ def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
     }
     with one_thread():
         m = interleave_reliable(
-            sides, repeats, [("one_pass", "sdpa", 1.0), ("two_calls", "sdpa", 1.0)]
+            sides,
+            repeats,
+            [
+                ("one_pass", "sdpa", 1.0),
+                ("one_pass_torch_ops", "sdpa", 1.0),
+                ("two_calls", "sdpa", 1.0),
+            ],
         )
     label = "plain SDPA call, one layer (9 heads, d=64, causal)"
     return [
@@ -302,6 +319,14 @@ def attention_rows(length: int, repeats: int) -> list[dict[str, Any]]:
             f"one layer's attention: summaries in one pass, T={length}",
             m,
             "one_pass",
+            "sdpa",
+            None,
+            anchor_label=label,
+        ),
+        row(
+            f"one layer's attention: one pass with torch's ops (no compiled kernel), T={length}",
+            m,
+            "one_pass_torch_ops",
             "sdpa",
             None,
             anchor_label=label,
