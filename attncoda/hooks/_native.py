@@ -135,8 +135,8 @@ def native_status() -> str:
 
     The kernel is compiled on first use, once per process (about a quarter of a second, in a
     temporary folder removed at once). Without it the one pass runs torch's ops instead:
-    the same summaries and outputs to fp32 rounding, about 10% slower per layer at long
-    contexts.
+    the same summaries and outputs to fp32 rounding, 1-26% slower per layer in
+    ``bench_capture`` (most at long contexts).
 
     Returns
     -------
