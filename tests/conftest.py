@@ -327,6 +327,24 @@ def need(*names: str) -> None:
             pytest.skip(f"asset {name!r} is not fetched; run `attncoda fetch {name}`")
 
 
+def assert_one_pass_runs_agree(first, second, valid):
+    """Two captures of the same batch by the summaries' one pass (each ``(output, dataset)``),
+    run with other blocks, head groups or row kernels, agree to fp32 rounding: the outputs,
+    and every summary at the valid queries (layer 0 sees the same inputs both times and is held
+    closer; later layers inherit the outputs' rounding)."""
+    import attncoda as ac
+
+    np.testing.assert_allclose(first[0][valid], second[0][valid], atol=1e-5, rtol=1e-5)
+    v = valid[:, None, None, :]
+    for name in ac.SUMMARY_VARIABLES:
+        a = np.where(v, first[1][name].values, np.nan)
+        b = np.where(v, second[1][name].values, np.nan)
+        np.testing.assert_allclose(
+            a[:, 0], b[:, 0], atol=1e-6, rtol=1e-5, equal_nan=True, err_msg=f"{name}, layer 0"
+        )
+        np.testing.assert_allclose(a, b, atol=3e-5, rtol=1e-4, equal_nan=True, err_msg=name)
+
+
 def eager_weights(model, batch):
     """HF eager attention weights of every layer (``output_attentions=True``) of the model's body
     (``base_model``, without the output head: the weights need no logits, and the head of a
