@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import tempfile
 
@@ -63,6 +65,44 @@ def test_kernel_equals_the_float64_softmax_and_its_entropy_terms(n, threads):
     np.testing.assert_allclose(got[1].numpy(), p_top.numpy(), rtol=2e-6)
     # sum p (l - m): fp32 terms of size |l - m| <= 64 where p is not negligible
     np.testing.assert_allclose(got[2].numpy(), a.numpy(), rtol=1e-5, atol=2e-6)
+
+
+def _split_over_two_threads(kernel) -> bool:
+    """The kernel on a block it splits over two threads, against numpy's softmax (no torch op:
+    torch's OpenMP regions are not fork-safe, which is torch's matter, not the kernel's)."""
+    torch.set_num_threads(2)
+    values = np.random.default_rng(0).normal(size=(64, 4099)).astype(np.float32)
+    shifted = np.exp(values - values.max(-1, keepdims=True))
+    want = shifted / shifted.sum(-1, keepdims=True)
+    x = torch.from_numpy(values.copy())
+    kernel(x, torch.empty(3, 64))
+    return bool(np.allclose(x.numpy(), want, rtol=2e-6, atol=1e-7))
+
+
+def _in_child(queue) -> None:
+    queue.put(_split_over_two_threads(_native.softmax_entropy_rows()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_splits_rows_over_threads_too():
+    """The thread pool is made afresh in a forked child (a DataLoader worker): the parent's
+    pool has no threads there, and a child that used it would wait for ever."""
+    kernel = _kernel()
+    before = torch.get_num_threads()
+    try:
+        assert _split_over_two_threads(kernel)  # the parent's pool exists now
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_in_child, args=(queue,))
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+            pytest.fail("the forked child hung on the parent's thread pool")
+        assert child.exitcode == 0
+        assert queue.get(timeout=5) is True
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_kernel_refuses_what_it_cannot_read():

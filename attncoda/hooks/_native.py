@@ -125,6 +125,19 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 _pool: tuple[ThreadPoolExecutor, int] | None = None  # the pool and its number of threads
 
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, a multiprocessing pool) inherits the pool but not
+    its threads, and maybe a lock some other thread held: both start afresh there (the loaded
+    kernel is mapped memory and stays usable)."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 # rows a thread takes at least: below it the pool's hand-off costs more than it saves
 _ROWS_PER_THREAD = 16
 _CELLS_PER_THREAD = 1 << 16
