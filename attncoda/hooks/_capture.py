@@ -670,7 +670,7 @@ def _logit_blocks(
     heads: int | None = None,
 ) -> Iterator[_LogitBlock]:
     """The logits ``(scale q) k^T`` of the queries at ``pos``, a block of ``block`` queries at a
-    time (all heads), each over the keys it can see, soft-capped as the model does, with
+    time (all heads, or groups of ``heads``), each over the keys it can see, soft-capped as the model does, with
     ``fill`` at the keys its queries cannot see, written into ``scratch`` (``b * heads * block
     * keys`` floats, reused: a block is gone once the next is asked for). With ``heads`` the
     heads of a chunk come in groups of that many, each group's blocks in turn (smaller blocks
@@ -731,16 +731,17 @@ def _one_pass_summaries(
 
     The attention output of the summaries path otherwise costs two attention passes: the
     model's own kernel, then the summaries' SDPA call (:func:`_fast_summaries`). Here, per
-    block of queries (all heads, every key the block can see, the blocks of :func:`_rows_fast`)
+    block of queries (every key the block can see; the heads in groups, :func:`_one_pass_blocks`)
     the logits ``(scale q) k^T`` are formed once and reduced at once: the sink's logit ``z_s``
-    is read off and its key hidden, then over the content keys their maximum ``m`` and their
-    softmax ``p`` (torch's kernel, faster than ``exp`` and a sum) give ``Z = 1 / max p`` (the top
-    key's ``p``; its shifted logit is 0), ``lse_c = m + log Z``, the content entropy ``log Z -
-    sum p (l - m)`` (two terms >= 0: no cancellation, however large the logits) and the sink's
-    log-odds ``z_s - lse_c``; the output is ``s v_sink + (1 - s) p @ v`` with ``s =
-    sigmoid(z_s - lse_c)``, the softmax of the full row split by the
-    grouping rule (a query that sees only its sink gets ``v_sink``; one that cannot see its
-    sink, the content part). The balance comes from the sums of the visible keys as on the
+    is read off and its key hidden, then over the content keys their maximum ``m``, their
+    softmax ``p`` and ``sum p (l - m)`` (one sweep per row in attncoda's compiled kernel,
+    :mod:`._native`; torch's softmax and reductions where it is not available) give
+    ``Z = 1 / max p`` (the top key's ``p``; its shifted logit is 0), ``lse_c = m + log Z``, the
+    content entropy ``log Z - sum p (l - m)`` (two terms >= 0: no cancellation, however large
+    the logits) and the sink's log-odds ``z_s - lse_c``; the output is ``s v_sink + (1 - s) p
+    @ v`` with ``s = sigmoid(z_s - lse_c)``, the softmax of the full row split by the grouping
+    rule (a query that sees only its sink gets ``v_sink``; one that cannot see its sink, the
+    content part). The balance comes from the sums of the visible keys as on the
     SDPA path. ``value``: fp32 ``(batch, heads, keys, dim)``; every query of the call is in
     ``pos`` and sees a key (:func:`_one_pass_applies`).
 
@@ -765,7 +766,8 @@ def _one_pass_summaries(
     scratch = torch.empty(
         1 if kernel is not None else 2, b * group * block * kv, dtype=torch.float32, device=q.device
     )
-    stats = torch.empty(3 * b * group * block, dtype=torch.float32, device=q.device)
+    if kernel is not None:  # each block's m, 1 / Z and sum p (l - m), from the kernel
+        stats = torch.empty(3 * b * group * block, dtype=torch.float32, device=q.device)
     # per block only what needs the block (a dozen ops, each writing its rows of the results in
     # place); the per-row arithmetic and the sink's share of the output run once, after it
     for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN, heads=group):
@@ -881,18 +883,19 @@ _F16_MIN = float(torch.finfo(torch.float16).min)
 _BLOCK_BYTES = 1 << 20
 _BLOCK_ROWS = 64
 _BLOCK_MAX_BYTES = 16 << 20
-# summaries in one pass take blocks of _ONE_PASS_ROWS queries (all heads, every key the block
-# sees), fewer where that would exceed _BLOCK_MAX_BYTES of logits (long contexts, large
-# batches). With the softmax form (torch.softmax, sum p (l - m) in place) SmolLM2's attention
+# summaries in one pass take blocks of _ONE_PASS_ROWS queries (every key the block sees), fewer
+# where one head's block would exceed _ONE_PASS_BYTES of logits (long contexts, large batches).
+# With the softmax form (torch.softmax, sum p (l - m) in place) SmolLM2's attention
 # alone, one thread, median of 9 in each of 8 processes, took 1.52-1.66x / 1.50-1.72x /
 # 1.70-1.77x SDPA's CPU time at T=512 / 2048 / 4096 with blocks of 96 queries against
 # 1.69-1.71x / 1.76-1.92x / 1.97-2.00x with 32 (96 ahead in every process; 64 and 128 between
 # them and noisier): the q k^T and p v products run faster on taller blocks
 _ONE_PASS_ROWS = 96
 # ... and they take the heads in groups whose block of logits stays under _ONE_PASS_BYTES, so
-# that the eight passes over it (the q k^T product, max, shift, softmax, max of p, p (l - m),
-# its sum, the p v product) find it in the core's cache: at long contexts a block of every head
-# is tens of MB (SmolLM2, T=8192: 27 MB; ... measured below)
+# that the passes over it (the q k^T product, the row reductions, the p v product) find it in
+# the core's cache: at long contexts a block of every head is tens of MB (SmolLM2, T=8192:
+# 27 MB). One layer alone, one thread, all heads vs groups under 4 MB in alternating processes:
+# 1.73/1.75x -> 1.44/1.45x SDPA at T=8192, 1.59x -> 1.40x at 4096 (2 MB: no better, noisier)
 _ONE_PASS_BYTES = 4 << 20
 
 
