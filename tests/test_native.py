@@ -132,6 +132,10 @@ def test_compiling_leaves_no_files_behind(tmp_path, monkeypatch):
     ("env", "why"),
     [
         ({"ATTNCODA_NATIVE": "0"}, "turned off (ATTNCODA_NATIVE=0)"),
+        (
+            {"ATTNCODA_NATIVE": "off"},
+            "ATTNCODA_NATIVE='off' is neither 0 nor 1; set one of them (kept off until then)",
+        ),
         ({"CC": "/nonexistent/cc"}, "no C compiler (set CC, or install gcc or clang)"),
         ({"CC": "false"}, "compiling failed (no message)"),
     ],

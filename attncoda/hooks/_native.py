@@ -40,7 +40,8 @@ from pathlib import Path
 
 import torch
 
-#: set to ``0`` to keep the one pass on torch's ops (no compilation)
+#: set to ``0`` to keep the one pass on torch's ops (no compilation), ``1`` or unset to use the
+#: kernel; any other value keeps it off and :func:`native_status` names the value
 NATIVE_ENV = "ATTNCODA_NATIVE"
 
 _SOURCE = r"""
@@ -155,6 +156,7 @@ def native_status() -> str:
     -------
     str
         ``"compiled"``, or the reason it is not used: ``"turned off (ATTNCODA_NATIVE=0)"``,
+        ``"ATTNCODA_NATIVE='...' is neither 0 nor 1; ..."``,
         ``"no C compiler (set CC, or install gcc or clang)"``, ``"compiling failed (...)"``,
         ``"loading the compiled kernel failed (...)"`` or ``"the compiled kernel disagreed
         with torch (...)"`` (checked on a test block before any use).
@@ -240,8 +242,14 @@ def _kernel() -> Callable[..., None] | None:
 
 
 def _build() -> tuple[Callable[..., None] | None, str]:
-    if os.environ.get(NATIVE_ENV, "").strip() == "0":
+    switch = os.environ.get(NATIVE_ENV, "").strip()
+    if switch == "0":
         return None, f"turned off ({NATIVE_ENV}=0)"
+    if switch not in ("", "1"):
+        return (
+            None,
+            f"{NATIVE_ENV}={switch!r} is neither 0 nor 1; set one of them (kept off until then)",
+        )
     cc = os.environ.get("CC", "").strip() or next(
         (c for c in ("cc", "gcc", "clang") if shutil.which(c)), ""
     )
