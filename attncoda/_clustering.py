@@ -89,8 +89,12 @@ def _mds(d: np.ndarray, n_components: int) -> tuple[np.ndarray, float]:
     b -= np.mean(b, axis=1, keepdims=True)
     b *= -0.5
     w, u = linalg.eigh(b)
+    # an eigenvalue that is zero but for rounding (three heads on a line: the centring's null
+    # direction) is zero: its sign is noise, and a NaN start would end in NaN; a truly negative
+    # one leaves no Euclidean start, as in scikit-learn
+    w[np.abs(w) <= np.abs(w).max(initial=0.0) * len(w) * 8 * np.finfo(w.dtype).eps] = 0.0
     w, u = w[::-1][:n_components], u[:, ::-1][:, :n_components]
-    with np.errstate(invalid="ignore"):  # a negative eigenvalue: no Euclidean start, as sklearn
+    with np.errstate(invalid="ignore"):
         start = np.sqrt(w) * u
     emb, stress = _smacof(d, start)
     emb = emb - emb.mean(axis=0)

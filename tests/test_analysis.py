@@ -493,6 +493,24 @@ def test_the_mds_embedding_is_scikit_learns_metric_mds_from_the_classical_start(
         assert cl.stress.sel(convention=conv).item() == pytest.approx(mds.stress_, rel=1e-9)
 
 
+def test_three_heads_off_a_triangle_embed_without_nan():
+    """Three heads whose dissimilarities break the triangle inequality: the classical start's
+    second eigenvalue is the centring's null direction, zero but for rounding, and its sign is
+    noise; it must not turn the whole embedding into NaN (it did for 1 in 3 such matrices)."""
+    from attncoda._clustering import _mds
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        a, b = rng.uniform(0.1, 0.3, 2)
+        c = (a + b) * rng.uniform(1.01, 1.2)
+        d = np.array([[0, a, c], [a, 0, b], [c, b, 0]])
+        emb, stress = _mds(d, 2)
+        assert np.isfinite(emb).all() and np.isfinite(stress)
+    # the matrix that showed it: js of a synthetic analysis
+    d = np.array([[0, 0.25678, 0.52472059], [0.25678, 0, 0.22817676], [0.52472059, 0.22817676, 0]])
+    assert np.isfinite(_mds(d, 2)[0]).all()
+
+
 # no sink mass (-60): the sink view's dissimilarities are all 0, so its partitions are single
 # clusters (k-means and scipy's cophenet say so in warnings of their own)
 @pytest.mark.filterwarnings("ignore:Number of distinct clusters")
