@@ -2,10 +2,12 @@
 
 The public namespace is flat (``import attncoda as ac; ac.clr(...)``); modules behind it are
 private, except :mod:`attncoda.testing` (sample data and fault injectors for your own tests, as
-:mod:`xarray.testing`) and :mod:`attncoda.hooks` (the model side). See the documentation for the
-maths, the xarray schema and capture.
+:mod:`xarray.testing`), :mod:`attncoda.native` (attncoda's compiled kernels: whether they run,
+and the kernels on numpy arrays) and :mod:`attncoda.hooks` (the model side). See the
+documentation for the maths, the xarray schema and capture.
 """
 
+from . import native as native
 from . import testing as testing
 from ._accessor import CodaAccessor
 from ._aitchison_split import AitchisonSplit, aitchison_split, pairwise_aitchison_split

@@ -129,9 +129,11 @@ def _documented(module: str) -> set[str]:
 def test_api_pages_cover_the_public_namespace() -> None:
     missing = sorted(set(ac.__all__) - _documented("attncoda") - {"__version__"})
     assert not missing, f"add these to an ``api-names:: attncoda`` list in docs/api/: {missing}"
+    import attncoda.native
     import attncoda.testing
 
     assert set(attncoda.testing.__all__) <= _documented("attncoda.testing")
+    assert set(attncoda.native.__all__) <= _documented("attncoda.native")
 
 
 def _public_hooks_modules() -> list[str]:
@@ -659,7 +661,7 @@ def test_see_also_of_every_public_function_names_objects_with_descriptions() -> 
     """Every See Also entry of every documented function and class renders as a name the docs
     link (an object that exists) with its description; a continuation line such as ``accepts:
     captures are ...`` is part of the entry above it, not a new name."""
-    modules = ["attncoda", "attncoda.testing"]
+    modules = ["attncoda", "attncoda.testing", "attncoda.native"]
     if importlib.util.find_spec("torch") is not None:
         modules += _public_hooks_modules()
     seen = 0

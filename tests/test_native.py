@@ -1,4 +1,5 @@
-"""attncoda's compiled row kernel (attncoda.hooks._native): results, fallbacks, no debris."""
+"""attncoda's compiled row kernel (attncoda.native, through attncoda.hooks._native): results,
+fallbacks, no debris. The pair kernel of head comparisons: tests/test_native_pairs.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 zoo = pytest.importorskip("attncoda.hooks.zoo")
+from attncoda import native  # noqa: E402
 from attncoda.hooks import _capture, _native, capture  # noqa: E402
 from conftest import assert_one_pass_runs_agree  # noqa: E402
 
@@ -119,11 +121,11 @@ def test_compiling_leaves_no_files_behind(tmp_path, monkeypatch):
     if not HAS_CC:
         pytest.skip("no C compiler on this machine")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    fn, status = _native._build()
-    assert status == "compiled" and fn is not None
+    lib, status = native._build()
+    assert status == "compiled" and lib is not None
     assert list(tmp_path.iterdir()) == []  # the source and the library are gone; it stays loaded
     x, stats = torch.tensor([[0.0, 0.0]]), torch.empty(3)
-    fn(x.data_ptr(), 1, 2, stats.data_ptr(), 1)
+    lib.softmax_entropy_rows(x.data_ptr(), 1, 2, stats.data_ptr(), 1)
     assert x.tolist() == [[0.5, 0.5]]
     assert stats.tolist() == [0.0, 0.5, 0.0]
 
@@ -143,18 +145,18 @@ def test_compiling_leaves_no_files_behind(tmp_path, monkeypatch):
 def test_without_a_kernel_the_status_says_why(env, why, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert _native._build() == (None, why)
+    assert native._build() == (None, why)
 
 
-def test_a_kernel_that_disagrees_with_torch_is_not_used(monkeypatch):
+def test_a_kernel_that_disagrees_with_numpy_is_not_used(monkeypatch):
     if not HAS_CC:
         pytest.skip("no C compiler on this machine")
-    wrong = _native._SOURCE.replace("float inv = 1.f / zs;", "float inv = 1.001f / zs;")
-    assert wrong != _native._SOURCE
-    monkeypatch.setattr(_native, "_SOURCE", wrong)
-    fn, status = _native._build()
-    assert fn is None
-    assert status.startswith("the compiled kernel disagreed with torch (softmax, 1 keys; 1/Z")
+    wrong = native._SOURCE.replace("float inv = 1.f / zs;", "float inv = 1.001f / zs;")
+    assert wrong != native._SOURCE
+    monkeypatch.setattr(native, "_SOURCE", wrong)
+    lib, status = native._build()
+    assert lib is None
+    assert status.startswith("the compiled kernels disagreed with numpy (softmax, 1 keys; 1/Z")
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
