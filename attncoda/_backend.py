@@ -2,8 +2,9 @@
 
 Matrix products go through attncoda's one GEMM backend (:func:`attncoda._pairwise.row_gram`:
 one matrix in numpy's BLAS, a stack in torch when installed); the ``js`` and ``tv`` metrics,
-which have no matrix-product form, run one pass per pair of units, spread over a few threads
-or on a torch device.
+which have no matrix-product form, run one pass per pair of units: in attncoda's compiled kernel
+(:func:`attncoda.native.pair_sums`, both sums in one sweep over tiles that stay in cache) under
+``backend="auto"``, else in numpy spread over a few threads, or on a torch device.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import native
 from ._conventions import AnalysisError
 from ._pairwise import row_gram
 
@@ -46,14 +48,24 @@ class _Backend:
         g = row_gram(a, b, backend=self.name, device=self.device)
         return np.asarray(g, dtype=np.float64)
 
-    def pairwise_rows(self, a: np.ndarray, kind: Literal["js", "l1"], budget: int) -> np.ndarray:
-        """:func:`_pairwise_rows` on the device when one is set, else in numpy."""
-        if self.device is None:
-            return _pairwise_rows(a, kind, budget)
-        import torch
+    def pair_sums(
+        self, a: np.ndarray, kinds: tuple[Literal["js", "l1"], ...], budget: int
+    ) -> dict[str, np.ndarray]:
+        """:func:`_pairwise_rows` of each of ``kinds``: on the device when one is set; else,
+        under ``"auto"``, in attncoda's compiled kernel (float32 rows, both sums in one sweep)
+        where it is available (:func:`attncoda.native.status`); else in numpy."""
+        if self.device is not None:
+            import torch
 
-        t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
-        return _pairwise_rows_torch(t, kind, budget)
+            t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+            return {kind: _pairwise_rows_torch(t, kind, budget) for kind in kinds}
+        if self.name == "auto" and a.dtype == np.float32 and a.ndim == 2:
+            both = native.pair_sums(
+                np.ascontiguousarray(a), js="js" in kinds, l1="l1" in kinds, threads=_workers()
+            )
+            if both is not None:
+                return {k: v for k, v in zip(("js", "l1"), both, strict=True) if v is not None}
+        return {kind: _pairwise_rows(a, kind, budget) for kind in kinds}
 
 
 def _torch_device(device: Any, backend: str) -> Any:

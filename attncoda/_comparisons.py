@@ -14,13 +14,16 @@ bounded by ``block_elements``); the visible ``(row, key)`` cells of a chunk are 
 structural zeros never enter a sum, and all heads are compared at once: one matrix product per
 block for ``aitchison`` (all three conventions from the Gram matrix of content clr vectors plus
 the balances), ``cosine`` and ``kl``, L1 distances over per-row entropies for ``entropy``, and a
-pass over the cells per pair of heads for ``js`` and ``tv`` (they have no matrix-product form;
-the pairs are spread over a few threads). Matrix products run through numpy's BLAS (a
-matrix's product with itself through ``syrk``, half the work) and stacks of them through
-torch's batched GEMM when it is installed, everything else in numpy; results are float64. With ``device="cuda"`` the
-products and the ``js``/``tv`` passes run on the GPU. Cost: the matrix-product metrics for all
-270 heads of SmolLM2-135M cost less than the forward that captured the rows; ``js`` and ``tv``
-on a CPU cost a few times more (see ``benchmarks/results.md``). The per-row sink/content
+pass over the cells per pair of heads for ``js`` and ``tv`` (they have no matrix-product form).
+That pass runs in attncoda's compiled kernel (:func:`attncoda.native.pair_sums`: both sums in
+one sweep over tiles of cells that stay in cache, with its own vectorised log; float32 terms,
+float64 across tiles) where it is available and the rows are float32, else in numpy (pairs spread
+over a few threads). Matrix products run through numpy's BLAS (a matrix's product with itself
+through ``syrk``, half the work) and stacks of them through torch's batched GEMM when it is
+installed, everything else in numpy; results are float64. With ``device="cuda"`` the products
+and the ``js``/``tv`` passes run on the GPU. Cost: the matrix-product metrics for all 270 heads
+of SmolLM2-135M cost about as much as the forward that captured the rows, and ``js`` and ``tv``
+on a CPU about as much again (see ``benchmarks/results.md``). The per-row sink/content
 channels are computed in this fused, packed form for speed; the tests check them against
 :func:`attncoda.decompose` and :func:`attncoda.pairwise_aitchison_split`.
 """
@@ -173,6 +176,16 @@ def _block_sums(
     out: dict[tuple[str, str], np.ndarray] = {}
     r = ch.n_rows
     g = ch.get
+    # js and tv of the kept and dropped views: both sums from one sweep over each view's cells
+    kinds: tuple[Literal["js", "l1"], ...] = ()
+    if "js" in metrics:
+        kinds += ("js",)
+    if "tv" in metrics:
+        kinds += ("l1",)
+    pairs = {}
+    if kinds:
+        for view, cells in (("kept", "p"), ("dropped", "c")):
+            pairs[view] = bk.pair_sums(g(cells), kinds, budget)
     for m in metrics:
         if m == "aitchison":
             content = _sq_dists(bk, g("u"))
@@ -190,17 +203,16 @@ def _block_sums(
                 h = g(ent).sum(axis=1, dtype=np.float64)
                 out[m, view] = -h[:, None] - bk.gram(g(cells), g(logs))
         elif m == "js":
-            for view, cells, ent in (
-                ("kept", "p", "h"),
-                ("dropped", "c", "hc"),
-                ("sink", "v", "hb"),
-            ):
+            for view, ent in (("kept", "h"), ("dropped", "hc"), ("sink", "hb")):
                 h = g(ent).sum(axis=1, dtype=np.float64)
-                t = bk.pairwise_rows(g(cells), "js", budget)
+                if view == "sink":  # two-part rows (s, 1 - s): small
+                    t = bk.pair_sums(g("v"), ("js",), budget)["js"]
+                else:
+                    t = pairs[view]["js"]
                 out[m, view] = -t - (h[:, None] + h[None, :]) / 2
         elif m == "tv":
-            out[m, "kept"] = bk.pairwise_rows(g("p"), "l1", budget) / 2
-            out[m, "dropped"] = bk.pairwise_rows(g("c"), "l1", budget) / 2
+            out[m, "kept"] = pairs["kept"]["l1"] / 2
+            out[m, "dropped"] = pairs["dropped"]["l1"] / 2
             out[m, "sink"] = _l1(g("s"))
         elif m == "entropy":
             out[m, "kept"] = _l1(g("h"))
@@ -253,13 +265,17 @@ def head_comparisons(
     block_elements : int, default 2**22
         Upper bound on ``units x rows x keys`` held per block (memory is a small multiple).
     backend : {"auto", "torch", "numpy"}, default "auto"
-        Matrix products through torch when installed (faster BLAS), elementwise work in numpy.
+        ``"auto"``: matrix products through torch when installed (faster BLAS) and the ``js`` /
+        ``tv`` passes in attncoda's compiled kernel (:mod:`attncoda.native`) where it is
+        available, elementwise work in numpy. ``"torch"``: every product through torch, the rest
+        in numpy. ``"numpy"``: everything in numpy (the reference: the same results to float32 rounding).
     device : str or torch.device, optional
         Run the matrix products and the per-pair ``js``/``tv`` passes with torch on this device
         (e.g. ``"cuda"``); per-row channels are still computed on the CPU and streamed over block
-        by block. On a CPU the default (numpy) is several times faster. Use a GPU when ``js`` or
-        ``tv`` is wanted for hundreds of heads: they cost one elementwise pass over every visible
-        cell per pair of heads, which on a CPU costs more than the forward that captured the rows.
+        by block. On a CPU the default is several times faster. Use a GPU when ``js`` or ``tv``
+        is wanted for hundreds of heads: they cost one elementwise pass over every visible cell
+        per pair of heads, which on a CPU costs about as much as the forward that captured the
+        rows.
     progress : bool, default True
         A progress bar over the samples on stderr, shown once the pass has run two seconds (a
         quick call prints nothing); False: silent. :func:`flip_rates`, :func:`cluster_heads`

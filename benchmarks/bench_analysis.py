@@ -18,8 +18,9 @@ on a shared machine spends CPU time waiting, which made the ratios move with the
 Rows: ``pairwise_<set>_64x512`` for the metric sets ``aitchison`` (the exact sink/content split:
 kept, dropped and split from one Gram matrix), ``gram`` (aitchison, cosine, kl, entropy: the
 metrics with a matrix-product form) and ``all`` (plus js and tv, which need an elementwise pass
-per pair of heads); ``project_s`` and ``anchor_s`` are extrapolated to 64 samples, ``measured_s``
-holds what was timed.
+per pair of heads, in attncoda's compiled kernel where a C compiler is present), and ``all`` again
+with ``backend="numpy"`` (js and tv in numpy, as without a compiler); ``project_s`` and
+``anchor_s`` are extrapolated to 64 samples, ``measured_s`` holds what was timed.
 
 A last row repeats the ``all`` set with ``device="cuda"`` (products and the js/tv passes on the
 GPU) when torch sees one, against the same CPU capture.
@@ -49,6 +50,9 @@ SETS = {
     "gram": ("aitchison", "cosine", "kl", "entropy"),
     "all": ac.METRICS,
 }
+# the ``all`` set again with backend="numpy": js and tv in numpy, without attncoda's compiled
+# pair kernel (what a machine without a C compiler runs)
+NUMPY_ALL = "all_numpy"
 
 
 def _capture(samples: int, length: int) -> Any:
@@ -85,6 +89,10 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
                 sides[name] = lambda metrics=metrics: ac.head_comparisons(
                     ds, metrics, progress=False
                 )
+        if not quick:
+            sides[NUMPY_ALL] = lambda: ac.head_comparisons(
+                ds, ac.METRICS, backend="numpy", progress=False
+            )
         pairs = [(name, "capture", 1.0) for name in sides if name != "capture"]
         m = interleave_reliable(sides, 1 if quick else 3, pairs)
     n_rows = int(ac.head_comparisons(ds, "entropy", progress=False).n_rows)
@@ -92,8 +100,14 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
     for name in sides:
         if name == "capture":
             continue
+        label = (
+            "pairwise_all_64x512 with backend='numpy' (js and tv without the compiled kernel)"
+            if name == NUMPY_ALL
+            else f"pairwise_{name}_64x512"
+        )
+        metrics = SETS["all"] if name == NUMPY_ALL else SETS[name]
         r = row(
-            f"pairwise_{name}_64x512",
+            label,
             m,
             name,
             "capture",
@@ -105,7 +119,7 @@ def run(quick: bool = False, samples: int | None = None) -> list[dict[str, Any]]
         r.update(
             project_s=r["project_s"] * scale,
             anchor_s=r["anchor_s"] * scale,
-            metrics=",".join(SETS[name]),
+            metrics=",".join(metrics),
             target="ratio < 1 (cheaper than the capture forward that produced the rows)",
             measured_s={"comparisons": m[name].cpu_median, "capture": m["capture"].cpu_median},
             measured_size=f"{n} samples x {length} tokens, 270 heads, {n_rows} compared rows",
