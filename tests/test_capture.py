@@ -180,6 +180,24 @@ def test_one_pass_blocks_of_a_few_queries_give_what_one_block_gives(
     assert_one_pass_runs_agree(got["few"], got["one"], batch["attention_mask"].numpy() == 1)
 
 
+@pytest.mark.parametrize(
+    ("batch", "keys", "chunk", "want"),
+    [
+        (1, 1024, 256, (96, 9)),  # one group of every head: 9 x 96 x 1024 x 4 B = 3.5 MB
+        (1, 2048, 256, (96, 5)),  # groups of 5 + 4 heads under 4 MB
+        (1, 4096, 256, (256, 2)),  # long contexts: taller blocks under 8 MB
+        (1, 8192, 256, (256, 1)),  # 8 MB: one head
+        (4, 8192, 256, (64, 1)),  # a batch of 4: the byte cap shortens the block
+        (1, 8192, 100, (100, 2)),  # never more than the chunk (then two heads fit)
+        (1, 200_000, 256, (10, 1)),  # a block never exceeds the cap, down to one query
+    ],
+)
+def test_one_pass_block_sizes(batch, keys, chunk, want):
+    from attncoda.hooks import _capture
+
+    assert _capture._one_pass_blocks(batch, 9, keys, chunk) == want
+
+
 def test_padding_and_batching_match_single_samples():
     model = zoo.tiny_twin("llama")
     batch = zoo.tiny_batch(model, length=10, left_padding=True)

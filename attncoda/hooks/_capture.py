@@ -897,16 +897,28 @@ _ONE_PASS_ROWS = 96
 # 27 MB). One layer alone, one thread, all heads vs groups under 4 MB in alternating processes:
 # 1.73/1.75x -> 1.44/1.45x SDPA at T=8192, 1.59x -> 1.40x at 4096 (2 MB: no better, noisier)
 _ONE_PASS_BYTES = 4 << 20
+# From _ONE_PASS_LONG_KEYS keys on, taller blocks of one head win instead: each product packs
+# the block's keys and values (64 x T each) again, and a taller block shares that over more
+# queries. One layer alone, one thread, interleaved, blocks of 96 under 4 MB vs 256 under 8 MB:
+# 1.31-1.33x -> 1.22-1.24x SDPA at T=8192 (three runs), 1.31x -> 1.27-1.29x at 4096; at 1024
+# and 2048 the 96-query blocks stay ahead (1.22x vs 1.39x, 1.39x vs 1.45x)
+_ONE_PASS_LONG_KEYS = 4096
+_ONE_PASS_LONG_ROWS = 256
+_ONE_PASS_LONG_BYTES = 8 << 20
 
 
 def _one_pass_blocks(batch: int, heads: int, keys: int, chunk: int) -> tuple[int, int]:
     """Queries per block and heads per group of :func:`_one_pass_summaries`: blocks of
     :data:`_ONE_PASS_ROWS` queries (fewer in a short chunk, or where one head's block would
     exceed :data:`_ONE_PASS_BYTES`), as many heads at once as keep a block under it (at least
-    one)."""
+    one); from :data:`_ONE_PASS_LONG_KEYS` keys, blocks of :data:`_ONE_PASS_LONG_ROWS` under
+    :data:`_ONE_PASS_LONG_BYTES`."""
     head_row = 4 * batch * max(keys, 1)  # one head's logits for one query, in bytes
-    block = max(1, min(chunk, _ONE_PASS_ROWS, _ONE_PASS_BYTES // head_row))
-    group = max(1, min(heads, _ONE_PASS_BYTES // (head_row * block)))
+    rows, cap = _ONE_PASS_ROWS, _ONE_PASS_BYTES
+    if keys >= _ONE_PASS_LONG_KEYS:
+        rows, cap = _ONE_PASS_LONG_ROWS, _ONE_PASS_LONG_BYTES
+    block = max(1, min(chunk, rows, cap // head_row))
+    group = max(1, min(heads, cap // (head_row * block)))
     return block, group
 
 
