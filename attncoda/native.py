@@ -445,9 +445,10 @@ def pair_sums(
 
 
 def _map(fn: Callable[[Any], Any], items: list[Any] | range) -> None:
+    """``fn`` over ``items`` on attncoda's thread pool (grown to ``len(items)`` threads)."""
+    global _pool
     items = list(items)
     with _lock:
-        global _pool
         if _pool is None or _pool[1] < len(items):
             if _pool is not None:
                 _pool[0].shutdown(wait=False)
