@@ -26,11 +26,8 @@ def native_status() -> str:
     Returns
     -------
     str
-        ``"compiled"``, or the reason it is not used: ``"turned off (ATTNCODA_NATIVE=0)"``,
-        ``"ATTNCODA_NATIVE='...' is neither 0 nor 1; ..."``,
-        ``"no C compiler (set CC, or install gcc or clang)"``, ``"compiling failed (...)"``,
-        ``"loading the compiled kernels failed (...)"`` or ``"the compiled kernels disagreed
-        with numpy (...)"`` (checked on test inputs before any use).
+        ``"compiled"``, or the reason it is not used, in the words of
+        :func:`attncoda.native.status` (which lists them).
 
     See Also
     --------
