@@ -268,7 +268,8 @@ def head_comparisons(
         ``"auto"``: matrix products through torch when installed (faster BLAS) and the ``js`` /
         ``tv`` passes in attncoda's compiled kernel (:mod:`attncoda.native`) where it is
         available, elementwise work in numpy. ``"torch"``: every product through torch, the rest
-        in numpy. ``"numpy"``: everything in numpy (the reference: the same results to float32 rounding).
+        in numpy. ``"numpy"``: everything in numpy (the reference: the same results to float32
+        rounding).
     device : str or torch.device, optional
         Run the matrix products and the per-pair ``js``/``tv`` passes with torch on this device
         (e.g. ``"cuda"``); per-row channels are still computed on the CPU and streamed over block
