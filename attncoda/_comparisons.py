@@ -81,7 +81,7 @@ class _Channels:
         vis = block.vis
         counts = vis.sum(axis=1)
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        zv = z.reshape(n, r * k)[:, vis.reshape(-1)]
+        zv = _select_columns(z.reshape(n, r * k), vis.reshape(-1))
         sink_pos = starts + vis[:, : block.sink].sum(axis=1)
         content_sel = np.ones(zv.shape[1], bool)
         content_sel[sink_pos] = False
@@ -89,7 +89,7 @@ class _Channels:
         self.starts_v, self.counts_v = starts, counts
         self.starts_c, self.counts_c = starts - np.arange(r), counts - 1
         self.zv = zv
-        self.zc = zv[:, content_sel]
+        self.zc = _select_columns(zv, content_sel)
         self.z_sink = zv[:, sink_pos]  # (N, R)
         self._cache: dict[str, Any] = {}
 
@@ -153,6 +153,23 @@ class _Channels:
         else:  # pragma: no cover - internal
             raise KeyError(key)
         return c[key]
+
+
+def _select_columns(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``a[:, keep]`` for a boolean ``keep``, as copies of its runs of kept columns: a causal
+    row's visible keys are one run (numpy's boolean indexing of a 270-row block took 5 ms, the
+    runs 0.7 ms); ``np.take`` where the runs are many and short."""
+    edges = np.flatnonzero(np.diff(keep.astype(np.int8), prepend=0, append=0))
+    starts, stops = edges[::2].tolist(), edges[1::2].tolist()
+    width = sum(stops) - sum(starts)
+    if len(starts) * 32 > width:
+        return np.take(a, np.flatnonzero(keep), axis=1)
+    out = np.empty((a.shape[0], width), a.dtype)
+    at = 0
+    for s0, s1 in zip(starts, stops, strict=True):
+        out[:, at : at + s1 - s0] = a[:, s0:s1]
+        at += s1 - s0
+    return out
 
 
 def _sq_dists(bk: _Backend, a: np.ndarray) -> np.ndarray:

@@ -741,3 +741,24 @@ def test_the_js_and_tv_pool_follows_torchs_thread_count(monkeypatch):
         torch.set_num_threads(before)
     for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_column_runs_select_what_boolean_indexing_selects(seed):
+    """The packed cells of head comparisons are copied as runs of visible keys; any mask (one
+    run, many short runs, none, all) gives what ``a[:, keep]`` gives, in order."""
+    from attncoda._comparisons import _select_columns
+
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 5)), int(rng.integers(0, 300))
+    a = rng.standard_normal((n, m)).astype(np.float32)
+    kind = seed % 4
+    if kind == 0:  # causal rows: one run per row of 20 keys
+        keep = (np.arange(m) % 20) <= rng.integers(0, 20)
+    elif kind == 1:  # scattered keys: many short runs
+        keep = rng.random(m) < 0.5
+    else:
+        keep = np.full(m, kind == 2)
+    got = _select_columns(a, keep)
+    assert got.dtype == a.dtype and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, a[:, keep])
