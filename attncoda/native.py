@@ -352,9 +352,6 @@ def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1
         True where the kernel ran; False where it is not available (:func:`status` says why),
         and nothing was written.
     """
-    lib = _library()
-    if lib is None:
-        return False
     n = int(logits.shape[-1]) if logits.ndim else 0
     rows = logits.size // max(n, 1)
     if not (
@@ -372,6 +369,9 @@ def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1
             f"stats (3, rows); got {tuple(logits.shape)} {logits.dtype} and "
             f"{tuple(stats.shape)} {stats.dtype}"
         )
+    lib = _library()
+    if lib is None:
+        return False
     fn = lib.softmax_entropy_rows
     x, out = logits.ctypes.data, stats.ctypes.data
     threads = min(int(threads), rows // _ROWS_PER_THREAD, rows * n // _CELLS_PER_THREAD)
@@ -412,11 +412,11 @@ def pair_sums(
         ``(js, l1)`` (``None`` for a sum not asked for); ``None`` where the kernel is not
         available (:func:`status` says why).
     """
+    if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 2):
+        raise ValueError(f"pair_sums takes a float32 (N, F) array; got {getattr(a, 'shape', a)}")
     lib = _library()
     if lib is None:
         return None
-    if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 2):
-        raise ValueError(f"pair_sums takes a float32 (N, F) array; got {getattr(a, 'shape', a)}")
     n, f = a.shape
     out_js = np.zeros((n, n)) if js else None
     out_l1 = np.zeros((n, n)) if l1 else None

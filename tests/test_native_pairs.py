@@ -121,11 +121,17 @@ def test_pair_sums_property(n, f, seed, peak):
     _assert_matches_oracle(a, got)
 
 
-def test_pair_sums_refuses_what_it_cannot_read(compiled):
+@pytest.mark.parametrize("kernel", ["compiled", "off"])
+def test_pair_sums_refuses_what_it_cannot_read(kernel, monkeypatch):
+    """Inputs are checked before anything else, with or without a compiled library."""
+    if kernel == "off":
+        monkeypatch.setattr(native, "_state", {"lib": None, "status": "turned off"})
     with pytest.raises(ValueError, match="float32"):
         native.pair_sums(np.zeros((3, 4)))
     with pytest.raises(ValueError, match="float32"):
         native.pair_sums(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="contiguous float32"):
+        native.softmax_entropy_rows(np.zeros((3, 4)), np.zeros((3, 3), np.float32))
 
 
 def test_a_pair_kernel_that_disagrees_with_numpy_is_not_used(monkeypatch):
