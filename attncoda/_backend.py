@@ -60,9 +60,7 @@ class _Backend:
             t = torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
             return {kind: _pairwise_rows_torch(t, kind, budget) for kind in kinds}
         if self.name == "auto" and a.dtype == np.float32 and a.ndim == 2:
-            both = native.pair_sums(
-                np.ascontiguousarray(a), js="js" in kinds, l1="l1" in kinds, threads=_workers()
-            )
+            both = native.pair_sums(a, js="js" in kinds, l1="l1" in kinds, threads=_workers())
             if both is not None:
                 return {k: v for k, v in zip(("js", "l1"), both, strict=True) if v is not None}
         return {kind: _pairwise_rows(a, kind, budget) for kind in kinds}

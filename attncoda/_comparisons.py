@@ -22,10 +22,10 @@ over a few threads). Matrix products run through numpy's BLAS (a matrix's produc
 through ``syrk``, half the work) and stacks of them through torch's batched GEMM when it is
 installed, everything else in numpy; results are float64. With ``device="cuda"`` the products
 and the ``js``/``tv`` passes run on the GPU. Cost: the matrix-product metrics for all 270 heads
-of SmolLM2-135M cost less than the forward that captured the rows (0.77x), and ``js`` and ``tv``
-on a CPU about as much again (all six: 1.9x; see ``benchmarks/results.md``). The per-row sink/content
-channels are computed in this fused, packed form for speed; the tests check them against
-:func:`attncoda.decompose` and :func:`attncoda.pairwise_aitchison_split`.
+of SmolLM2-135M cost less than the forward that captured the rows (0.77x), and ``js`` and
+``tv`` on a CPU about as much again (all six: 1.9x; see ``benchmarks/results.md``). The per-row
+sink/content channels are computed in this fused, packed form for speed; the tests check them
+against :func:`attncoda.decompose` and :func:`attncoda.pairwise_aitchison_split`.
 """
 
 from __future__ import annotations

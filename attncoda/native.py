@@ -8,8 +8,8 @@
   tiles of columns that stay in cache (numpy takes a temporary per pair and a trip through
   memory for each of add, log, product and sum).
 
-Both are compiled together, once per process, at first use, with the machine's C compiler
-(``$CC``, else ``cc``, ``gcc`` or ``clang`` on the ``PATH``; about half a second), in a private
+Both are compiled together, once per process, at first use, with the machine's C compiler (``$CC``,
+else ``cc``, ``gcc`` or ``clang`` on the ``PATH``; about a quarter of a second), in a private
 temporary folder that is removed at once (the loaded library stays mapped): nothing is cached on
 disk and no file attncoda did not just write is ever loaded. Before any use both kernels are
 checked against numpy in float64 on test inputs. Without a compiler, when compiling or that check
@@ -304,7 +304,7 @@ _TABLE = np.concatenate([-np.log(_INV_C.astype(np.float64)), _INV_C]).astype(np.
 def status() -> str:
     """Whether attncoda's compiled kernels run, and if not, why.
 
-    They are compiled on first use, once per process (about half a second, in a temporary
+    They are compiled on first use, once per process (about a quarter of a second, in a temporary
     folder removed at once). Without them the summaries' one pass runs torch's ops and
     :func:`attncoda.head_comparisons` runs numpy for ``js`` and ``tv``: the same results to
     float32 rounding, slower (see ``benchmarks/results.md``).
@@ -329,7 +329,7 @@ def status() -> str:
     'compiled'
     """
     _library()
-    return str(_state.get("status", "not tried"))
+    return str(_state["status"])
 
 
 def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1) -> bool:
@@ -435,9 +435,9 @@ def pair_sums(
         fn(*args, 0, 1, *tail)
     else:  # anchors dealt round-robin: every thread gets long and short rows of the triangle
         _map(lambda first: fn(*args, first, workers, *tail), range(workers))
+    iu = np.triu_indices(n, 1)
     for out in (out_js, out_l1):
         if out is not None:
-            iu = np.triu_indices(n, 1)
             out[iu[1], iu[0]] = out[iu]
     if out_l1 is not None:
         out_l1 *= 2.0  # sum |a_i - a_j| of the halved values, doubled

@@ -670,15 +670,15 @@ def _logit_blocks(
     heads: int | None = None,
 ) -> Iterator[_LogitBlock]:
     """The logits ``(scale q) k^T`` of the queries at ``pos``, a block of ``block`` queries at a
-    time (all heads, or groups of ``heads``), each over the keys it can see, soft-capped as the model does, with
-    ``fill`` at the keys its queries cannot see, written into ``scratch`` (``b * heads * block
-    * keys`` floats, reused: a block is gone once the next is asked for). With ``heads`` the
-    heads of a chunk come in groups of that many, each group's blocks in turn (smaller blocks
-    that stay in cache for every head, not taller ones for a few). Chunks of ``chunk``
-    queries share one visibility mask; for consecutive causal queries only the triangle after
-    the block's first query is filled (the keys before it are all visible) and a block sees
-    keys up to its last query. The scale is folded into q (a ``d``-wide multiply instead of a
-    ``T``-wide one)."""
+    time (all heads, or groups of ``heads``), each over the keys it can see, soft-capped as the
+    model does, with ``fill`` at the keys its queries cannot see, written into ``scratch``
+    (``b * heads * block * keys`` floats, reused: a block is gone once the next is asked for).
+    With ``heads`` the heads of a chunk come in groups of that many, each group's blocks in turn
+    (smaller blocks that stay in cache for every head, not taller ones for a few). Chunks of
+    ``chunk`` queries share one visibility mask; for consecutive causal queries only the
+    triangle after the block's first query is filled (the keys before it are all visible) and a
+    block sees keys up to its last query. The scale is folded into q (a ``d``-wide multiply
+    instead of a ``T``-wide one)."""
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
     kt = k.transpose(-1, -2)
