@@ -25,11 +25,13 @@ denormals to zero):
   1 ulp). glibc's vector ``expf`` falls to a scalar path for every lane group holding an argument
   below about -87, which hidden keys' logits always are. Terms with ``l - m < -64`` are 0
   (``e^-64 = 1.6e-28``: no float32 sum of terms ``<= 1`` can hold them).
-* ``log``: with AVX-512, the exponent and mantissa by ``vgetexpps`` / ``vgetmantps``, a 32-entry
-  table of ``1 / c`` and ``log c`` over the mantissa's top five bits, and ``log1p`` of the
-  remainder (``|r| < 1/63``) to degree 4 (error below ``r^5 / 5 = 2e-10``); elsewhere Cephes'
-  ``logf`` (a degree-9 polynomial, about 1 ulp). Each pair's sums are float32 over a tile of
-  columns and float64 across tiles.
+* ``log``: with AVX-512, in bits: the exponent and mantissa by ``vgetexpps`` / ``vgetmantps``, a
+  32-entry table of ``1 / c`` and ``log2 c`` over the mantissa's top five bits, and
+  ``log2(1 + r)`` of the remainder (``|r| <= 1/64``) as ``r q(r)``, ``q`` a degree-2 minimax
+  polynomial (error below ``4e-9``); each pair's sum is turned into nats once per tile of
+  columns. Elsewhere Cephes' ``logf`` (a degree-9 polynomial, about 1 ulp). Each pair's sums
+  are float32 over a tile of columns and float64 across tiles; four pairs share each load of
+  their common row.
 
 Examples
 --------
@@ -46,6 +48,7 @@ Examples
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
@@ -68,22 +71,28 @@ _SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
-typedef float vf __attribute__((vector_size(32)));
-typedef int32_t vi __attribute__((vector_size(32)));
+/* one vector of W floats: a zmm register where the compiler may use AVX-512, else 256 bits
+   (AVX2, or two NEON registers) */
+#if defined(__AVX512F__) && !defined(ATTNCODA_GENERIC)
+#define W 16
+#else
 #define W 8
+#endif
+typedef float vf __attribute__((vector_size(4 * W)));
+typedef int32_t vi __attribute__((vector_size(4 * W)));
+static const int32_t LANES[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
 /* ---- softmax_entropy_rows ------------------------------------------------------------- */
 
 /* exp(d) for d <= 0 as Cephes' expf: d = k ln2 + r, |r| <= ln2 / 2, a degree-7 polynomial
-   for e^r, times 2^k; 0 below -64 */
+   for e^r, times 2^k; 0 below -64. k = d / ln2 rounded to nearest by adding 1.5 2^23 (the
+   float's own rounding; |k| <= 93 fits in its low bits) */
 static inline vf vexp(vf d) {
     vi small = d < -64.f;
     vf x = (vf)(((vi)d & ~small) | ((vi)((vf){0} - 64.f) & small));
-    vf t = x * 1.44269504088896341f + 0.5f;
-    vi k = __builtin_convertvector(t, vi);
-    vf kf = __builtin_convertvector(k, vf);
-    k += (vi)(kf > t); /* conversion truncates toward 0: this makes it floor */
-    kf = __builtin_convertvector(k, vf);
+    vf t = x * 1.44269504088896341f + 12582912.f;
+    vi k = (vi)t - (vi)((vf){0} + 12582912.f);
+    vf kf = t - 12582912.f;
     vf r = x - kf * 0.693359375f;
     r = r + kf * 2.12194440e-4f;
     vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -96,10 +105,11 @@ static inline vf vexp(vf d) {
     return (vf)((vi)e & ~small);
 }
 
-/* each of `rows` rows of n logits (contiguous) becomes its softmax p = exp(l - m) / Z; out
-   gets m, 1 / Z and sum p (l - m) of row r at r, rows + r and 2 rows + r */
+/* each of `rows` rows of n logits (contiguous) becomes its softmax p = exp(l - m) / Z (with
+   normalize; else exp(l - m), one sweep fewer, for callers that can scale later); out gets m,
+   1 / Z and sum p (l - m) of row r at r, rows + r and 2 rows + r */
 void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *restrict out,
-                          int64_t out_rows) {
+                          int64_t out_rows, int normalize) {
     for (int64_t r = 0; r < rows; r++) {
         float *restrict l = x + r * n;
         float m = l[0];
@@ -118,9 +128,10 @@ void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *res
         }
         if (j < n) { /* the last few keys: the lanes past the row add 0 */
             vf v = {0};
+            vi lane;
             memcpy(&v, l + j, (size_t)(n - j) * sizeof(float));
+            memcpy(&lane, LANES, sizeof lane);
             vf d = v - m;
-            const vi lane = {0, 1, 2, 3, 4, 5, 6, 7};
             vf e = (vf)((vi)vexp(d) & (lane < (int32_t)(n - j)));
             memcpy(l + j, &e, (size_t)(n - j) * sizeof(float));
             z += e;
@@ -132,8 +143,10 @@ void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *res
             ss += s[i];
         }
         float inv = 1.f / zs;
+        if (normalize) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; i++) l[i] *= inv;
+            for (int64_t i = 0; i < n; i++) l[i] *= inv;
+        }
         out[r] = m;
         out[out_rows + r] = inv;
         out[2 * out_rows + r] = ss * inv;
@@ -157,7 +170,9 @@ static inline pv pabsdiff(pv x, pv y) {
                                                 _mm512_set1_epi32(0x7fffffff)));
 }
 static inline float psum(pv x) { return _mm512_reduce_add_ps(x); }
-/* log m: m = 2^e c (1 + r), c the centre of the mantissa's 32nd-part, from a table */
+/* log2 m: m = 2^e c (1 + r), c the centre of the mantissa's 32nd-part, from a table; log2(1 + r)
+   as r q(r), q of degree 2, minimax on |r| <= 1/64 (error below 4e-9). In bits, so that e and
+   log2 c add without a product: the sums are turned to nats once per tile (LOG_UNIT). */
 static inline pv plog(pv m, const pv *tab) {
     pv e = _mm512_getexp_ps(m);
     pv mt = _mm512_getmant_ps(m, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero);
@@ -165,12 +180,11 @@ static inline pv plog(pv m, const pv *tab) {
     pv lc = _mm512_permutex2var_ps(tab[0], idx, tab[1]);
     pv ic = _mm512_permutex2var_ps(tab[2], idx, tab[3]);
     pv r = _mm512_fmsub_ps(mt, ic, _mm512_set1_ps(1.f));
-    pv q = _mm512_fmadd_ps(_mm512_set1_ps(-0.25f), r, _mm512_set1_ps(1.f / 3.f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(-0.5f));
-    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.f)); /* log1p(r) = q r */
-    pv base = _mm512_fmadd_ps(e, _mm512_set1_ps(0.693147180559945f), lc);
-    return _mm512_fmadd_ps(q, r, base);
+    pv q = _mm512_fmadd_ps(_mm512_set1_ps(0.48099798f), r, _mm512_set1_ps(-0.72142047f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.44269502f));
+    return _mm512_fmadd_ps(q, r, _mm512_add_ps(e, lc));
 }
+#define LOG_UNIT 0.6931471805599453 /* plog is in bits */
 static void ptables(pv *tab, const float *table) {
     for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_ps(table + 16 * i);
 }
@@ -186,7 +200,7 @@ static inline pv pload(const float *p) {
     return v;
 }
 static inline pv ptail(const float *p, int64_t k) {
-    pv v = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    pv v = (pv){0} + 0.5f;
     memcpy(&v, p, (size_t)k * sizeof(float));
     return v;
 }
@@ -221,17 +235,55 @@ static inline pv plog(pv m, const pv *tab) {
     return x + y + ef * 0.693359375f;
 }
 static void ptables(pv *tab, const float *table) { (void)tab; (void)table; }
+#define LOG_UNIT 1.0 /* plog is in nats */
 #define PADD(a, b) ((a) + (b))
 #define PFMA(a, b, c) ((a) * (b) + (c))
 #define PZERO ((pv){0})
 #endif
 
+/* One row i against rows j .. j + nj - 1 (nj <= 4; a constant where this is inlined) over w
+   columns: row i's vector is loaded once for the nj pairs. */
+static inline __attribute__((always_inline)) void pairs_of(
+    const float *restrict ri, const float *restrict rj, int64_t f, int nj, int64_t w,
+    int want_js, int want_l1, double *restrict js, double *restrict l1, int64_t at,
+    const pv *tab) {
+    pv sj[4], st[4];
+    for (int u = 0; u < nj; u++) sj[u] = st[u] = PZERO;
+    int64_t wv = w - w % PW, k = 0;
+    for (; k < wv; k += PW) {
+        pv x = pload(ri + k);
+        for (int u = 0; u < nj; u++) {
+            pv y = pload(rj + u * f + k);
+            if (want_l1) st[u] = PADD(st[u], pabsdiff(x, y));
+            if (want_js) {
+                pv m = PADD(x, y);
+                sj[u] = PFMA(m, plog(m, tab), sj[u]);
+            }
+        }
+    }
+    if (k < w) {
+        pv x = ptail(ri + k, w - k);
+        for (int u = 0; u < nj; u++) {
+            pv y = ptail(rj + u * f + k, w - k);
+            if (want_l1) st[u] = PADD(st[u], pabsdiff(x, y));
+            if (want_js) {
+                pv m = PADD(x, y);
+                sj[u] = PFMA(m, plog(m, tab), sj[u]);
+            }
+        }
+    }
+    for (int u = 0; u < nj; u++) {
+        if (want_js) js[at + u] += LOG_UNIT * (double)psum(sj[u]);
+        if (want_l1) l1[at + u] += (double)psum(st[u]);
+    }
+}
+
 /* For rows i = first, first + step, ... < n of a (n rows of f columns, each value in (0, 1],
    no zero) and every row j >= i: js[i n + j] += sum_k m log m with m = a_ik + a_jk, and
    l1[i n + j] += sum_k |a_ik - a_jk| (either may be skipped). Columns go in tiles of `tile`
-   so that the tile of every row stays in cache while the pairs sweep it; each pair's sums are
-   float32 within a tile and float64 across tiles. table: 1 / c and log c of the mantissas'
-   32 centres (AVX-512 only). */
+   so that the tile of every row stays in cache while the pairs sweep it, four rows j at a time
+   against row i; each pair's sums are float32 within a tile and float64 across tiles. table:
+   log2 c and 1 / c of the mantissas' 32 centres (AVX-512 only). */
 void pair_sums(const float *restrict a, int64_t n, int64_t f, int64_t first, int64_t step,
                int64_t tile, int want_js, int want_l1, double *restrict js,
                double *restrict l1, const float *restrict table) {
@@ -239,32 +291,13 @@ void pair_sums(const float *restrict a, int64_t n, int64_t f, int64_t first, int
     ptables(tab, table);
     for (int64_t c0 = 0; c0 < f; c0 += tile) {
         int64_t w = f - c0 < tile ? f - c0 : tile;
-        int64_t wv = w - w % PW;
         for (int64_t i = first; i < n; i += step) {
             const float *ri = a + i * f + c0;
-            for (int64_t j = i; j < n; j++) {
-                const float *rj = a + j * f + c0;
-                pv sj = PZERO, st = PZERO;
-                int64_t k = 0;
-                for (; k < wv; k += PW) {
-                    pv x = pload(ri + k), y = pload(rj + k);
-                    if (want_l1) st = PADD(st, pabsdiff(x, y));
-                    if (want_js) {
-                        pv m = PADD(x, y);
-                        sj = PFMA(m, plog(m, tab), sj);
-                    }
-                }
-                if (k < w) {
-                    pv x = ptail(ri + k, w - k), y = ptail(rj + k, w - k);
-                    if (want_l1) st = PADD(st, pabsdiff(x, y));
-                    if (want_js) {
-                        pv m = PADD(x, y);
-                        sj = PFMA(m, plog(m, tab), sj);
-                    }
-                }
-                if (want_js) js[i * n + j] += (double)psum(sj);
-                if (want_l1) l1[i * n + j] += (double)psum(st);
-            }
+            int64_t j = i;
+            for (; j + 4 <= n; j += 4)
+                pairs_of(ri, a + j * f + c0, f, 4, w, want_js, want_l1, js, l1, i * n + j, tab);
+            for (; j < n; j++)
+                pairs_of(ri, a + j * f + c0, f, 1, w, want_js, want_l1, js, l1, i * n + j, tab);
         }
     }
 }
@@ -296,9 +329,9 @@ _ROWS_PER_THREAD = 16
 _CELLS_PER_THREAD = 1 << 16
 # pair_sums: the tile of columns of every row is kept under this many bytes (a core's L2)
 _TILE_BYTES = 512 << 10
-# the mantissa table of pair_sums' log (AVX-512): centres c_k = 1 + (k + 1/2) / 32
+# the mantissa table of pair_sums' log2 (AVX-512): centres c_k = 1 + (k + 1/2) / 32
 _INV_C = (1.0 / (1.0 + (np.arange(32) + 0.5) / 32)).astype(np.float32)
-_TABLE = np.concatenate([-np.log(_INV_C.astype(np.float64)), _INV_C]).astype(np.float32)
+_TABLE = np.concatenate([-np.log2(_INV_C.astype(np.float64)), _INV_C]).astype(np.float32)
 
 
 def status() -> str:
@@ -332,7 +365,9 @@ def status() -> str:
     return str(_state["status"])
 
 
-def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1) -> bool:
+def softmax_entropy_rows(
+    logits: np.ndarray, stats: np.ndarray, threads: int = 1, normalize: bool = True
+) -> bool:
     """Each row of ``logits`` becomes its softmax, in place, with its statistics in ``stats``.
 
     Parameters
@@ -345,6 +380,10 @@ def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1
         and ``sum p (l - m)``.
     threads : int, default 1
         Rows are split over up to this many threads when the block is large enough to pay.
+    normalize : bool, default True
+        False leaves each row at ``exp(l - m)``, its softmax times ``Z``, and saves a sweep over
+        it: for a caller that scales something smaller afterwards (the summaries' one pass
+        scales each query's output row by ``1 / Z``, not its ``T`` probabilities).
 
     Returns
     -------
@@ -373,15 +412,15 @@ def softmax_entropy_rows(logits: np.ndarray, stats: np.ndarray, threads: int = 1
     if lib is None:
         return False
     fn = lib.softmax_entropy_rows
-    x, out = logits.ctypes.data, stats.ctypes.data
+    x, out, norm = logits.ctypes.data, stats.ctypes.data, int(bool(normalize))
     threads = min(int(threads), rows // _ROWS_PER_THREAD, rows * n // _CELLS_PER_THREAD)
     if threads <= 1:
-        fn(x, rows, n, out, rows)
+        fn(x, rows, n, out, rows, norm)
         return True
     step = -(-rows // threads)
     parts = [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
     # ctypes releases the GIL for the call: the parts run at once
-    _map(lambda p: fn(x + 4 * p[0] * n, p[1] - p[0], n, out + 4 * p[0], rows), parts)
+    _map(lambda p: fn(x + 4 * p[0] * n, p[1] - p[0], n, out + 4 * p[0], rows, norm), parts)
     return True
 
 
@@ -503,7 +542,7 @@ def _build(extra_flags: tuple[str, ...] = ()) -> tuple[Any, str]:
         except OSError as err:
             return None, f"loading the compiled kernels failed ({err})"
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.softmax_entropy_rows.argtypes = [ptr, i64, i64, ptr, i64]
+    lib.softmax_entropy_rows.argtypes = [ptr, i64, i64, ptr, i64, ctypes.c_int]
     lib.softmax_entropy_rows.restype = None
     lib.pair_sums.argtypes = [
         ptr,
@@ -531,7 +570,7 @@ def _check(lib: Any) -> str | None:
     the pairs, ragged widths, peaked and flat rows, zeros and values across the float range."""
     rng = np.random.default_rng(0)
     problems = []
-    for n in (1, 7, 8, 37, 300):
+    for n, normalize in itertools.product((1, 7, 8, 15, 16, 17, 37, 300), (1, 0)):
         logits = rng.standard_normal((6, n)) * 4
         logits[1] *= 500  # Qwen2.5's first layers: logits in the thousands
         logits[2, : n // 2] = -1e37  # hidden keys
@@ -539,14 +578,15 @@ def _check(lib: Any) -> str | None:
         x = logits.astype(np.float32)
         logits = x.astype(np.float64)  # the same inputs on both sides
         stats = np.empty((3, 6), np.float32)
-        lib.softmax_entropy_rows(x.ctypes.data, 6, n, stats.ctypes.data, 6)
+        lib.softmax_entropy_rows(x.ctypes.data, 6, n, stats.ctypes.data, 6, normalize)
         m = logits.max(-1, keepdims=True)
         e = np.exp(logits - m)
         p = e / e.sum(-1, keepdims=True)
         a = (p * (logits - m)).sum(-1)  # hidden keys: 0 times a finite number
         want = (m[:, 0], p.max(-1), a)
-        if not np.allclose(x, p, rtol=1e-5, atol=1e-7):
-            problems.append(f"softmax, {n} keys")
+        got_p = x if normalize else x * stats[1][:, None]
+        if not np.allclose(got_p, p, rtol=1e-5, atol=1e-7):
+            problems.append(f"softmax, {n} keys" + ("" if normalize else ", not normalised"))
         for name, got, ref in zip(("max", "1/Z", "sum p(l-m)"), stats, want, strict=True):
             if not np.allclose(got, ref, rtol=1e-5, atol=1e-6):
                 problems.append(f"{name}, {n} keys")
@@ -571,4 +611,4 @@ def _check(lib: Any) -> str | None:
             problems.append(f"pair l1, {f} columns")
         if np.any(np.tril(js, -1)) or np.any(np.tril(l1, -1)):
             problems.append(f"pairs below the diagonal, {f} columns")
-    return "; ".join(problems) or None
+    return "; ".join(dict.fromkeys(problems)) or None

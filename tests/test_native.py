@@ -43,9 +43,11 @@ def _reference(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return p, m[..., 0], p.amax(-1), (p * (x - m)).sum(-1)
 
 
-@pytest.mark.parametrize("n", [1, 5, 8, 9, 64, 301, 4099])
+@pytest.mark.parametrize("n", [1, 5, 8, 9, 16, 17, 64, 301, 4099])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_equals_the_float64_softmax_and_its_entropy_terms(n, threads):
+@pytest.mark.parametrize("normalize", [True, False])
+def test_kernel_equals_the_float64_softmax_and_its_entropy_terms(n, threads, normalize):
+    """The rows become p (or exp(l - m) = p Z, with normalize=False: p once times 1 / Z)."""
     kernel = _kernel()
     gen = torch.Generator().manual_seed(n)
     logits = torch.randn(2, 3, 40, n, generator=gen) * 6
@@ -58,11 +60,13 @@ def test_kernel_equals_the_float64_softmax_and_its_entropy_terms(n, threads):
     torch.set_num_threads(threads)
     try:
         x = logits.clone()
-        kernel(x, stats)
+        kernel(x, stats, normalize=normalize)
     finally:
         torch.set_num_threads(before)
-    np.testing.assert_allclose(x.numpy(), p.numpy(), rtol=2e-6, atol=1e-7)
     got = stats.view(3, 2, 3, 40).double()
+    if not normalize:
+        x = x * got[1, ..., None].float()
+    np.testing.assert_allclose(x.numpy(), p.numpy(), rtol=2e-6, atol=1e-7)
     np.testing.assert_array_equal(got[0].numpy(), m.float().numpy())  # the maximum is exact
     np.testing.assert_allclose(got[1].numpy(), p_top.numpy(), rtol=2e-6)
     # sum p (l - m): fp32 terms of size |l - m| <= 64 where p is not negligible
@@ -125,7 +129,7 @@ def test_compiling_leaves_no_files_behind(tmp_path, monkeypatch):
     assert status == "compiled" and lib is not None
     assert list(tmp_path.iterdir()) == []  # the source and the library are gone; it stays loaded
     x, stats = torch.tensor([[0.0, 0.0]]), torch.empty(3)
-    lib.softmax_entropy_rows(x.data_ptr(), 1, 2, stats.data_ptr(), 1)
+    lib.softmax_entropy_rows(x.data_ptr(), 1, 2, stats.data_ptr(), 1, 1)
     assert x.tolist() == [[0.5, 0.5]]
     assert stats.tolist() == [0.0, 0.5, 0.0]
 

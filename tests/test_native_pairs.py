@@ -138,8 +138,8 @@ def test_a_pair_kernel_that_disagrees_with_numpy_is_not_used(monkeypatch):
     if not HAS_CC:
         pytest.skip("no C compiler on this machine")
     wrong = native._SOURCE.replace(
-        "if (want_l1) l1[i * n + j] += (double)psum(st);",
-        "if (want_l1) l1[i * n + j] += 1.0001 * (double)psum(st);",
+        "if (want_l1) l1[at + u] += (double)psum(st[u]);",
+        "if (want_l1) l1[at + u] += 1.0001 * (double)psum(st[u]);",
     )
     assert wrong != native._SOURCE
     monkeypatch.setattr(native, "_SOURCE", wrong)

@@ -734,8 +734,10 @@ def _one_pass_summaries(
     block of queries (every key the block can see; the heads in groups, :func:`_one_pass_blocks`)
     the logits ``(scale q) k^T`` are formed once and reduced at once: the sink's logit ``z_s``
     is read off and its key hidden, then over the content keys their maximum ``m``, their
-    softmax ``p`` and ``sum p (l - m)`` (one sweep per row in attncoda's compiled kernel,
-    :mod:`._native`; torch's softmax and reductions where it is not available) give
+    softmax ``p`` and ``sum p (l - m)`` (a sweep for the maximum and one for the rest in
+    attncoda's compiled kernel, :mod:`._native`, which leaves ``exp(l - m) = p Z`` for the
+    product with the values, each output row then scaled by ``1 / Z``; torch's softmax and
+    reductions where it is not available) give
     ``Z = 1 / max p`` (the top key's ``p``; its shifted logit is 0), ``lse_c = m + log Z``, the
     content entropy ``log Z - sum p (l - m)`` (two terms >= 0: no cancellation, however large
     the logits) and the sink's log-odds ``z_s - lse_c``; the output is ``s v_sink + (1 - s) p
@@ -789,7 +791,8 @@ def _one_pass_summaries(
             )
         if kernel is not None:
             block_stats = stats[: 3 * logits.numel() // seen].view(3, *logits.shape[:-1])
-            kernel(logits, block_stats.view(3, -1))  # the logits become p
+            # the logits become exp(l - m), p times Z: the output rows are scaled by 1 / Z below
+            kernel(logits, block_stats.view(3, -1), normalize=False)
             p = logits
             top[rows], p_top[rows], a[rows] = block_stats
         else:
@@ -799,6 +802,8 @@ def _one_pass_summaries(
             torch.amax(p, dim=-1, out=p_top[rows])
             torch.sum(logits.mul_(p), dim=-1, out=a[rows])  # <= 0; hidden keys add 0
         torch.matmul(p, value[:, blk.heads, :seen], out=output[rows])  # the content part
+    if kernel is not None:  # the content part from exp(l - m): times 1 / Z, a d-wide multiply
+        output.mul_(p_top[..., None])
     log_z = torch.log(p_top).neg_()
     lse_c = top + log_z
     h_c = log_z - a

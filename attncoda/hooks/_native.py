@@ -43,19 +43,21 @@ def native_status() -> str:
     return native.status()
 
 
-def softmax_entropy_rows() -> Callable[[torch.Tensor, torch.Tensor], None] | None:
-    """The compiled kernel as ``kernel(logits, stats)``, or ``None`` where it is not available.
+def softmax_entropy_rows() -> Callable[..., None] | None:
+    """The compiled kernel as ``kernel(logits, stats, normalize=True)``, or ``None`` where it is
+    not available.
 
     ``logits``: a contiguous float32 CPU tensor whose last axis holds each row's logits (at
     least one key; finite, hidden keys at a large negative value such as -1e37); it is
-    overwritten with the rows' softmax. ``stats``: a contiguous float32 ``(3, rows)`` tensor that
+    overwritten with the rows' softmax (``normalize=False``: ``exp(l - m)``, the softmax times
+    ``Z``, one sweep fewer). ``stats``: a contiguous float32 ``(3, rows)`` tensor that
     receives each row's maximum ``m``, ``1 / Z`` and ``sum p (l - m)``. Rows are split over
     ``torch.get_num_threads()`` threads when the block is large enough to pay for it.
     """
     if native.status() != "compiled":
         return None
 
-    def run(logits: torch.Tensor, stats: torch.Tensor) -> None:
+    def run(logits: torch.Tensor, stats: torch.Tensor, normalize: bool = True) -> None:
         # what a numpy view needs; attncoda.native checks dtype, contiguity and shape
         if not (
             logits.device.type == stats.device.type == "cpu"
@@ -67,6 +69,8 @@ def softmax_entropy_rows() -> Callable[[torch.Tensor, torch.Tensor], None] | Non
                 f"stats (3, rows); got {tuple(logits.shape)} {logits.dtype} and "
                 f"{tuple(stats.shape)} {stats.dtype}"
             )
-        native.softmax_entropy_rows(logits.numpy(), stats.numpy(), torch.get_num_threads())
+        native.softmax_entropy_rows(
+            logits.numpy(), stats.numpy(), torch.get_num_threads(), normalize=normalize
+        )
 
     return run
