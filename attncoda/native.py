@@ -107,17 +107,26 @@ static inline vf vexp(vf d) {
 
 /* each of `rows` rows of n logits (contiguous) becomes its softmax p = exp(l - m) / Z (with
    normalize; else exp(l - m), one sweep fewer, for callers that can scale later); out gets m,
-   1 / Z and sum p (l - m) of row r at r, rows + r and 2 rows + r */
+   1 / Z and sum p (l - m) of row r at r, rows + r and 2 rows + r. With period > 0 the rows
+   come in runs of `period` consecutive causal queries whose last sees all n keys: row r (the
+   row0 + r-th of the whole array) sees its first n - period + (row0 + r) % period + 1 keys,
+   and the keys after them become 0 without being read. */
 void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *restrict out,
-                          int64_t out_rows, int normalize) {
+                          int64_t out_rows, int normalize, int64_t period, int64_t row0) {
     for (int64_t r = 0; r < rows; r++) {
         float *restrict l = x + r * n;
+        int64_t len = n;
+        if (period > 0) {
+            int64_t sees = n - period + (row0 + r) % period + 1;
+            len = sees < 1 ? 1 : sees < n ? sees : n;
+            memset(l + len, 0, (size_t)(n - len) * sizeof(float));
+        }
         float m = l[0];
 #pragma omp simd reduction(max : m)
-        for (int64_t j = 1; j < n; j++) m = l[j] > m ? l[j] : m;
+        for (int64_t j = 1; j < len; j++) m = l[j] > m ? l[j] : m;
         vf z = {0}, s = {0};
         int64_t j = 0;
-        for (; j + W <= n; j += W) {
+        for (; j + W <= len; j += W) {
             vf v;
             memcpy(&v, l + j, sizeof v);
             vf d = v - m;
@@ -126,14 +135,14 @@ void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *res
             z += e;
             s += e * d;
         }
-        if (j < n) { /* the last few keys: the lanes past the row add 0 */
+        if (j < len) { /* the last few keys: the lanes past the row add 0 */
             vf v = {0};
             vi lane;
-            memcpy(&v, l + j, (size_t)(n - j) * sizeof(float));
+            memcpy(&v, l + j, (size_t)(len - j) * sizeof(float));
             memcpy(&lane, LANES, sizeof lane);
             vf d = v - m;
-            vf e = (vf)((vi)vexp(d) & (lane < (int32_t)(n - j)));
-            memcpy(l + j, &e, (size_t)(n - j) * sizeof(float));
+            vf e = (vf)((vi)vexp(d) & (lane < (int32_t)(len - j)));
+            memcpy(l + j, &e, (size_t)(len - j) * sizeof(float));
             z += e;
             s += e * d;
         }
@@ -145,7 +154,7 @@ void softmax_entropy_rows(float *restrict x, int64_t rows, int64_t n, float *res
         float inv = 1.f / zs;
         if (normalize) {
 #pragma omp simd
-            for (int64_t i = 0; i < n; i++) l[i] *= inv;
+            for (int64_t i = 0; i < len; i++) l[i] *= inv;
         }
         out[r] = m;
         out[out_rows + r] = inv;
@@ -366,7 +375,11 @@ def status() -> str:
 
 
 def softmax_entropy_rows(
-    logits: np.ndarray, stats: np.ndarray, threads: int = 1, normalize: bool = True
+    logits: np.ndarray,
+    stats: np.ndarray,
+    threads: int = 1,
+    normalize: bool = True,
+    causal: bool = False,
 ) -> bool:
     """Each row of ``logits`` becomes its softmax, in place, with its statistics in ``stats``.
 
@@ -376,7 +389,8 @@ def softmax_entropy_rows(
         C-contiguous float32, the rows along the last axis (at least one key; finite, keys a row
         cannot see at a large negative value such as -1e37).
     stats : numpy.ndarray
-        C-contiguous float32 of shape ``(3, rows)``: receives each row's maximum ``m``, ``1 / Z``
+        float32 of shape ``(3, rows)``, each of its three rows contiguous (a view into a larger
+        array will do): receives each row's maximum ``m``, ``1 / Z``
         and ``sum p (l - m)``.
     threads : int, default 1
         Rows are split over up to this many threads when the block is large enough to pay.
@@ -384,6 +398,11 @@ def softmax_entropy_rows(
         False leaves each row at ``exp(l - m)``, its softmax times ``Z``, and saves a sweep over
         it: for a caller that scales something smaller afterwards (the summaries' one pass
         scales each query's output row by ``1 / Z``, not its ``T`` probabilities).
+    causal : bool, default False
+        The last two axes are ``m`` consecutive causal queries by ``n >= m`` keys, the last
+        query seeing every key: query ``i`` sees the first ``n - m + i + 1`` keys, and the keys
+        after them are set to 0 without being read (as if they held a large negative value;
+        the caller need not fill them).
 
     Returns
     -------
@@ -398,29 +417,40 @@ def softmax_entropy_rows(
         and stats.dtype == np.float32
         and logits.flags.c_contiguous
         and logits.flags.writeable
-        and stats.flags.c_contiguous
+        and stats.ndim == 2
+        and stats.strides[1] == 4
+        and stats.strides[0] % 4 == 0
+        and stats.strides[0] >= 4 * rows
         and stats.flags.writeable
         and stats.shape == (3, rows)
         and n >= 1
+        and (not causal or (logits.ndim >= 2 and n >= logits.shape[-2]))
     ):
         raise ValueError(
-            "softmax_entropy_rows takes contiguous float32 CPU logits (rows, n >= 1) and "
-            f"stats (3, rows); got {tuple(logits.shape)} {logits.dtype} and "
-            f"{tuple(stats.shape)} {stats.dtype}"
+            "softmax_entropy_rows takes contiguous float32 CPU logits (rows, n >= 1; causal: "
+            f"(..., m, n >= m)) and stats (3, rows); got {tuple(logits.shape)} {logits.dtype} "
+            f"and {tuple(stats.shape)} {stats.dtype}"
         )
     lib = _library()
     if lib is None:
         return False
     fn = lib.softmax_entropy_rows
     x, out, norm = logits.ctypes.data, stats.ctypes.data, int(bool(normalize))
+    out_rows = stats.strides[0] // 4
+    period = int(logits.shape[-2]) if causal else 0
     threads = min(int(threads), rows // _ROWS_PER_THREAD, rows * n // _CELLS_PER_THREAD)
     if threads <= 1:
-        fn(x, rows, n, out, rows, norm)
+        fn(x, rows, n, out, out_rows, norm, period, 0)
         return True
     step = -(-rows // threads)
     parts = [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
     # ctypes releases the GIL for the call: the parts run at once
-    _map(lambda p: fn(x + 4 * p[0] * n, p[1] - p[0], n, out + 4 * p[0], rows, norm), parts)
+    _map(
+        lambda p: fn(
+            x + 4 * p[0] * n, p[1] - p[0], n, out + 4 * p[0], out_rows, norm, period, p[0]
+        ),
+        parts,
+    )
     return True
 
 
@@ -542,7 +572,7 @@ def _build(extra_flags: tuple[str, ...] = ()) -> tuple[Any, str]:
         except OSError as err:
             return None, f"loading the compiled kernels failed ({err})"
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-    lib.softmax_entropy_rows.argtypes = [ptr, i64, i64, ptr, i64, ctypes.c_int]
+    lib.softmax_entropy_rows.argtypes = [ptr, i64, i64, ptr, i64, ctypes.c_int, i64, i64]
     lib.softmax_entropy_rows.restype = None
     lib.pair_sums.argtypes = [
         ptr,
@@ -570,26 +600,36 @@ def _check(lib: Any) -> str | None:
     the pairs, ragged widths, peaked and flat rows, zeros and values across the float range."""
     rng = np.random.default_rng(0)
     problems = []
-    for n, normalize in itertools.product((1, 7, 8, 15, 16, 17, 37, 300), (1, 0)):
+    for n, normalize, period in itertools.product((1, 7, 8, 15, 16, 17, 37, 300), (1, 0), (0, 3)):
+        if period > n:
+            continue
         logits = rng.standard_normal((6, n)) * 4
         logits[1] *= 500  # Qwen2.5's first layers: logits in the thousands
         logits[2, : n // 2] = -1e37  # hidden keys
         logits[3] = -1e37  # a row that sees nothing: uniform, as torch's softmax
         x = logits.astype(np.float32)
+        if period:  # what the kernel must not read: keys past each causal row's last
+            x[np.arange(n)[None, :] > n - period + np.arange(6)[:, None] % period] = np.nan
         logits = x.astype(np.float64)  # the same inputs on both sides
         stats = np.empty((3, 6), np.float32)
-        lib.softmax_entropy_rows(x.ctypes.data, 6, n, stats.ctypes.data, 6, normalize)
-        m = logits.max(-1, keepdims=True)
-        e = np.exp(logits - m)
-        p = e / e.sum(-1, keepdims=True)
-        a = (p * (logits - m)).sum(-1)  # hidden keys: 0 times a finite number
-        want = (m[:, 0], p.max(-1), a)
+        lib.softmax_entropy_rows(x.ctypes.data, 6, n, stats.ctypes.data, 6, normalize, period, 0)
+        p, want = np.zeros_like(logits), np.empty((3, 6))
+        for r in range(6):  # a row's softmax over the keys it sees; 0 after them
+            sees = n - period + r % period + 1 if period else n
+            row = logits[r, :sees]
+            e = np.exp(row - row.max())
+            p[r, :sees] = e / e.sum()
+            # hidden keys: 0 times a finite number
+            want[:, r] = row.max(), p[r].max(), (p[r, :sees] * (row - row.max())).sum()
         got_p = x if normalize else x * stats[1][:, None]
+        what = (
+            f"{n} keys" + ("" if normalize else ", not normalised") + (", causal" if period else "")
+        )
         if not np.allclose(got_p, p, rtol=1e-5, atol=1e-7):
-            problems.append(f"softmax, {n} keys" + ("" if normalize else ", not normalised"))
+            problems.append(f"softmax, {what}")
         for name, got, ref in zip(("max", "1/Z", "sum p(l-m)"), stats, want, strict=True):
             if not np.allclose(got, ref, rtol=1e-5, atol=1e-6):
-                problems.append(f"{name}, {n} keys")
+                problems.append(f"{name}, {what}")
     for f in (1, 15, 16, 17, 600):
         z = rng.standard_normal((9, f)) * np.array([0.1, 1, 3, 8, 20, 40, 1, 1, 1])[:, None]
         e = np.exp(z - z.max(-1, keepdims=True))

@@ -648,7 +648,8 @@ class _LogitBlock:
     (every head unless the caller asked for groups), over the first ``seen`` keys, ``(b,
     heads, m, seen)`` in the caller's scratch; ``hidden`` marks the keys those queries cannot
     see, for the block's heads (``None``: consecutive causal queries, of which only the
-    triangle after the block's first query is hidden)."""
+    triangle after the block's first query is hidden). ``open_triangle``: that triangle still
+    holds logits (the caller asked for it, and has those keys ignored)."""
 
     start: int
     n: int
@@ -658,6 +659,7 @@ class _LogitBlock:
     logits: torch.Tensor
     hidden: torch.Tensor | None
     heads: slice
+    open_triangle: bool = False
 
 
 def _logit_blocks(
@@ -668,6 +670,7 @@ def _logit_blocks(
     scratch: torch.Tensor,
     fill: float,
     heads: int | None = None,
+    fill_triangle: bool = True,
 ) -> Iterator[_LogitBlock]:
     """The logits ``(scale q) k^T`` of the queries at ``pos``, a block of ``block`` queries at a
     time (all heads, or groups of ``heads``), each over the keys it can see, soft-capped as the
@@ -676,8 +679,9 @@ def _logit_blocks(
     With ``heads`` the heads of a chunk come in groups of that many, each group's blocks in turn
     (smaller blocks that stay in cache for every head, not taller ones for a few). Chunks of
     ``chunk`` queries share one visibility mask; for consecutive causal queries only the
-    triangle after the block's first query is filled (the keys before it are all visible) and a
-    block sees keys up to its last query. The scale is folded into q (a ``d``-wide multiply
+    triangle after the block's first query is filled (the keys before it are all visible; with
+    ``fill_triangle=False`` it is left to the caller, ``open_triangle``) and a block sees keys up
+    to its last query. The scale is folded into q (a ``d``-wide multiply
     instead of a ``T``-wide one)."""
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
@@ -716,8 +720,11 @@ def _logit_blocks(
                 if ctx.softcap is not None:
                     logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
                 if hid is None:  # query first + r0 + i sees keys up to first + r0 + i
-                    logits[..., first + r0 :].masked_fill_(upper[:m, :m], fill)
-                    yield _LogitBlock(start, n, r0, m, seen, logits, None, hs)
+                    if fill_triangle:
+                        logits[..., first + r0 :].masked_fill_(upper[:m, :m], fill)
+                    yield _LogitBlock(
+                        start, n, r0, m, seen, logits, None, hs, open_triangle=not fill_triangle
+                    )
                 else:
                     block_hidden = hid[:, :, r0 : r0 + m]
                     logits.masked_fill_(block_hidden, fill)
@@ -759,9 +766,9 @@ def _one_pass_summaries(
     v_sink = value[bidx, :, sink]  # (b, h, dv)
     output = torch.empty(b, h, nq, value.shape[-1], dtype=torch.float32, device=q.device)
     z_s = torch.empty(b, h, nq, dtype=torch.float32, device=q.device)
-    top = torch.empty_like(z_s)  # the content logits' maximum m
-    p_top = torch.empty_like(z_s)  # the top key's p: 1 / Z
-    a = torch.empty_like(z_s)  # sum p (l - m)
+    row_stats = torch.empty(3, b, h, nq, dtype=torch.float32, device=q.device)
+    # the content logits' maximum m, the top key's p (1 / Z) and sum p (l - m)
+    top, p_top, a = row_stats.unbind(0)
     block, group = _one_pass_blocks(b, h, kv, chunk)
     # attncoda's compiled kernel takes the six torch ops below in one sweep per row (_native)
     kernel = _native.softmax_entropy_rows() if q.device.type == "cpu" else None
@@ -772,7 +779,20 @@ def _one_pass_summaries(
         stats = torch.empty(3 * b * group * block, dtype=torch.float32, device=q.device)
     # per block only what needs the block (a dozen ops, each writing its rows of the results in
     # place); the per-row arithmetic and the sink's share of the output run once, after it
-    for blk in _logit_blocks(ctx, pos, chunk, block, scratch[0], _HIDDEN, heads=group):
+    # the kernel ignores the keys after each causal query itself (no fill, no exp there) where
+    # the sink is key 0, which every query sees (a later sink must read as hidden to the
+    # queries before it, so the triangle is filled first)
+    blocks = _logit_blocks(
+        ctx,
+        pos,
+        chunk,
+        block,
+        scratch[0],
+        _HIDDEN,
+        heads=group,
+        fill_triangle=kernel is None or shared_sink != 0,
+    )
+    for blk in blocks:
         logits, seen = blk.logits, blk.seen
         rows = (slice(None), blk.heads, slice(blk.start + blk.r0, blk.start + blk.r0 + blk.m))
         if shared_sink is not None:  # one sink key for the batch: two ops, not eight
@@ -790,11 +810,14 @@ def _one_pass_summaries(
                 in_view[:, None, None], torch.full_like(zs, _HIDDEN), zs
             )
         if kernel is not None:
-            block_stats = stats[: 3 * logits.numel() // seen].view(3, *logits.shape[:-1])
             # the logits become exp(l - m), p times Z: the output rows are scaled by 1 / Z below
-            kernel(logits, block_stats.view(3, -1), normalize=False)
+            if b == 1 and blk.heads.stop - blk.heads.start == 1:  # the kernel writes in place
+                kernel(logits, row_stats[:, 0, blk.heads.start, rows[2]], False, blk.open_triangle)
+            else:
+                block_stats = stats[: 3 * logits.numel() // seen].view(3, *logits.shape[:-1])
+                kernel(logits, block_stats.view(3, -1), False, blk.open_triangle)
+                row_stats[(slice(None), *rows)] = block_stats
             p = logits
-            top[rows], p_top[rows], a[rows] = block_stats
         else:
             block_top = torch.amax(logits, dim=-1, out=top[rows])
             logits.sub_(block_top[..., None])

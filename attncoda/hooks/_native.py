@@ -44,20 +44,24 @@ def native_status() -> str:
 
 
 def softmax_entropy_rows() -> Callable[..., None] | None:
-    """The compiled kernel as ``kernel(logits, stats, normalize=True)``, or ``None`` where it is
-    not available.
+    """The compiled kernel as ``kernel(logits, stats, normalize=True, causal=False)``, or
+    ``None`` where it is not available.
 
     ``logits``: a contiguous float32 CPU tensor whose last axis holds each row's logits (at
     least one key; finite, hidden keys at a large negative value such as -1e37); it is
     overwritten with the rows' softmax (``normalize=False``: ``exp(l - m)``, the softmax times
-    ``Z``, one sweep fewer). ``stats``: a contiguous float32 ``(3, rows)`` tensor that
+    ``Z``, one sweep fewer; ``causal=True``: the last two axes are consecutive causal queries
+    by keys, the last query seeing every key, and each row's keys after its query become 0
+    unread, as :func:`attncoda.native.softmax_entropy_rows` says). ``stats``: a contiguous float32 ``(3, rows)`` tensor that
     receives each row's maximum ``m``, ``1 / Z`` and ``sum p (l - m)``. Rows are split over
     ``torch.get_num_threads()`` threads when the block is large enough to pay for it.
     """
     if native.status() != "compiled":
         return None
 
-    def run(logits: torch.Tensor, stats: torch.Tensor, normalize: bool = True) -> None:
+    def run(
+        logits: torch.Tensor, stats: torch.Tensor, normalize: bool = True, causal: bool = False
+    ) -> None:
         # what a numpy view needs; attncoda.native checks dtype, contiguity and shape
         if not (
             logits.device.type == stats.device.type == "cpu"
@@ -70,7 +74,7 @@ def softmax_entropy_rows() -> Callable[..., None] | None:
                 f"{tuple(stats.shape)} {stats.dtype}"
             )
         native.softmax_entropy_rows(
-            logits.numpy(), stats.numpy(), torch.get_num_threads(), normalize=normalize
+            logits.numpy(), stats.numpy(), torch.get_num_threads(), normalize, causal
         )
 
     return run
