@@ -20,8 +20,9 @@ def native_status() -> str:
 
     The kernel is compiled on first use, once per process (about a quarter of a second, in a
     temporary folder removed at once). Without it the one pass runs torch's ops instead:
-    the same summaries and outputs to fp32 rounding, 1-26% slower per layer in
-    ``bench_capture`` (most at long contexts). The same as :func:`attncoda.native.status`.
+    the same summaries and outputs to fp32 rounding, 12-24% slower per layer in
+    ``bench_capture`` (7 December 2026; most at long contexts). The same as
+    :func:`attncoda.native.status`.
 
     Returns
     -------
