@@ -681,8 +681,8 @@ def _logit_blocks(
     ``chunk`` queries share one visibility mask; for consecutive causal queries only the
     triangle after the block's first query is filled (the keys before it are all visible; with
     ``fill_triangle=False`` it is left to the caller, ``open_triangle``) and a block sees keys up
-    to its last query. The scale is folded into q (a ``d``-wide multiply
-    instead of a ``T``-wide one)."""
+    to its last query. The scale is folded into q (a ``d``-wide multiply instead of a
+    ``T``-wide one)."""
     q, k = ctx.q, ctx.k
     b, h, kv, _ = k.shape
     kt = k.transpose(-1, -2)

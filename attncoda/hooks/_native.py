@@ -53,8 +53,9 @@ def softmax_entropy_rows() -> Callable[..., None] | None:
     overwritten with the rows' softmax (``normalize=False``: ``exp(l - m)``, the softmax times
     ``Z``, one sweep fewer; ``causal=True``: the last two axes are consecutive causal queries
     by keys, the last query seeing every key, and each row's keys after its query become 0
-    unread, as :func:`attncoda.native.softmax_entropy_rows` says). ``stats``: a contiguous float32 ``(3, rows)`` tensor that
-    receives each row's maximum ``m``, ``1 / Z`` and ``sum p (l - m)``. Rows are split over
+    unread, as :func:`attncoda.native.softmax_entropy_rows` says). ``stats``: a float32
+    ``(3, rows)`` CPU tensor, each of its three rows contiguous (a view into a larger tensor will
+    do), that receives each row's maximum ``m``, ``1 / Z`` and ``sum p (l - m)``. Rows are split over
     ``torch.get_num_threads()`` threads when the block is large enough to pay for it.
     """
     if native.status() != "compiled":
