@@ -479,8 +479,8 @@ def _fast_summaries(
     del values, keys
     out_a, s, c = fused[..., :d], fused[..., d], fused[..., d + 1]
     z_s = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
-    csum, count, sink_vis = _visible_key_sums(ctx, pos, vis_rows, chunk)
-    n_c = count - sink_vis.to(k.dtype)
+    key_sums = _content_key_sums(ctx, pos, vis_rows, chunk, k_sink)
+    _, n_c, sink_vis = key_sums
     tiny = 1e-30
     redo = (~sink_vis) | (s <= tiny) | (c <= tiny) | (n_c < 1) | ~torch.isfinite(s)
     logodds = torch.log(s) - torch.log(c)
@@ -496,9 +496,7 @@ def _fast_summaries(
     # and refuses the rows whose visible logits are not finite
     redo = redo | (cancel > 1e-4) | ~torch.isfinite(h_c)
     h_c = h_c.clamp_min(0.0)  # an entropy is >= 0: rounding below 0 is moved to the bound
-    out, cancel_balance = _sink_summaries(
-        ctx, qsel, k_sink, z_s, logodds, h_c, c, (csum, count, sink_vis)
-    )
+    out, cancel_balance = _sink_summaries(ctx, qsel, z_s, logodds, h_c, c, key_sums)
     redo = redo | cancel_balance | ~torch.isfinite(out["balance"])
     return out, redo.any(dim=(0, 1))
 
@@ -518,7 +516,7 @@ def _no_mask_needed(ctx: _LayerContext, pos: torch.Tensor) -> bool:
     """Whether the queries at ``pos`` see keys by a rule alone, no mask: a bidirectional call
     without one (every key), or a causal one without one or a window whose every query is
     captured from the first (each sees the keys up to itself): then SDPA takes ``is_causal``
-    and the sums of visible keys are prefix sums (:func:`_visible_key_sums`)."""
+    and the sums of visible keys are prefix sums (:func:`_content_key_sums`)."""
     if ctx.mask is not None or ctx.sliding:
         return False
     if not ctx.causal:
@@ -531,41 +529,47 @@ def _no_mask_needed(ctx: _LayerContext, pos: torch.Tensor) -> bool:
     )
 
 
-def _visible_key_sums(
-    ctx: _LayerContext, pos: torch.Tensor, vis_rows: torch.Tensor | None, chunk: int
+def _content_key_sums(
+    ctx: _LayerContext,
+    pos: torch.Tensor,
+    vis_rows: torch.Tensor | None,
+    chunk: int,
+    k_sink: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The sum ``(b, h, nq, d)`` and number ``(b, h, nq)`` of the keys each query at ``pos``
-    sees, and whether it sees its sink ``(b, h, nq)``: by prefix sums for plain causal calls
-    (``vis_rows=None``), else a masked matmul over ``vis_rows`` (boolean ``(b|1, 1, nq, kv)``)
-    a chunk of queries at a time, so that no float copy of the query x key mask is formed."""
+    """The sum ``(b, h, nq, d)`` and number ``(b, h, nq)`` of the content keys each query at
+    ``pos`` sees (the visible keys but its sink, whose key is ``k_sink (b, h, d)``), and whether
+    it sees its sink ``(b, h, nq)``: by prefix sums for plain causal calls (``vis_rows=None``,
+    every query sees its sink: the sink's key is taken off the sums in their own memory), else a
+    masked matmul over ``vis_rows`` (boolean ``(b|1, 1, nq, kv)``) a chunk of queries at a time,
+    so that no float copy of the query x key mask is formed."""
     k = ctx.k
     b, h, kv, d = k.shape
     nq = len(pos)
     bidx = torch.arange(b, device=k.device)
-    if vis_rows is None:
+    if vis_rows is None:  # every query sees every key up to itself, the sink among them
         if ctx.causal:
-            csum = _rows_at(k.cumsum(dim=2), pos)
+            content_sum = _rows_at(k.cumsum(dim=2), pos).sub_(k_sink[:, :, None, :])
             count = (pos + 1).to(k.dtype).expand(b, h, nq)
         else:
-            csum = k.sum(dim=2, keepdim=True).expand(b, h, nq, d)
+            total = k.sum(dim=2, keepdim=True).sub_(k_sink[:, :, None, :])
+            content_sum = total.expand(b, h, nq, d)
             count = torch.full((b, h, nq), float(kv), device=k.device)
-        sink_vis = torch.ones(b, 1, nq, dtype=torch.bool, device=k.device)
-    else:
-        sums, counts = [], []
-        for i in range(0, nq, chunk):
-            vf = vis_rows[:, :, i : i + chunk].to(k.dtype)
-            sums.append(vf @ k)
-            counts.append(vf.sum(-1))
-        csum = torch.cat(sums, dim=2)
-        count = torch.cat(counts, dim=-1).expand(b, h, nq)
-        sink_vis = vis_rows.expand(b, -1, -1, -1)[bidx, :, :, ctx.sink_index]  # (b, 1, nq)
-    return csum, count, sink_vis.expand(b, h, nq)
+        return content_sum, count - 1.0, torch.ones(b, h, nq, dtype=torch.bool, device=k.device)
+    sums, counts = [], []
+    for i in range(0, nq, chunk):
+        vf = vis_rows[:, :, i : i + chunk].to(k.dtype)
+        sums.append(vf @ k)
+        counts.append(vf.sum(-1))
+    count = torch.cat(counts, dim=-1).expand(b, h, nq)
+    sink_vis = vis_rows.expand(b, -1, -1, -1)[bidx, :, :, ctx.sink_index].expand(b, h, nq)
+    in_sum = sink_vis[..., None].to(k.dtype)
+    content_sum = torch.cat(sums, dim=2) - k_sink[:, :, None, :] * in_sum
+    return content_sum, count - sink_vis.to(k.dtype), sink_vis
 
 
 def _sink_summaries(
     ctx: _LayerContext,
     qsel: torch.Tensor,
-    k_sink: torch.Tensor,
     z_s: torch.Tensor,
     logodds: torch.Tensor,
     h_c: torch.Tensor,
@@ -573,26 +577,17 @@ def _sink_summaries(
     key_sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The five summaries of one sink key from the sink's logit ``z_s``, the log-odds, the
-    content entropy and share, and the sums of the visible keys (:func:`_visible_key_sums`):
+    content entropy and share, and the sums of the content keys (:func:`_content_key_sums`):
     ``entropy = h(s) + (1 - s) H_c`` (no content: ``H_c`` NaN, the entropy ``h(s)``) and the
     balance ``sqrt(n_c / (n_c + 1)) (z_s - mean content logit)`` (NaN without content or a
     visible sink), as :func:`_summaries_from_logits` defines them; and the rows whose balance
-    fp32 rounding may have moved by more than 1e-4 (to be recomputed from max-shifted logits).
-    The sums ``csum`` are consumed: where every query sees its sink and ``csum`` is not a
-    broadcast view, the content sums are formed in its memory (no ``(b, h, nq, d)`` temporaries:
-    15 ms of a layer at T=8192)."""
-    csum, count, sink_vis = key_sums
-    k = ctx.k
+    fp32 rounding may have moved by more than 1e-4 (to be recomputed from max-shifted logits)."""
+    content_sum, n_c, sink_vis = key_sums
     log_s = -torch.nn.functional.softplus(-logodds)
     log_1ms = -torch.nn.functional.softplus(logodds)
     entropy = attncoda.binary_entropy_from_logs(log_s, log_1ms) + content_share * torch.nan_to_num(
         h_c, nan=0.0
     )
-    if csum.stride(2) != 0 and bool(sink_vis.all()):  # the same values as the product below
-        content_sum = csum.sub_(k_sink[:, :, None, :])
-    else:
-        content_sum = csum - k_sink[:, :, None, :] * sink_vis[..., None].to(k.dtype)
-    n_c = count - sink_vis.to(k.dtype)
     safe_nc = n_c.clamp_min(1.0)
     mean_c = ctx.scale * torch.einsum("bhqd,bhqd->bhq", qsel, content_sum) / safe_nc
     factor = torch.sqrt(safe_nc / (safe_nc + 1))
@@ -845,15 +840,15 @@ def _one_pass_summaries(
     logodds = torch.where(has_content, z_s - lse_c, torch.full_like(z_s, math.inf))
     h_c = torch.where(has_content, h_c.clamp_min(0.0), torch.full_like(h_c, math.nan))
     vis_rows = None if _no_mask_needed(ctx, pos) else ctx.visible(pos, kv)[0]
-    key_sums = _visible_key_sums(ctx, pos, vis_rows, chunk)
-    qsel = _rows_at(q, pos - ctx.offset)
     k_sink = k[bidx, :, sink]
+    key_sums = _content_key_sums(ctx, pos, vis_rows, chunk, k_sink)
+    qsel = _rows_at(q, pos - ctx.offset)
     content_share = torch.sigmoid(-logodds)
     # the balance is a difference of two logit-sized numbers: the sink's logit for it is formed
     # as the mean content logit is (scale q . k), not from the blocks' prescaled q, so that
     # their roundings match (Qwen2.5's logits in the thousands: 2.4e-4 apart otherwise)
     z_bal = ctx.scale * torch.einsum("bhqd,bhd->bhq", qsel, k_sink)
-    out, cancel = _sink_summaries(ctx, qsel, k_sink, z_bal, logodds, h_c, content_share, key_sums)
+    out, cancel = _sink_summaries(ctx, qsel, z_bal, logodds, h_c, content_share, key_sums)
     return out, output, (cancel & sink_seen & has_content).any(dim=(0, 1))
 
 
